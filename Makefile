@@ -1,0 +1,58 @@
+# One entry point. `make test` works on a fresh machine: it makes the virtual environment,
+# installs the project, finds or builds the pinned Kubernetes test binaries, runs the linters,
+# the generated-file drift checks and the whole test suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: all venv bins lint drift test test-unit test-integration bench simulate crd clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev,plot]'
+	rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+venv: $(STAMP)
+
+## Find (KUBEBUILDER_ASSETS, then the cache) or build etcd, kube-apiserver, kubectl, helm; Prometheus.
+bins: venv
+	$(PY) -m simulations.harness.binaries ensure
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy gpucellpool autoscaler provisioner webhook simulations
+	$(VENV)/bin/lint-imports
+
+## Generated files must match the models (CRD, chart CRD).
+drift: venv
+	$(VENV)/bin/gpucellpool crd --check
+
+crd: venv
+	$(VENV)/bin/gpucellpool crd
+
+test-unit: venv
+	$(PY) -m pytest tests/unit -q
+
+test-integration: bins
+	$(PY) -m pytest tests/integration tests/e2e -q
+
+## The README's test command: everything CI checks.
+test: venv bins lint drift
+	$(PY) -m pytest tests -q -m 'not bench'
+
+## Benchmarks: results are written to docs/benchmarks.md.
+bench: bins
+	$(PY) -m pytest tests/bench -q -m bench -p no:randomly
+
+## The main job on an embedded default: replay the bundled GPU trace through every policy.
+simulate: venv
+	$(VENV)/bin/gpucellpool simulate
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

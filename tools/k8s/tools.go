@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools pins the binaries the test harness builds; nothing imports it.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
