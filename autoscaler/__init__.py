@@ -1,0 +1,1 @@
+"""Autoscaling: pure policy (``autoscaler.policy``) and, later, the signal adapters and loop."""

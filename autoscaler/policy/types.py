@@ -1,0 +1,308 @@
+"""Value types shared by the scaling policy, the live control loop and the simulator.
+
+Why this module exists: the production operator and the offline simulator must drive the very
+same ``decide`` function. They can only do that if both speak in the same plain, immutable
+values: what a pending pod asks of HAMi, what a cell looks like, what the loop observed, what
+the policy remembers between calls, and the decision it returns. Nothing here does I/O, reads
+a clock or logs; time is always passed in as ``now`` (seconds on the caller's clock).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# ---------------------------------------------------------------------------------------------
+# What pods ask for
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GPUAsk:
+    """One container's (or one pod's combined) HAMi ask, per GPU.
+
+    ``gpu_count`` distinct physical GPUs on one node, each giving ``memory_mib`` MiB (or
+    ``memory_percent`` of the GPU when only ``nvidia.com/gpumem-percentage`` was given; when
+    both are None the ask takes the whole GPU's memory), ``cores_percent`` of its SMs and one
+    slot.
+    """
+
+    gpu_count: int = 1
+    memory_mib: int | None = None
+    memory_percent: int | None = None
+    cores_percent: int = 0
+
+    def memory_on(self, gpu_memory_mib: int) -> int:
+        """MiB this ask takes on a GPU with ``gpu_memory_mib`` of memory."""
+        if self.memory_mib is not None:
+            return self.memory_mib
+        if self.memory_percent is not None:
+            return gpu_memory_mib * min(self.memory_percent, 100) // 100
+        return gpu_memory_mib
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # "" matches every effect
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConstraints:
+    """The parts of a pod spec that decide whether a fresh cell's Node could take it.
+
+    ``required_terms`` are the pod's requiredDuringScheduling node-affinity terms (ORed; the
+    requirements inside one term are ANDed). Empty means no affinity constraint.
+    """
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A pod the workload scheduler could not place, with its whole-pod HAMi ask.
+
+    ``ask`` is the pod total as HAMi places it: ``gpu_count`` GPUs on one node, each needing
+    ``memory``/``cores`` and one slot (hami-facts §3.3). ``first_seen`` is when the loop (or the
+    simulator) first saw it pending, on the caller's clock.
+    """
+
+    key: str  # namespace/name
+    ask: GPUAsk
+    first_seen: float
+    constraints: PlacementConstraints = field(default_factory=PlacementConstraints)
+
+
+# ---------------------------------------------------------------------------------------------
+# What cells look like
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CellShape:
+    """The declared (or learned) shape of one cell: its GPUs as HAMi will advertise them."""
+
+    gpus: int = 1
+    memory_mib: int = 24576  # per GPU
+    cores_percent: int = 100  # per GPU (100 x deviceCoreScaling)
+    slots: int = 10  # per GPU (deviceSplitCount)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTemplate:
+    """Labels and taints every Node of this pool carries; what pool-fit is tested against."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GPUUsage:
+    """What HAMi has allocated on one GPU of a cell."""
+
+    memory_mib: int = 0
+    cores_percent: int = 0
+    slots: int = 0
+
+
+class CellState(enum.StrEnum):
+    BOOTING = "Booting"  # requested, not yet usable: upcoming capacity
+    READY = "Ready"  # usable by HAMi
+    DRAINING = "Draining"  # being removed: no capacity, not a candidate
+    FAILED = "Failed"  # counts toward nothing
+
+
+@dataclass(frozen=True, slots=True)
+class CellView:
+    """One cell as the policy sees it.
+
+    ``gpus`` holds per-GPU usage for Ready cells (length = shape.gpus); a Booting cell has no
+    usage yet (treated as empty). ``pods`` is the number of pods running on it and
+    ``evictable_pods`` how many of them the Eviction API could remove now; both feed the
+    drain-cost ordering of scale-down victims.
+    """
+
+    name: str
+    index: int
+    state: CellState
+    created_at: float
+    gpus: tuple[GPUUsage, ...] = ()
+    pods: int = 0
+    evictable_pods: int = 0
+    ready_at: float | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# What the loop observed and what the policy remembers
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsHealth:
+    """Whether utilisation metrics are trustworthy right now.
+
+    Missing or stale metrics must never read as zero: when ``fresh`` is False the policy
+    freezes scale-down and scales up from pending pods only.
+    """
+
+    fresh: bool = True
+    age_seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One snapshot handed to ``decide``."""
+
+    pending: tuple[PendingPod, ...]
+    cells: tuple[CellView, ...]
+    metrics: MetricsHealth = field(default_factory=MetricsHealth)
+    free_physical_gpus: int | None = None  # None = unknown (not a constraint)
+    workload_cluster_reachable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyMemory:
+    """What ``decide`` remembers between calls. The caller stores it and hands it back.
+
+    ``recommendations`` are (time, desired) pairs inside the longest stabilisation window,
+    HPA-style; ``idle_since`` maps a cell name to when it was first seen below the utilisation
+    threshold; ``demand_samples`` are (time, cells needed) pairs for the forecaster.
+    """
+
+    last_scale_up_at: float | None = None
+    last_scale_down_at: float | None = None
+    recommendations: tuple[tuple[float, int], ...] = ()
+    idle_since: Mapping[str, float] = field(default_factory=dict)
+    demand_samples: tuple[tuple[float, float], ...] = ()
+    scale_events: tuple[tuple[float, int], ...] = ()  # (time, +n / -n) for rate policies
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration (built from the GPUCellPool spec by the shell, or directly by the simulator)
+# ---------------------------------------------------------------------------------------------
+
+
+class Mode(enum.StrEnum):
+    ACTIVE = "Active"
+    SHADOW = "Shadow"
+
+
+class RatePolicyType(enum.StrEnum):
+    CELLS = "Cells"  # like HPA "Pods"
+    PERCENT = "Percent"
+
+
+@dataclass(frozen=True, slots=True)
+class RatePolicy:
+    """At most ``value`` cells (or percent of current cells) per ``period_seconds``."""
+
+    type: RatePolicyType
+    value: int
+    period_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingRules:
+    """One direction of the HPA-style ``behavior`` stanza."""
+
+    stabilization_window_seconds: float
+    policies: tuple[RatePolicy, ...] = ()
+    select_policy: str = "Max"  # Max | Min | Disabled
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    min_replicas: int = 0
+    max_replicas: int = 10
+    shape: CellShape = field(default_factory=CellShape)
+    node_template: NodeTemplate = field(default_factory=NodeTemplate)
+    scale_up: ScalingRules = field(default_factory=lambda: ScalingRules(0.0))
+    scale_down: ScalingRules = field(default_factory=lambda: ScalingRules(600.0))
+    scale_down_enabled: bool = True
+    scale_down_delay_after_scale_up_seconds: float = 600.0
+    utilization_threshold: float = 0.5  # a cell below this is a scale-down candidate
+    max_cells_in_flight: int = 2
+    disruption_budget: int = 1  # cells draining at once
+    headroom_cells: int = 0
+    prewarm: bool = False
+    boot_seconds: float = 300.0  # expected boot time; the forecaster looks this far ahead
+    mode: Mode = Mode.ACTIVE
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision
+# ---------------------------------------------------------------------------------------------
+
+
+class Reason(enum.StrEnum):
+    """Machine-readable reason for every outcome, including doing nothing."""
+
+    SCALED_UP = "ScaledUp"
+    SCALED_DOWN = "ScaledDown"
+    PREWARMED = "Prewarmed"
+    HEADROOM = "Headroom"
+    STABILIZING = "Stabilizing"
+    RATE_LIMITED = "RateLimited"
+    AT_MAX_REPLICAS = "AtMaxReplicas"
+    AT_MIN_REPLICAS = "AtMinReplicas"
+    BELOW_MIN_REPLICAS = "BelowMinReplicas"
+    IN_FLIGHT_LIMIT = "InFlightLimit"
+    INSUFFICIENT_PHYSICAL_GPU = "InsufficientPhysicalGPU"
+    DEMAND_UNSATISFIABLE = "DemandUnsatisfiable"
+    DEMAND_SATISFIED = "DemandSatisfied"  # pending pods fit free or booting capacity
+    METRICS_STALE = "MetricsStale"  # scale-down frozen
+    SCALE_DOWN_DISABLED = "ScaleDownDisabled"
+    SCALE_DOWN_DELAYED = "ScaleDownDelayed"  # too soon after a scale-up
+    DISRUPTION_BUDGET = "DisruptionBudget"
+    NO_IDLE_CELL = "NoIdleCell"
+    WORKLOAD_CLUSTER_UNREACHABLE = "WorkloadClusterUnreachable"
+    IDLE = "Idle"  # nothing pending, nothing to remove
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    """A pending pod no fresh cell of this pool could ever host, and why."""
+
+    key: str
+    reason: str  # e.g. NodeSelectorMismatch, TooManyGPUs, CardInsufficientMemory
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the policy wants, and why.
+
+    ``desired_replicas`` is the target cell count. ``victims`` names cells to drain (cheapest
+    first) when scaling down. ``act`` is False in Shadow mode: publish, do not act.
+    """
+
+    desired_replicas: int
+    reason: Reason
+    message: str
+    memory: PolicyMemory
+    victims: tuple[str, ...] = ()
+    act: bool = True
+    cells_needed: int = 0  # cells the packed backlog needs beyond free and booting capacity
+    pending_asks: int = 0  # pending pods that count for this pool
+    unschedulable: tuple[Unschedulable, ...] = ()
+    forecast_cells: float | None = None

@@ -1,0 +1,1 @@
+"""Offline simulator, test harness (real apiservers) and the twin (simulated hardware parts)."""
