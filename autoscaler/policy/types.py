@@ -90,6 +90,15 @@ class PendingPod:
     ask: GPUAsk
     first_seen: float
     constraints: PlacementConstraints = field(default_factory=PlacementConstraints)
+    # Per-container asks, in HAMi's allocation order, when the pod has more than one GPU
+    # container. HAMi allocates each container its own ``gpu_count`` distinct GPUs on the same
+    # node; two containers may share one GPU. Empty means "one container asking ``ask``".
+    # ``ask`` is then a conservative summary (see autoscaler.policy.demand.summarise).
+    container_asks: tuple[GPUAsk, ...] = ()
+
+    def asks(self) -> tuple[GPUAsk, ...]:
+        """The asks HAMi places one after another on one node for this pod."""
+        return self.container_asks or (self.ask,)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,6 +158,10 @@ class CellView:
     pods: int = 0
     evictable_pods: int = 0
     ready_at: float | None = None
+    # Optional: the asks of the pods running on the cell (one tuple of container asks per
+    # pod), when the caller knows them (the simulator does). Scale-down uses them to re-pack a
+    # victim's pods exactly; without them each used GPU is moved as one indivisible block.
+    pod_asks: tuple[tuple[GPUAsk, ...], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +260,9 @@ class PolicyConfig:
     prewarm: bool = False
     boot_seconds: float = 300.0  # expected boot time; the forecaster looks this far ahead
     mode: Mode = Mode.ACTIVE
+    packing_heuristic: str = "best-fit"  # best-fit | first-fit | arrival (see policy.packing)
+    forecast_method: str = "theil-sen"  # theil-sen | holt (autoscaler.policy.forecast)
+    forecast_window_seconds: float = 1800.0  # recent demand the forecaster looks at
 
 
 # ---------------------------------------------------------------------------------------------
