@@ -1,0 +1,191 @@
+"""Interpret a HAMi allocation query result into per-node, per-GPU readings plus a verdict.
+
+Why this module exists: whether utilisation may be trusted is the decision that guards
+scale-down, so it is made here, in pure code, from the result and ``now`` alone. Every
+reason for distrust (a NaN, an infinity, a negative or garbage value, a series whose newest
+sample is older than ``stale_after``, a node that should report but does not, a GPU missing
+one of the required series, a result of the wrong type) is written down as one problem line,
+and any problem makes the verdict unfresh. Nothing ever defaults to zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from autoscaler.policy.types import MetricsHealth
+from autoscaler.signals.hami_metrics import (
+    MIB,
+    REQUIRED,
+    GPUReading,
+    MetricsReading,
+    NodeReading,
+    Quantity,
+    Schema,
+    summarise,
+    unavailable,
+)
+from autoscaler.signals.promql import QueryResult, Series, parse_sample_value
+
+
+@dataclass(frozen=True, slots=True)
+class _Picked:
+    """The newest sample of one (node, GPU, quantity), over duplicate series."""
+
+    name: str
+    labels: dict[str, str]
+    timestamp: float
+    raw: str
+
+
+_Key = tuple[str, Quantity]  # (device uuid, quantity)
+
+
+def interpret_usage(
+    result: QueryResult,
+    schema: Schema,
+    node_names: Iterable[str],
+    *,
+    now: float,
+    stale_after_seconds: float,
+    lookback_seconds: float,
+) -> MetricsReading:
+    """Per-node GPU allocations from a :func:`usage_query` result, with a freshness verdict."""
+    if result.result_type != "matrix":
+        detail = f"expected a matrix result from a range selector, got {result.result_type}"
+        return unavailable(detail, 0.0, schema.family)
+    wanted = sorted(set(node_names))
+    problems: list[str] = []
+    picked = _pick_newest(result.series, schema, set(wanted), problems)
+    nodes: dict[str, NodeReading] = {}
+    for node in wanted:
+        if node in picked:
+            nodes[node] = _node_reading(node, picked[node], schema, now, problems)
+            if nodes[node].age_seconds > stale_after_seconds:
+                problems.append(
+                    f"node {node}: newest sample is {nodes[node].age_seconds:.1f}s old "
+                    f"(stale after {stale_after_seconds:g}s)"
+                )
+    missing = [node for node in wanted if node not in picked]
+    if missing:
+        problems.append(
+            f"no samples for node(s) {', '.join(missing)} in the last {lookback_seconds:g}s"
+        )
+    ages = [n.age_seconds for n in nodes.values()] + ([lookback_seconds] if missing else [])
+    age = max(ages, default=0.0)
+    if problems:
+        detail = summarise(problems)
+    else:
+        gpus = sum(len(n.gpus) for n in nodes.values())
+        detail = f"{schema.family} metrics: {len(nodes)} node(s), {gpus} GPU(s), age {age:.1f}s"
+    health = MetricsHealth(fresh=not problems, age_seconds=age, detail=detail)
+    return MetricsReading(health, nodes, schema.family, tuple(problems))
+
+
+def _pick_newest(
+    series: Sequence[Series], schema: Schema, wanted: set[str], problems: list[str]
+) -> dict[str, dict[_Key, _Picked]]:
+    """Group series by node and (GPU, quantity), keeping the one with the newest sample.
+
+    Duplicates are normal: after a HAMi scheduler leader change the old leader's series stays
+    in the lookback window with older samples, and two scrape jobs give two series.
+    """
+    picked: dict[str, dict[_Key, _Picked]] = defaultdict(dict)
+    for s in series:
+        name = s.labels.get("__name__", "")
+        quantity = schema.quantity_of(name)
+        node = s.labels.get(schema.node_label)
+        if quantity is None or node not in wanted or not s.samples:
+            continue
+        uuid = s.labels.get(schema.uuid_label)
+        if not uuid:
+            problems.append(f"node {node}: {name} series without a {schema.uuid_label} label")
+            continue
+        timestamp, raw = s.newest
+        current = picked[node].get((uuid, quantity))
+        if current is None or timestamp > current.timestamp:
+            picked[node][(uuid, quantity)] = _Picked(name, dict(s.labels), timestamp, raw)
+    return picked
+
+
+def _node_reading(
+    node: str, entries: dict[_Key, _Picked], schema: Schema, now: float, problems: list[str]
+) -> NodeReading:
+    by_gpu: dict[str, dict[Quantity, _Picked]] = defaultdict(dict)
+    for (uuid, quantity), entry in entries.items():
+        by_gpu[uuid][quantity] = entry
+    gpus = [_gpu_reading(node, uuid, by_gpu[uuid], schema, problems) for uuid in by_gpu]
+    gpus.sort(key=lambda g: (g.index is None, g.index if g.index is not None else 0, g.uuid))
+    age = max([0.0, *(now - entry.timestamp for entry in entries.values())])
+    return NodeReading(node=node, gpus=tuple(gpus), age_seconds=age)
+
+
+def _gpu_reading(
+    node: str, uuid: str, entries: dict[Quantity, _Picked], schema: Schema, problems: list[str]
+) -> GPUReading:
+    values: dict[Quantity, float | int | None] = {}
+    for quantity, entry in entries.items():
+        value, why = convert(quantity, entry.raw)
+        if why:
+            shown = entry.raw[:24]
+            problems.append(f"node {node} GPU {uuid}: {entry.name} value {shown!r} {why}")
+        values[quantity] = value
+    for quantity in REQUIRED:
+        if quantity not in entries:
+            problems.append(f"node {node} GPU {uuid}: no {schema.names[quantity]} series")
+    index_text = next(iter(entries.values())).labels.get(schema.index_label, "")
+    mem, limit, slots = (values.get(q) for q in _INT_QUANTITIES)
+    return GPUReading(
+        uuid=uuid,
+        index=int(index_text) if index_text.isdigit() else None,
+        memory_allocated_mib=int(mem) if mem is not None else None,
+        memory_limit_mib=int(limit) if limit is not None else None,
+        cores_allocated_percent=_float(values.get(Quantity.CORES_ALLOCATED)),
+        cores_limit_percent=_float(values.get(Quantity.CORES_LIMIT)),
+        slots_used=int(slots) if slots is not None else None,
+    )
+
+
+_INT_QUANTITIES = (Quantity.MEMORY_ALLOCATED, Quantity.MEMORY_LIMIT, Quantity.SLOTS_USED)
+
+
+def _float(value: float | int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def convert(quantity: Quantity, raw: str) -> tuple[float | int | None, str]:
+    """A raw sample in the quantity's unit (MiB, percent, slots), or None and why not.
+
+    Allocated memory rounds up and limits round down to whole MiB, so a value that is not an
+    exact MiB multiple never makes a GPU look emptier than it is.
+    """
+    value = parse_sample_value(raw)
+    if value is None:
+        return None, "is not a finite number"
+    if value < 0:
+        return None, "is negative"
+    if quantity is Quantity.SLOTS_USED and not value.is_integer():
+        return None, "is not a whole number of slots"
+    rounding = _ROUNDING.get(quantity)
+    return (rounding(value) if rounding else value), ""
+
+
+def _slots(value: float) -> int:
+    return int(value)
+
+
+def _mib_up(value: float) -> int:
+    return math.ceil(value / MIB)
+
+
+def _mib_down(value: float) -> int:
+    return math.floor(value / MIB)
+
+
+_ROUNDING = {
+    Quantity.MEMORY_ALLOCATED: _mib_up,
+    Quantity.MEMORY_LIMIT: _mib_down,
+    Quantity.SLOTS_USED: _slots,
+}

@@ -1,0 +1,314 @@
+"""The Prometheus adapter: HAMi allocation readings over the HTTP API, behind ``MetricsSource``.
+
+Why this module exists: it is the only place that talks HTTP to Prometheus. It sends every
+request through one function with a hard deadline and maps each transport or protocol fault
+to :class:`PrometheusUnavailable` with a precise, secret-free detail; the per-node reading
+and its freshness verdict come from the pure ``hami_usage`` interpreter. It also detects, and
+remembers, whether the server holds current ``hami_*`` or legacy (HAMi <= 2.8) names.
+
+The bearer token never appears in a repr, a log line or an exception message: it lives only
+in the client's default headers, and every detail text is scrubbed of it before use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from autoscaler.policy.types import MetricsHealth
+from autoscaler.signals.hami_metrics import (
+    SCHEMAS,
+    MetricFamily,
+    MetricsReading,
+    Schema,
+    unavailable,
+    usage_query,
+)
+from autoscaler.signals.hami_usage import interpret_usage
+from autoscaler.signals.promql import QueryResult, ResponseError, parse_response
+
+log = logging.getLogger(__name__)
+_EXCERPT = 120
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the Unix epoch (Prometheus sample timestamps use the same scale)."""
+        ...
+
+
+class WallClock:
+    def now(self) -> float:
+        return time.time()
+
+
+class MetricsSource(Protocol):
+    """Prometheus (or anything answering like it) as the control loop sees it."""
+
+    async def query(self, promql: str) -> QueryResult:
+        """An instant query; raises :class:`PrometheusUnavailable` on any fault."""
+        ...
+
+    async def node_gpu_usage(self, node_names: Sequence[str]) -> MetricsReading:
+        """Per-node per-GPU HAMi allocations and a freshness verdict; never raises."""
+        ...
+
+
+class PrometheusUnavailable(Exception):
+    """A query did not produce a usable result.
+
+    ``kind``: ``timeout``, ``connect``, ``transport``, ``http_4xx``, ``http_5xx``,
+    ``malformed`` or ``status_error``. ``detail`` is safe to log and to put in a condition.
+    """
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSettings:
+    """A pool's Prometheus settings, already resolved to plain values.
+
+    The bearer token is not here: the caller reads it from the referenced Secret key and
+    passes the string to :func:`source_from_settings`.
+    """
+
+    url: str
+    stale_after_seconds: float = 60.0
+    insecure_skip_verify: bool = False
+    ca_pem: str | None = None  # PEM bundle, e.g. from a Secret or ConfigMap key
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    timeout_seconds: float = 5.0
+
+
+def source_from_settings(
+    settings: PrometheusSettings,
+    *,
+    bearer_token: str | None,
+    clock: Clock,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> PrometheusSource:
+    """Build the adapter for one pool from its settings and its already-read token."""
+    cert = None
+    if settings.client_cert_file:
+        cert = (settings.client_cert_file, settings.client_key_file or settings.client_cert_file)
+    return PrometheusSource(
+        settings.url,
+        bearer_token=bearer_token,
+        verify=not settings.insecure_skip_verify,
+        ca_file=settings.ca_file,
+        ca_pem=settings.ca_pem,
+        client_cert=cert,
+        timeout_seconds=settings.timeout_seconds,
+        stale_after_seconds=settings.stale_after_seconds,
+        clock=clock,
+        transport=transport,
+    )
+
+
+def tls_context(
+    verify: bool | str = True,
+    *,
+    ca_file: str | None = None,
+    ca_pem: str | None = None,
+    client_cert: tuple[str, str] | None = None,
+) -> ssl.SSLContext:
+    """The TLS context: a CA (file or PEM) to trust, optional skip-verify, optional client cert.
+
+    ``verify`` may be a CA file path (the httpx/requests convention).
+    """
+    if isinstance(verify, str):
+        ca_file, verify = ca_file or verify, True
+    context = ssl.create_default_context(cafile=ca_file, cadata=ca_pem)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if client_cert:
+        context.load_cert_chain(*client_cert)
+    return context
+
+
+class PrometheusSource:
+    """``MetricsSource`` over the Prometheus HTTP API (``POST /api/v1/query``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        bearer_token: str | None = None,
+        verify: bool | str = True,
+        ca_file: str | None = None,
+        ca_pem: str | None = None,
+        client_cert: tuple[str, str] | None = None,
+        timeout_seconds: float = 5.0,
+        stale_after_seconds: float = 60.0,
+        lookback_seconds: float | None = None,
+        clock: Clock,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if timeout_seconds <= 0 or stale_after_seconds <= 0:
+            raise ValueError("timeout_seconds and stale_after_seconds must be positive")
+        self._url = base_url.rstrip("/")
+        self._shown_url = redact_url(self._url)
+        self._token = bearer_token or ""
+        self._timeout = timeout_seconds
+        self.stale_after_seconds = stale_after_seconds
+        self.lookback_seconds = lookback_seconds or max(3 * stale_after_seconds, 60.0)
+        self._clock = clock
+        self._created_at = clock.now()
+        self._last_fresh_at: float | None = None
+        self._family: MetricFamily | None = None
+        self._last_logged: str | None = None
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        tls = tls_context(verify, ca_file=ca_file, ca_pem=ca_pem, client_cert=client_cert)
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(timeout_seconds),
+            verify=tls,
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        auth = "bearer ***" if self._token else "none"
+        return f"PrometheusSource(url={self._shown_url!r}, auth={auth!r}, family={self._family})"
+
+    @property
+    def family(self) -> MetricFamily | None:
+        """The metric family found on the server, once detected."""
+        return self._family
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> PrometheusSource:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def query(self, promql: str, *, at: float | None = None) -> QueryResult:
+        """Run an instant query (evaluated at ``at``, default now on the server)."""
+        form = {"query": promql, "timeout": f"{self._timeout:g}s"}
+        if at is not None:
+            form["time"] = f"{at:.3f}"
+        body, status = await self._post("/api/v1/query", form)
+        if status >= 400:
+            raise self._http_error(status, body)
+        try:
+            return parse_response(body)
+        except ResponseError as exc:
+            raise PrometheusUnavailable(exc.kind, self._scrub(exc.detail)) from None
+
+    async def node_gpu_usage(self, node_names: Sequence[str]) -> MetricsReading:
+        """HAMi allocations of ``node_names`` with a freshness verdict; faults read unfresh."""
+        wanted = sorted(set(node_names))
+        now = self._clock.now()
+        if not wanted:
+            health = MetricsHealth(fresh=True, age_seconds=0.0, detail="no nodes to read")
+            return MetricsReading(health=health, nodes={}, family=self._family)
+        try:
+            reading = await self._read(wanted, now)
+        except PrometheusUnavailable as exc:
+            since = self._last_fresh_at if self._last_fresh_at is not None else self._created_at
+            reading = unavailable(f"prometheus {exc.kind}: {exc.detail}", now - since, self._family)
+        if reading.health.fresh:
+            self._last_fresh_at = now
+        self._log(reading)
+        return reading
+
+    async def _read(self, wanted: list[str], now: float) -> MetricsReading:
+        for schema in self._schemas_to_try():
+            query = usage_query(schema, wanted, self.lookback_seconds)
+            result = await self.query(query, at=now)
+            if result.result_type == "matrix" and not result.series:
+                continue
+            if result.result_type == "matrix":
+                self._family = schema.family
+            return interpret_usage(
+                result,
+                schema,
+                wanted,
+                now=now,
+                stale_after_seconds=self.stale_after_seconds,
+                lookback_seconds=self.lookback_seconds,
+            )
+        detail = (
+            f"no HAMi allocation series for node(s) {', '.join(wanted)} in the last "
+            f"{self.lookback_seconds:g}s (looked for hami_* and legacy HAMi <= 2.8 names)"
+        )
+        since = self._last_fresh_at if self._last_fresh_at is not None else self._created_at
+        return unavailable(detail, now - since, self._family)
+
+    def _schemas_to_try(self) -> list[Schema]:
+        order = [MetricFamily.CURRENT, MetricFamily.LEGACY]
+        if self._family is not None:
+            order.remove(self._family)
+            order.insert(0, self._family)
+        return [SCHEMAS[family] for family in order]
+
+    async def _post(self, path: str, form: dict[str, str]) -> tuple[bytes, int]:
+        """The one request function: hard deadline, transport faults mapped to our errors."""
+        url = self._url + path
+        try:
+            async with asyncio.timeout(self._timeout):
+                response = await self._client.post(url, data=form)
+                return await response.aread(), response.status_code
+        except (TimeoutError, httpx.TimeoutException):
+            detail = f"no answer from {self._shown_url} within {self._timeout:g}s"
+            raise PrometheusUnavailable("timeout", detail) from None
+        except httpx.ConnectError as exc:
+            detail = f"cannot connect to {self._shown_url}: {self._scrub(str(exc)) or 'refused'}"
+            raise PrometheusUnavailable("connect", detail) from None
+        except httpx.HTTPError as exc:
+            detail = f"{type(exc).__name__} talking to {self._shown_url}: {self._scrub(str(exc))}"
+            raise PrometheusUnavailable("transport", detail) from None
+
+    def _http_error(self, status: int, body: bytes) -> PrometheusUnavailable:
+        kind = "http_5xx" if status >= 500 else "http_4xx"
+        try:
+            parse_response(body)
+            why = body.decode("utf-8", "replace")[:_EXCERPT]
+        except ResponseError as exc:
+            why = exc.detail if exc.kind == "status_error" else body.decode("utf-8", "replace")
+        return PrometheusUnavailable(kind, self._scrub(f"HTTP {status}: {why[:_EXCERPT]}"))
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._token, "***") if self._token else text
+
+    def _log(self, reading: MetricsReading) -> None:
+        detail = reading.health.detail
+        if reading.health.fresh:
+            if self._last_logged is not None:
+                log.info("prometheus metrics fresh again: %s", detail)
+            self._last_logged = None
+        elif detail != self._last_logged:
+            log.warning("prometheus metrics not fresh: %s", detail)
+            self._last_logged = detail
+
+
+def redact_url(url: str) -> str:
+    """``url`` without any user:password part."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
