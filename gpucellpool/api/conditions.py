@@ -1,0 +1,64 @@
+"""Status conditions in the metav1.Condition shape, and the names this operator uses.
+
+Why this module exists: conditions are how ``kubectl describe`` answers "why?". Their shape is
+the upstream metav1.Condition (so generic tooling such as ``kubectl wait --for=condition``
+works) and their type and reason names are part of the API: the original operator's names are
+kept, ours are added, and everything that sets a condition takes the names from here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpucellpool.api.base import KubeModel, Timestamp
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class ConditionType(StrEnum):
+    """Condition types on a GPUCellPool (the original's set; CellDrainRequested is unused)."""
+
+    READY = "Ready"
+    WORKLOAD_CLUSTER_REACHABLE = "WorkloadClusterReachable"
+    CAPACITY_PROVIDER_READY = "CapacityProviderReady"
+    PHYSICAL_GPUS_AVAILABLE = "PhysicalGPUsAvailable"
+    CAPACITY_AVAILABLE = "CapacityAvailable"
+    PROGRESSING = "Progressing"
+    SCALING_ACTIVE = "ScalingActive"
+    UPDATED = "Updated"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    """Ours: Prometheus utilisation is fresh (False freezes scale-down)."""
+
+
+class Condition(KubeModel):
+    """One observation of an aspect of the pool (metav1.Condition)."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+    )
+    """Type of condition in CamelCase, e.g. Ready or ScalingActive."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation the condition was set from."""
+    last_transition_time: Timestamp
+    """When the status last changed (not when the reason or message last changed)."""
+    reason: str = Field(
+        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+    )
+    """Machine-readable CamelCase reason for the last transition."""
+    message: str = Field(default="", max_length=32768)
+    """Human-readable detail."""
+
+
+def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
+    """The condition of the given type, or None."""
+    return next((c for c in conditions if c.type == type_), None)

@@ -1,0 +1,220 @@
+"""The observed state of a GPUCellPool: counts, capacity, per-cell rows, the last decision.
+
+Why this module exists: status is the operator's public explanation of itself. Every field the
+original published (reference §1.2) keeps its name and meaning, so dashboards and scripts keep
+working; we add ``selector`` (so the scale subresource serves a label selector to HPA-style
+tools) and ``lastDecision`` (the answer to "why did it scale?" in ``kubectl get``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpucellpool.api.base import NAME_MAX, KubeModel, Timestamp
+from gpucellpool.api.conditions import Condition, find_condition
+
+MAX_CELLS = 10000
+
+
+class CellPhase(StrEnum):
+    PENDING = "Pending"
+    ALLOCATING_GPU = "AllocatingGPU"
+    GUEST_PROVISIONING = "GuestProvisioning"
+    BOOTING = "Booting"
+    JOINING = "Joining"
+    AWAITING_GPU_CAPACITY = "AwaitingGPUCapacity"
+    READY = "Ready"
+    DRAINING = "Draining"
+    DELETING = "Deleting"
+    FAILED = "Failed"
+
+
+class CellStatus(KubeModel):
+    """One cell's row."""
+
+    name: str = Field(max_length=NAME_MAX)
+    """Cell name, <pool>-<index>; also the guest, Machine and Node name."""
+    index: int = Field(ge=0)
+    """Cell index (lowest free non-negative integer at creation)."""
+    phase: CellPhase
+    """Lifecycle phase."""
+    guest_uid: str | None = Field(default=None, alias="guestUID")
+    """UID of the outer object (the incarnation)."""
+    host_node: str | None = None
+    """Infrastructure node holding the physical GPU."""
+    devices: list[str] | None = None
+    """PCI addresses of the cell's GPUs."""
+    node_name: str | None = None
+    """Workload Node name, once it exists."""
+    node_ready: bool | None = None
+    """Whether the workload Node is Ready."""
+    capacity_devices: int | None = None
+    """GPUs HAMi advertises on the Node."""
+    message: str | None = None
+    """Human-readable detail of the phase."""
+    reason: str | None = None
+    """Machine-readable cause (kept on Failed tombstones)."""
+    failure_count: int | None = Field(default=None, ge=0)
+    """Failures at this index (survives replacement)."""
+    ready_once: bool | None = None
+    """This incarnation has been Ready at least once."""
+    template_hash: str | None = None
+    """Hash of the guestTemplate the cell was built from."""
+    last_transition_time: Timestamp | None = None
+    """When the phase last changed."""
+
+
+class Demand(KubeModel):
+    """The last demand read (written only when autoscaling is on and the read succeeded)."""
+
+    pending_requests: int = 0
+    """Pending GPU pods that counted for this pool."""
+    satisfiable_by_one_cell: int = 0
+    """How many of them a fresh cell could host."""
+    last_observed: Timestamp | None = None
+    """When demand was read."""
+
+
+class CellDeviceShape(KubeModel):
+    """Remembered per-device shape (makes minReplicas 0 recoverable)."""
+
+    model: str | None = None
+    """GPU model name."""
+    memory_mib: int | None = Field(default=None, alias="memoryMiB")
+    """GPU memory per device in MiB."""
+    core_percent: int | None = None
+    """Compute per device in HAMi core percent."""
+    last_observed: Timestamp | None = None
+    """When the shape was learned."""
+
+
+class PhysicalCapacity(KubeModel):
+    """Outer (infrastructure) GPU capacity."""
+
+    gpus: int = 0
+    """PCI devices on this pool's cells."""
+    free_gpus_in_cluster: int | None = Field(
+        default=None, alias="freeGPUsInCluster", json_schema_extra={"nullable": True}
+    )
+    """Free physical GPUs in the infrastructure cluster (null or absent: unknown)."""
+    model: str | None = None
+    """GPU model."""
+
+
+class ResourceTotals(KubeModel):
+    """Totals of one resource as Kubernetes quantities (memory in bytes, compute in percent)."""
+
+    total: str | None = None
+    """Capacity advertised."""
+    allocated: str | None = None
+    """Capacity allocated to pods."""
+    available: str | None = None
+    """Capacity still free."""
+
+
+class ModelCapacity(KubeModel):
+    """Capacity of one GPU model."""
+
+    model: str = Field(max_length=NAME_MAX)
+    """GPU model name."""
+    devices: int = 0
+    """Devices of this model."""
+    memory: ResourceTotals | None = None
+    """Memory totals."""
+    compute: ResourceTotals | None = None
+    """Compute totals."""
+
+
+class WorkloadCapacity(KubeModel):
+    """Inner (HAMi) capacity; retained unchanged on a failed read."""
+
+    provider: str | None = None
+    """Capacity provider (HAMi)."""
+    mode: str | None = None
+    """HAMi mode (DevicePlugin or DRA)."""
+    gpu_devices: int = 0
+    """Devices HAMi advertises across the pool."""
+    homogeneous: bool | None = None
+    """All devices are the same model."""
+    gpu_memory: ResourceTotals | None = None
+    """Memory totals (bytes)."""
+    gpu_compute: ResourceTotals | None = None
+    """Compute totals (percent; only when homogeneous)."""
+    by_model: list[ModelCapacity] | None = Field(default=None, max_length=64)
+    """Per-model breakdown."""
+    last_observed: Timestamp | None = None
+    """When capacity was read."""
+
+
+class LastDecision(KubeModel):
+    """The autoscaler's most recent decision, including "do nothing"."""
+
+    reason: str = Field(max_length=128)
+    """Machine-readable reason (e.g. ScaledUp, Stabilizing, Idle)."""
+    message: str = Field(default="", max_length=4096)
+    """Human-readable explanation."""
+    time: Timestamp | None = None
+    """When the decision was made."""
+    desired_replicas: int = 0
+    """Target cell count."""
+    act: bool = True
+    """False when the decision was only published (Shadow mode)."""
+    cells_needed: int = 0
+    """Cells the packed backlog needs beyond free and booting capacity."""
+    pending_asks: int = 0
+    """Pending pods that counted for this pool."""
+
+
+class GPUCellPoolStatus(KubeModel):
+    """Observed state of a GPUCellPool."""
+
+    observed_generation: int | None = None
+    """The .metadata.generation this status reflects."""
+    replicas: int = 0
+    """Rows in cells[] (includes Failed tombstones and Draining cells); the scale status."""
+    selector: str | None = Field(default=None, max_length=1024)
+    """Label selector of this pool's cell Nodes, served by the scale subresource."""
+    ready_cells: int = 0
+    """Cells in phase Ready."""
+    creating_cells: int = 0
+    """Cells neither Ready, Failed nor Draining."""
+    draining_cells: int = 0
+    """Cells being drained."""
+    failed_cells: int = 0
+    """Cells in phase Failed."""
+    desired_replicas: int = 0
+    """Output of the scaling decision (spec.replicas when autoscaling is off)."""
+    demand: Demand | None = None
+    """Last demand read."""
+    cell_device_shape: CellDeviceShape | None = None
+    """Remembered per-device shape."""
+    last_scale_up_time: Timestamp | None = None
+    """When the pool last scaled up."""
+    last_scale_down_time: Timestamp | None = None
+    """When the pool last scaled down."""
+    demand_free_since: Timestamp | None = None
+    """Since when no demand has been seen."""
+    physical_capacity: PhysicalCapacity | None = None
+    """Outer GPU capacity."""
+    workload_capacity: WorkloadCapacity | None = None
+    """Inner HAMi capacity."""
+    cells: list[CellStatus] | None = Field(
+        default=None,
+        max_length=MAX_CELLS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """Per-cell rows, keyed by name."""
+    conditions: list[Condition] | None = Field(
+        default=None,
+        max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Conditions, keyed by type."""
+    last_decision: LastDecision | None = None
+    """The autoscaler's most recent decision."""
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of the given type, or None."""
+        return find_condition(self.conditions or [], type_)
