@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -39,8 +40,8 @@ def obs(outer: OuterStatus, node: NodeStatus = NO_NODE, reachable: bool = True) 
     return CellObservation(outer=outer, node=node, workload_reachable=reachable)
 
 
-def row(phase: P, since: float = NOW - 1, **kw: object) -> CellRow:
-    return CellRow(phase=phase, guest_uid=UID, last_transition_s=since, **kw)  # type: ignore[arg-type]
+def row(phase: P, since: float = NOW - 1, **kw: Any) -> CellRow:
+    return CellRow(phase=phase, guest_uid=UID, last_transition_s=since, **kw)
 
 
 def run(prev: CellRow, o: CellObservation, budgets: Budgets | None = None) -> CellDecision:
