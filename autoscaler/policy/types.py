@@ -260,7 +260,7 @@ class PolicyConfig:
     prewarm: bool = False
     boot_seconds: float = 300.0  # expected boot time; the forecaster looks this far ahead
     mode: Mode = Mode.ACTIVE
-    packing_heuristic: str = "best-fit"  # best-fit | first-fit | arrival (see policy.packing)
+    packing_heuristic: str = "first-fit"  # first-fit | best-fit | arrival (see policy.packing)
     forecast_method: str = "theil-sen"  # theil-sen | holt (autoscaler.policy.forecast)
     forecast_window_seconds: float = 1800.0  # recent demand the forecaster looks at
 

@@ -1,0 +1,194 @@
+"""Pack pending HAMi asks into cells: free Ready capacity, then Booting cells, then new cells.
+
+Why this module exists: the number of cells to add is the number the *packed* backlog needs,
+not "one per decision" (the original's rule) nor "one per pod" (what a GPU-count autoscaler
+sees with fractional pods). Packing speaks HAMi's per-GPU rules (``fit.gpu_fit``): memory,
+cores, one slot per container per GPU, the exclusive rule, and N distinct GPUs on one cell per
+container. A Booting cell is upcoming capacity and packs as an empty cell.
+
+Heuristics (``heuristic`` parameter; ``DEFAULT_HEURISTIC`` is the benchmark winner, see
+docs/benchmarks.md):
+
+* ``best-fit``: pods in decreasing dominant-resource size; each goes to the cell, in the
+  earliest tier that can take it (Ready, Booting, opened-new), that is fullest after placing it.
+* ``first-fit``: same order; each goes to the first cell (tier order, then index) that fits.
+* ``arrival``: first-fit in arrival order (``first_seen``); closest to HAMi placing pods one
+  by one, useful as a reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.policy.fit import place_asks, resources_fit
+from autoscaler.policy.types import CellShape, CellState, CellView, GPUAsk, GPUUsage, PendingPod
+
+BEST_FIT = "best-fit"
+FIRST_FIT = "first-fit"
+ARRIVAL = "arrival"
+HEURISTICS = (BEST_FIT, FIRST_FIT, ARRIVAL)
+DEFAULT_HEURISTIC = FIRST_FIT
+NEW_CELL_PREFIX = "new-"
+TIER_READY, TIER_BOOTING, TIER_NEW = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class PackingResult:
+    """Where each pending pod would go, and what the cells would then hold.
+
+    ``placements`` maps pod key to cell name (new cells are named ``new-0``, ``new-1``, ...).
+    ``unplaced`` are pods no fresh cell can take, or that hit ``max_new_cells``.
+    ``usage``/``utilisation`` are projected, for every Ready, Booting and new cell.
+    """
+
+    placements: tuple[tuple[str, str], ...]
+    new_cells: int
+    unplaced: tuple[str, ...]
+    usage: Mapping[str, tuple[GPUUsage, ...]] = field(default_factory=dict)
+    utilisation: Mapping[str, float] = field(default_factory=dict)
+
+    def cells_used(self) -> int:
+        """Cells (existing or new) that hold anything after packing."""
+        return sum(1 for u in self.usage.values() if any(g.slots for g in u))
+
+
+@dataclass(slots=True)
+class _Bin:
+    name: str
+    tier: int
+    order: int
+    gpus: tuple[GPUUsage, ...]
+    max_free_mib: int = 0  # most free memory on any one GPU (a cheap pre-check)
+
+    def update(self, gpus: tuple[GPUUsage, ...], shape: CellShape) -> None:
+        self.gpus = gpus
+        open_gpus = [g for g in gpus if g.slots < shape.slots]
+        self.max_free_mib = max((shape.memory_mib - g.memory_mib for g in open_gpus), default=-1)
+
+
+def cell_utilisation(gpus: Sequence[GPUUsage], shape: CellShape) -> float:
+    """Max over memory, cores and slots of the allocated fraction across the cell's GPUs."""
+    n = max(shape.gpus, 1)
+    memory = sum(g.memory_mib for g in gpus) / max(n * shape.memory_mib, 1)
+    cores = sum(g.cores_percent for g in gpus) / max(n * shape.cores_percent, 1)
+    slots = sum(g.slots for g in gpus) / max(n * shape.slots, 1)
+    return max(memory, cores, slots)
+
+
+def ask_size(asks: Iterable[GPUAsk], shape: CellShape) -> float:
+    """Dominant-resource size of a pod, in GPUs of ``shape``."""
+    total = 0.0
+    for ask in asks:
+        memory = ask.memory_on(shape.memory_mib) / max(shape.memory_mib, 1)
+        cores = min(ask.cores_percent, 100) / max(shape.cores_percent, 1)
+        total += ask.gpu_count * max(memory, cores, 1 / max(shape.slots, 1))
+    return total
+
+
+def padded_usage(cell: CellView, shape: CellShape) -> tuple[GPUUsage, ...]:
+    """A cell's per-GPU usage, padded with empty GPUs up to ``shape.gpus`` (Booting: empty)."""
+    known = cell.gpus[: shape.gpus] if cell.state == CellState.READY else ()
+    return tuple(known) + tuple(GPUUsage() for _ in range(shape.gpus - len(known)))
+
+
+def _bins(cells: Sequence[CellView], shape: CellShape) -> list[_Bin]:
+    tiers = {CellState.READY: TIER_READY, CellState.BOOTING: TIER_BOOTING}
+    live = [c for c in cells if c.state in tiers]
+    live.sort(key=lambda c: (tiers[c.state], c.index, c.name))
+    bins = [_Bin(c.name, tiers[c.state], i, ()) for i, c in enumerate(live)]
+    for b, c in zip(bins, live, strict=True):
+        b.update(padded_usage(c, shape), shape)
+    return bins
+
+
+def _order(pods: Sequence[PendingPod], heuristic: str, shape: CellShape) -> list[PendingPod]:
+    if heuristic == ARRIVAL:
+        return sorted(pods, key=lambda p: (p.first_seen, p.key))
+    return sorted(pods, key=lambda p: (-ask_size(p.asks(), shape), p.first_seen, p.key))
+
+
+def _choose(
+    bins: Sequence[_Bin], asks: Sequence[GPUAsk], shape: CellShape, heuristic: str
+) -> tuple[_Bin, tuple[GPUUsage, ...]] | None:
+    """The bin the heuristic picks for one pod, and its usage afterwards; None if none fits."""
+    best: tuple[_Bin, tuple[GPUUsage, ...]] | None = None
+    best_key: tuple[int, float, int] | None = None
+    need_mib = min(a.memory_on(shape.memory_mib) for a in asks)
+    for b in bins:
+        if best is not None and b.tier > best[0].tier:
+            break  # an earlier tier already fits: never spill into a later one
+        if b.max_free_mib < need_mib:
+            continue  # no GPU with a free slot has the memory: cannot fit
+        after, reason = place_asks(asks, b.gpus, shape)
+        if reason is not None:
+            continue
+        if heuristic != BEST_FIT:
+            return b, after
+        key = (b.tier, -cell_utilisation(after, shape), b.order)
+        if best_key is None or key < best_key:
+            best, best_key = (b, after), key
+    return best
+
+
+def pack(
+    pods: Sequence[PendingPod],
+    cells: Sequence[CellView],
+    shape: CellShape,
+    heuristic: str = DEFAULT_HEURISTIC,
+    max_new_cells: int | None = None,
+) -> PackingResult:
+    """Place ``pods`` into Ready cells, then Booting cells, then as few new cells as it can."""
+    if heuristic not in HEURISTICS:
+        heuristic = DEFAULT_HEURISTIC
+    bins = _bins(cells, shape)
+    placements: list[tuple[str, str]] = []
+    unplaced: list[str] = []
+    new_count = 0
+    for pod in _order(pods, heuristic, shape):
+        asks = pod.asks()
+        chosen = _choose(bins, asks, shape, heuristic)
+        if chosen is None:
+            can_open = max_new_cells is None or new_count < max_new_cells
+            if not can_open or not resources_fit(asks, shape).ok:
+                unplaced.append(pod.key)
+                continue
+            empty = tuple(GPUUsage() for _ in range(shape.gpus))
+            fresh = _Bin(f"{NEW_CELL_PREFIX}{new_count}", TIER_NEW, len(bins), empty)
+            fresh.update(empty, shape)
+            bins.append(fresh)
+            new_count += 1
+            chosen = (fresh, place_asks(asks, empty, shape)[0])
+        target, after = chosen
+        target.update(after, shape)
+        placements.append((pod.key, target.name))
+    usage = {b.name: b.gpus for b in bins}
+    util = {name: cell_utilisation(g, shape) for name, g in usage.items()}
+    return PackingResult(tuple(placements), new_count, tuple(unplaced), usage, util)
+
+
+def lower_bound_cells(pods: Sequence[PendingPod], shape: CellShape) -> int:
+    """A lower bound on the empty cells ``pods`` need: per resource, total demand / capacity.
+
+    Each container needs its ``gpu_count`` distinct GPUs, and an exclusive ask (cores == 100)
+    takes a whole GPU; both are covered by the cores and slots sums only in part, so the bound
+    also counts GPUs taken by exclusive asks.
+    """
+    if not pods:
+        return 0
+    memory = cores = slots = exclusive = 0.0
+    for pod in pods:
+        for ask in pod.asks():
+            memory += ask.gpu_count * ask.memory_on(shape.memory_mib)
+            cores += ask.gpu_count * min(ask.cores_percent, 100)
+            slots += ask.gpu_count
+            if min(ask.cores_percent, 100) == 100 and shape.cores_percent == 100:
+                exclusive += ask.gpu_count
+    per_cell = (
+        memory / max(shape.gpus * shape.memory_mib, 1),
+        cores / max(shape.gpus * shape.cores_percent, 1),
+        slots / max(shape.gpus * shape.slots, 1),
+        exclusive / max(shape.gpus, 1),
+    )
+    return max(1, math.ceil(max(per_cell) - 1e-9))
