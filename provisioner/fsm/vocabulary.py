@@ -3,28 +3,24 @@
 Why this module exists: every other module in ``provisioner.fsm`` (state machine, membership,
 rollout, drain) and every adapter that writes ``status.cells[]`` must agree on the exact
 spelling of a phase or a reason, because users and alerts match on them. The phase enum is
-part of the GPUCellPool API; when ``gpucellpool.api`` publishes it, this module re-exports
-that one instead of defining its own (see ``_api_phase``), so callers never change imports.
+part of the GPUCellPool API, so it is re-exported from ``gpucellpool.api`` (the single source
+of truth); the reasons are the provisioner's own vocabulary.
 """
 
 from __future__ import annotations
 
 import enum
 
+from gpucellpool.api.status import CellPhase
 
-class CellPhase(enum.StrEnum):
-    """Lifecycle phase of one cell (``status.cells[].phase``)."""
-
-    PENDING = "Pending"
-    ALLOCATING_GPU = "AllocatingGPU"
-    GUEST_PROVISIONING = "GuestProvisioning"
-    BOOTING = "Booting"
-    JOINING = "Joining"
-    AWAITING_GPU_CAPACITY = "AwaitingGPUCapacity"
-    READY = "Ready"
-    DRAINING = "Draining"
-    DELETING = "Deleting"
-    FAILED = "Failed"
+__all__ = [
+    "CREATING_PHASES",
+    "PRE_GPU_PHASES",
+    "TEARDOWN_PHASES",
+    "CellPhase",
+    "CellReason",
+    "StallReason",
+]
 
 
 # Phases a cell passes through on its way to Ready; they count as "in flight".
