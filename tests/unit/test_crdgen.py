@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import yaml
 
 from gpucellpool import cli, crdgen
 from gpucellpool.api import GPUCellPool
+from tests.unit.test_api_models import MINIMAL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,36 +187,41 @@ def test_render_is_deterministic_and_checked_in() -> None:
     assert len(crd_paths) == 2 and files[crd_paths[0]] == files[crd_paths[1]]
 
 
-def test_round_trip_of_generated_defaults_through_the_model(schema: dict[str, Any]) -> None:
+# Optional objects whose presence changes meaning (or that need required fields): left absent.
+KEEP_ABSENT = (
+    "cell.clusterAPI",
+    "cell.gpu.native",
+    "autoscaling.cellShape",
+    "autoscaling.prometheus",
+    "autoscaling.demand.namespaceSelector",
+    "autoscaling.demand.podSelector",
+    "workloadCluster.node",
+)
+
+
+def _apiserver_defaults(node: dict[str, Any], obj: dict[str, Any], path: str = "") -> None:
+    """Apply schema defaults the way the apiserver does, materialising optional objects."""
+    for key, prop in node.get("properties", {}).items():
+        here = f"{path}.{key}" if path else key
+        if key not in obj and "default" in prop:
+            obj[key] = prop["default"]
+        elif key not in obj and "properties" in prop and here not in KEEP_ABSENT:
+            obj[key] = {}
+        if isinstance(obj.get(key), dict) and prop.get("properties"):
+            _apiserver_defaults(prop, obj[key], here)
+
+
+def test_apiserver_defaults_equal_model_defaults(schema: dict[str, Any]) -> None:
     """Every scalar default the apiserver would fill equals the model's own default."""
-    from tests.unit.test_api_models import MINIMAL  # noqa: PLC0415
-
-    def default_all(node: dict[str, Any], obj: Any) -> None:
-        for key, prop in node.get("properties", {}).items():
-            if key not in obj and "default" in prop:
-                obj[key] = prop["default"]
-            elif key not in obj and prop["type"] == "object" and "properties" in prop:
-                obj[key] = {}  # materialise optional objects to reach their defaults
-            if isinstance(obj.get(key), dict) and prop.get("properties"):
-                default_all(prop, obj[key])
-
-    import copy  # noqa: PLC0415
-
     spec = copy.deepcopy(MINIMAL["spec"])
-    default_all(sub(schema, "spec"), spec)
-    for strip in ("cell.clusterAPI", "cell.gpu.native", "autoscaling.cellShape",
-                  "autoscaling.prometheus", "autoscaling.demand.namespaceSelector",
-                  "autoscaling.demand.podSelector", "workloadCluster.node",
-                  "cell.gpu.dra"):  # fmt: skip
-        parent, _, leaf = strip.rpartition(".")
-        target = spec
-        for part in parent.split("."):
-            target = target[part]
-        target.pop(leaf, None)
-    model = GPUCellPool.model_validate({**MINIMAL, "spec": spec}).spec.to_api()
+    _apiserver_defaults(sub(schema, "spec"), spec)
+    assert spec["autoscaling"]["prewarm"]["bootTime"] == "5m"  # the walk reached nested objects
+    served = GPUCellPool.model_validate({**MINIMAL, "spec": spec}).spec.to_api()
     plain = GPUCellPool.model_validate(MINIMAL).spec.to_api()
-    for path, want in _scalars(plain):
-        assert _get(model, path) == want, path
+    scalars = list(_scalars(plain))
+    assert len(scalars) > 30
+    for path, want in scalars:
+        assert _get(served, path) == want, path
 
 
 def _scalars(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
