@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
@@ -161,9 +161,10 @@ class PrometheusSource:
     ) -> None:
         if timeout_seconds <= 0 or stale_after_seconds <= 0:
             raise ValueError("timeout_seconds and stale_after_seconds must be positive")
-        self._url = base_url.rstrip("/")
-        self._shown_url = redact_url(self._url)
+        self._url, basic = split_userinfo(base_url.rstrip("/"))
+        self._shown_url = self._url
         self._token = bearer_token or ""
+        self._secrets = [s for s in (self._token, basic[1] if basic else "") if s]
         self._timeout = timeout_seconds
         self.stale_after_seconds = stale_after_seconds
         self.lookback_seconds = lookback_seconds or max(3 * stale_after_seconds, 60.0)
@@ -180,6 +181,7 @@ class PrometheusSource:
             verify=tls,
             transport=transport,
             follow_redirects=False,
+            auth=httpx.BasicAuth(*basic) if basic and not self._token else None,
         )
 
     def __repr__(self) -> str:
@@ -292,7 +294,9 @@ class PrometheusSource:
         return PrometheusUnavailable(kind, self._scrub(f"HTTP {status}: {why[:_EXCERPT]}"))
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def _log(self, reading: MetricsReading) -> None:
         detail = reading.health.detail
@@ -305,10 +309,15 @@ class PrometheusSource:
             self._last_logged = detail
 
 
-def redact_url(url: str) -> str:
-    """``url`` without any user:password part."""
+def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` without its ``user:password@`` part, and that part as basic-auth credentials.
+
+    The credentials must not stay in the URL: httpx logs request URLs at INFO level.
+    """
     parts = urlsplit(url)
     if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+        return url, None
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    bare = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return bare, (unquote(user), unquote(password))
