@@ -1,0 +1,181 @@
+"""``decide``: one pure scaling decision per observation, with a reason for every outcome.
+
+Why this module exists: it is the heart of the operator, and the one function both the live
+loop and the simulator call (ARCHITECTURE §3-4). Order of work:
+
+1. Pool fit: pods no fresh cell could host are reported as ``unschedulable``; they never count
+   as demand and never block scale-down.
+2. Pack the rest into Ready cells, then Booting cells, then new cells (``packing``).
+3. Raw recommendation = max(min replicas, current + cells the packed backlog needs + missing
+   headroom, forecast) when that is above the current count; else current minus the cells that
+   could go (below threshold, keeping headroom), never below min or the forecast.
+4. Scale up at once by what is needed, bounded by max replicas, free physical GPUs, the
+   in-flight limit (Booting cells count) and rate policies; the lowest recommendation over the
+   up window wins (HPA). Scale down only when metrics are fresh, the workload cluster is
+   reachable, scale-down is enabled, the post-scale-up delay has passed, the highest
+   recommendation over the down window allows it, within the disruption budget and rate
+   policies, and only cells idle for the whole window whose pods re-pack elsewhere.
+5. ``Shadow`` mode returns the same decision with ``act=False``.
+
+"Current" counts Ready and Booting cells; Draining and Failed cells count toward nothing
+(Draining ones only toward the disruption budget).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from autoscaler.policy import limits
+from autoscaler.policy.decide_paths import Inputs, hold, scale_down, scale_up
+from autoscaler.policy.fit import fits_fresh_cell
+from autoscaler.policy.forecast import forecast_demand
+from autoscaler.policy.packing import PackingResult, pack
+from autoscaler.policy.scale_down import (
+    candidates,
+    is_empty,
+    update_idle_since,
+)
+from autoscaler.policy.types import (
+    CellState,
+    CellView,
+    Decision,
+    Mode,
+    Observation,
+    PendingPod,
+    PolicyConfig,
+    PolicyMemory,
+    Reason,
+    Unschedulable,
+)
+
+FORECAST_TOLERANCE = 0.1  # a forecast of 3.08 cells asks for 3, not 4 (HPA-style tolerance)
+
+
+def _split_fit(
+    pending: Sequence[PendingPod], config: PolicyConfig
+) -> tuple[tuple[PendingPod, ...], tuple[Unschedulable, ...]]:
+    fitting: list[PendingPod] = []
+    unfit: list[Unschedulable] = []
+    for pod in pending:
+        result = fits_fresh_cell(pod, config.shape, config.node_template)
+        if result.ok:
+            fitting.append(pod)
+        else:
+            unfit.append(Unschedulable(pod.key, result.reason, result.message))
+    return tuple(fitting), tuple(unfit)
+
+
+def _removable(below: Sequence[CellView], packing: PackingResult, empty: int, headroom: int) -> int:
+    """Candidates that could go while keeping ``headroom`` empty cells."""
+    empty_below = sum(1 for c in below if is_empty(c, packing.usage.get(c.name, ())))
+    return (len(below) - empty_below) + min(empty_below, max(0, empty - headroom))
+
+
+def _forecast(
+    observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float, used: int
+) -> tuple[float | None, int]:
+    if not config.prewarm:
+        return None, 0
+    samples = (*memory.demand_samples, (now, float(used)))
+    value = forecast_demand(
+        samples, now, config.boot_seconds, config.forecast_window_seconds, config.forecast_method
+    )
+    if value is None:
+        return None, 0
+    return value, max(0, math.ceil(value - FORECAST_TOLERANCE))
+
+
+def _inputs(
+    observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
+) -> Inputs:
+    cells = observation.cells
+    current = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
+    booting = sum(1 for c in cells if c.state == CellState.BOOTING)
+    draining = sum(1 for c in cells if c.state == CellState.DRAINING)
+    trusted = observation.metrics.fresh and observation.workload_cluster_reachable
+    pending = observation.pending if observation.workload_cluster_reachable else ()
+    fitting, unfit = _split_fit(pending, config)
+    packing = pack(fitting, cells, config.shape, config.packing_heuristic)
+    live = [c for c in cells if c.state in (CellState.READY, CellState.BOOTING)]
+    empty = sum(1 for c in live if is_empty(c, packing.usage.get(c.name, ())))
+    below = tuple(candidates(cells, packing.utilisation, config.utilization_threshold))
+    forecast, forecast_target = (
+        _forecast(observation, memory, config, now, packing.cells_used()) if trusted else (None, 0)
+    )
+    return Inputs(
+        current=current,
+        booting=booting,
+        draining=draining,
+        fitting=fitting,
+        unschedulable=unfit,
+        packing=packing,
+        below=below,
+        empty_cells=empty,
+        headroom_missing=max(0, config.headroom_cells - empty),
+        removable=_removable(below, packing, empty, config.headroom_cells),
+        forecast=forecast,
+        forecast_target=forecast_target,
+        trusted=trusted,
+    )
+
+
+def _raw(inp: Inputs, config: PolicyConfig, reachable: bool) -> int:
+    ceiling = max(config.max_replicas, config.min_replicas)
+    if not reachable:  # nothing observed can be trusted: only the floor may move the count
+        return min(max(config.min_replicas, inp.current), ceiling)
+    up = inp.current + inp.packing.new_cells + inp.headroom_missing
+    target = max(config.min_replicas, up, inp.forecast_target)
+    if target <= inp.current:
+        down = inp.current - (inp.removable if inp.trusted else 0)
+        target = max(config.min_replicas, down, inp.forecast_target)
+    return min(target, ceiling)
+
+
+def _remember(
+    memory: PolicyMemory, config: PolicyConfig, inp: Inputs, now: float, raw: int
+) -> PolicyMemory:
+    """Memory after this call, before any scale event is recorded."""
+    recs = limits.trim(
+        (*memory.recommendations, (now, raw)), now, limits.recommendation_horizon(config)
+    )
+    idle = update_idle_since(memory.idle_since, inp.below, now) if inp.trusted else {}
+    samples = memory.demand_samples
+    if inp.trusted:
+        samples = limits.trim(
+            (*samples, (now, float(inp.packing.cells_used()))),
+            now,
+            config.forecast_window_seconds,
+            limits.MAX_DEMAND_SAMPLES,
+        )
+    events = limits.trim(memory.scale_events, now, limits.event_horizon(config))
+    return replace(
+        memory, recommendations=recs, idle_since=idle, demand_samples=samples, scale_events=events
+    )
+
+
+def decide(
+    observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
+) -> Decision:
+    """The target cell count for one pool, why, and the memory to hand back next time."""
+    inp = _inputs(observation, memory, config, now)
+    raw = _raw(inp, config, observation.workload_cluster_reachable)
+    mem = _remember(memory, config, inp, now, raw)
+    if raw > inp.current:
+        decision = scale_up(observation, mem, config, now, inp, raw)
+    elif raw < inp.current:
+        decision = scale_down(observation, mem, config, now, inp, raw)
+    else:
+        decision = hold(observation, mem, config, inp)
+    base = replace(
+        decision,
+        cells_needed=inp.packing.new_cells,
+        pending_asks=len(inp.fitting),
+        unschedulable=inp.unschedulable,
+        forecast_cells=inp.forecast,
+    )
+    return replace(base, act=False) if config.mode == Mode.SHADOW else base
+
+
+__all__ = ["Reason", "decide"]

@@ -1,0 +1,251 @@
+"""The three outcomes of ``decide``: scale up, scale down, hold; each with its guards.
+
+Why this module exists: ``decide`` derives one ``Inputs`` value from the observation and then
+takes exactly one of these paths. Keeping each path a small function with its guards in a
+fixed order makes "which rule fired" readable and testable: every return names a ``Reason``
+and says it with numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from autoscaler.policy import limits
+from autoscaler.policy.packing import PackingResult
+from autoscaler.policy.scale_down import choose_victims, drain_order, idle_for
+from autoscaler.policy.types import (
+    CellState,
+    CellView,
+    Decision,
+    Observation,
+    PendingPod,
+    PolicyConfig,
+    PolicyMemory,
+    Reason,
+    Unschedulable,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """Everything derived from one observation that the paths use."""
+
+    current: int  # Ready + Booting cells
+    booting: int
+    draining: int
+    fitting: tuple[PendingPod, ...]
+    unschedulable: tuple[Unschedulable, ...]
+    packing: PackingResult
+    below: tuple[CellView, ...]  # Ready cells below the utilisation threshold (projected)
+    empty_cells: int  # Ready/Booting cells that hold nothing after packing
+    headroom_missing: int
+    removable: int
+    forecast: float | None
+    forecast_target: int
+    trusted: bool  # metrics fresh and workload cluster reachable
+
+
+def _decision(
+    desired: int, reason: Reason, message: str, memory: PolicyMemory, victims: tuple[str, ...] = ()
+) -> Decision:
+    return Decision(desired, reason, message, memory, victims)
+
+
+def _up_bounds(
+    obs: Observation, mem: PolicyMemory, config: PolicyConfig, now: float, inp: Inputs
+) -> list[tuple[Reason, int, str]]:
+    """(reason, cells allowed, detail) for every bound on adding cells, in report order."""
+    bounds = [
+        (Reason.AT_MAX_REPLICAS, config.max_replicas - inp.current, f"max {config.max_replicas}")
+    ]
+    if obs.free_physical_gpus is not None:
+        gpus = obs.free_physical_gpus
+        allowed = gpus // max(config.shape.gpus, 1)
+        detail = f"{gpus} free physical GPU(s), {config.shape.gpus} per cell"
+        bounds.append((Reason.INSUFFICIENT_PHYSICAL_GPU, allowed, detail))
+    in_flight = config.max_cells_in_flight - inp.booting
+    detail = f"{inp.booting} booting of {config.max_cells_in_flight} in flight"
+    bounds.append((Reason.IN_FLIGHT_LIMIT, in_flight, detail))
+    rate = limits.rate_allowance(config.scale_up, mem.scale_events, now, inp.current, +1)
+    if rate is not None:
+        bounds.append((Reason.RATE_LIMITED, rate, f"scale-up rate policy allows {rate} now"))
+    return bounds
+
+
+def _up_driver(config: PolicyConfig, inp: Inputs) -> tuple[Reason, str]:
+    if inp.packing.new_cells > 0:
+        why = f"{len(inp.fitting)} pending pod(s) need {inp.packing.new_cells} new cell(s)"
+        return Reason.SCALED_UP, why
+    if config.min_replicas > inp.current:
+        return Reason.BELOW_MIN_REPLICAS, f"below min replicas {config.min_replicas}"
+    if inp.headroom_missing > 0:
+        why = f"{inp.empty_cells} empty cell(s), headroom asks {config.headroom_cells}"
+        return Reason.HEADROOM, why
+    return Reason.PREWARMED, f"forecast {inp.forecast or 0.0:.2f} cells in {config.boot_seconds:g}s"
+
+
+def scale_up(
+    obs: Observation, mem: PolicyMemory, config: PolicyConfig, now: float, inp: Inputs, raw: int
+) -> Decision:
+    """Add every cell the target needs at once, within max, GPUs, in-flight and rate limits."""
+    target = limits.stabilised_up(mem.recommendations, now, config.scale_up, raw)
+    window = config.scale_up.stabilization_window_seconds
+    if target <= inp.current:
+        msg = f"lowest recommendation in the last {window:g}s is {target}; holding {inp.current}"
+        return _decision(inp.current, Reason.STABILIZING, msg, mem)
+    wanted = target - inp.current
+    bounds = _up_bounds(obs, mem, config, now, inp)
+    increase = max(0, min([wanted, *(allowed for _, allowed, _ in bounds)]))
+    reason, why = _up_driver(config, inp)
+    if increase < wanted:
+        reason, detail, _ = next((r, d, a) for r, a, d in bounds if max(a, 0) == increase)
+        why = f"{why}; capped by {detail}"
+    desired = inp.current + increase
+    msg = f"{why}; wanted +{wanted}, scaling {inp.current} -> {desired}"
+    if increase > 0:
+        events = (*mem.scale_events, (now, increase))
+        mem = replace(mem, last_scale_up_at=now, scale_events=events)
+    return _decision(desired, reason, msg, mem)
+
+
+def _first(rules: list[tuple[bool, Reason, str]]) -> tuple[Reason, str] | None:
+    """The first rule whose condition holds, as (reason, message)."""
+    return next(((reason, msg) for cond, reason, msg in rules if cond), None)
+
+
+def _down_guard(
+    obs: Observation, mem: PolicyMemory, config: PolicyConfig, now: float, inp: Inputs, raw: int
+) -> tuple[Reason, str] | None:
+    """The first rule that forbids removing cells now, or None (rules in priority order)."""
+    delay = config.scale_down_delay_after_scale_up_seconds
+    since = None if mem.last_scale_up_at is None else now - mem.last_scale_up_at
+    target = limits.stabilised_down(mem.recommendations, now, config.scale_down, raw)
+    window = config.scale_down.stabilization_window_seconds
+    rate = limits.rate_allowance(config.scale_down, mem.scale_events, now, inp.current, -1)
+    budget = config.disruption_budget
+    return _first(
+        [
+            (
+                not obs.workload_cluster_reachable,
+                Reason.WORKLOAD_CLUSTER_UNREACHABLE,
+                "workload cluster unreachable: no scale-down",
+            ),
+            (
+                not obs.metrics.fresh,
+                Reason.METRICS_STALE,
+                f"metrics stale ({obs.metrics.detail}): scale-down frozen",
+            ),
+            (
+                not config.scale_down_enabled,
+                Reason.SCALE_DOWN_DISABLED,
+                f"{inp.removable} removable cell(s); scale-down is off",
+            ),
+            (
+                since is not None and since < delay,
+                Reason.SCALE_DOWN_DELAYED,
+                f"last scale-up {since or 0.0:g}s ago, delay is {delay:g}s",
+            ),
+            (
+                target >= inp.current,
+                Reason.STABILIZING,
+                f"highest recommendation in the last {window:g}s is {target}",
+            ),
+            (
+                budget - inp.draining <= 0,
+                Reason.DISRUPTION_BUDGET,
+                f"{inp.draining} cell(s) draining, disruption budget {budget}",
+            ),
+            (rate == 0, Reason.RATE_LIMITED, "scale-down rate policy allows 0 cells now"),
+        ]
+    )
+
+
+def scale_down(
+    obs: Observation, mem: PolicyMemory, config: PolicyConfig, now: float, inp: Inputs, raw: int
+) -> Decision:
+    """Remove cells idle for the whole window whose pods re-pack, cheapest to drain first."""
+    guard = _down_guard(obs, mem, config, now, inp, raw)
+    if guard is not None:
+        return _decision(inp.current, guard[0], guard[1], mem)
+    window = config.scale_down.stabilization_window_seconds
+    eligible = idle_for(inp.below, mem.idle_since, now, window)
+    if not eligible:
+        msg = f"{len(inp.below)} cell(s) below threshold, none for the whole {window:g}s window"
+        return _decision(inp.current, Reason.STABILIZING, msg, mem)
+    target = limits.stabilised_down(mem.recommendations, now, config.scale_down, raw)
+    rate = limits.rate_allowance(config.scale_down, mem.scale_events, now, inp.current, -1)
+    limit = min(inp.current - target, config.disruption_budget - inp.draining)
+    limit = limit if rate is None else min(limit, rate)
+    ready = [c for c in obs.cells if c.state == CellState.READY]
+    choice = choose_victims(
+        drain_order(eligible, inp.packing.utilisation),
+        ready,
+        inp.packing.usage,
+        config.shape,
+        limit,
+        max(0, inp.empty_cells - config.headroom_cells),
+    )
+    if not choice.victims:
+        msg = f"{len(eligible)} idle cell(s), none removable: pods of {choice.blocked} fit nowhere"
+        return _decision(inp.current, Reason.NO_IDLE_CELL, msg, mem)
+    n = len(choice.victims)
+    events = (*mem.scale_events, (now, -n))
+    mem = replace(mem, last_scale_down_at=now, scale_events=events)
+    msg = f"{n} cell(s) idle for {window:g}s and drainable; scaling {inp.current} -> "
+    msg += str(inp.current - n)
+    return _decision(inp.current - n, Reason.SCALED_DOWN, msg, mem, choice.victims)
+
+
+def hold(obs: Observation, mem: PolicyMemory, config: PolicyConfig, inp: Inputs) -> Decision:
+    """Nothing to add or remove; say which rule kept the count where it is."""
+    reason, msg = _hold_reason(obs, config, inp)
+    return _decision(inp.current, reason, f"{msg}; holding {inp.current}", mem)
+
+
+def _hold_reason(obs: Observation, config: PolicyConfig, inp: Inputs) -> tuple[Reason, str]:
+    below, floor = len(inp.below), config.min_replicas
+    found = _first(
+        [
+            (
+                not obs.workload_cluster_reachable,
+                Reason.WORKLOAD_CLUSTER_UNREACHABLE,
+                "workload cluster unreachable",
+            ),
+            (
+                not obs.metrics.fresh and inp.current > floor,
+                Reason.METRICS_STALE,
+                f"metrics stale ({obs.metrics.detail}): scale-down frozen",
+            ),
+            (
+                bool(inp.fitting),
+                Reason.DEMAND_SATISFIED,
+                f"{len(inp.fitting)} pending pod(s) fit free or booting cells",
+            ),
+            (
+                bool(inp.unschedulable),
+                Reason.DEMAND_UNSATISFIABLE,
+                f"{len(inp.unschedulable)} pending pod(s) fit no cell of this pool",
+            ),
+            (
+                below > 0 and inp.current <= floor,
+                Reason.AT_MIN_REPLICAS,
+                f"{below} cell(s) below threshold but at min replicas {floor}",
+            ),
+            (
+                below > 0 and inp.removable > 0 and inp.forecast_target >= inp.current,
+                Reason.PREWARMED,
+                f"forecast {inp.forecast or 0.0:.2f} cells keeps {below} idle cell(s)",
+            ),
+            (
+                below > 0 and inp.removable == 0 and config.headroom_cells > 0,
+                Reason.HEADROOM,
+                f"{below} idle cell(s) kept as headroom ({config.headroom_cells})",
+            ),
+            (
+                inp.current > floor,
+                Reason.NO_IDLE_CELL,
+                f"no cell below {config.utilization_threshold:.0%} utilisation",
+            ),
+        ]
+    )
+    return found or (Reason.IDLE, "nothing pending, nothing to remove")

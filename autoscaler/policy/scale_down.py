@@ -1,0 +1,124 @@
+"""Scale-down candidates, idle tracking and victim choice, with a re-pack simulation.
+
+Why this module exists: removing a cell is the expensive, disruptive direction. A cell is a
+candidate only while its projected utilisation (max over memory, cores, slots; after pending
+pods are packed) is below the threshold, and a victim only if it stayed there for the whole
+stabilisation window and its pods can be re-packed into the cells that remain, like Cluster
+Autoscaler's removal simulation (autoscaler-anchors §1.2). Victims go cheapest-to-drain first:
+fewest pods, then lowest utilisation, then newest (highest index). Booting cells are never
+victims: they are upcoming capacity that has not had a chance to be used yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from autoscaler.policy.packing import pack
+from autoscaler.policy.types import CellShape, CellState, CellView, GPUAsk, GPUUsage, PendingPod
+
+
+@dataclass(frozen=True, slots=True)
+class VictimChoice:
+    """Victims in drain order, and candidates kept because their pods fit nowhere else."""
+
+    victims: tuple[str, ...]
+    blocked: tuple[str, ...]
+
+
+def candidates(
+    cells: Sequence[CellView], utilisation: Mapping[str, float], threshold: float
+) -> list[CellView]:
+    """Ready cells whose projected utilisation is below ``threshold``."""
+    return [
+        c for c in cells if c.state == CellState.READY and utilisation.get(c.name, 0.0) < threshold
+    ]
+
+
+def update_idle_since(
+    previous: Mapping[str, float], below: Sequence[CellView], now: float
+) -> dict[str, float]:
+    """Keep the first time each below-threshold cell was seen so; forget all other cells."""
+    return {c.name: previous.get(c.name, now) for c in below}
+
+
+def idle_for(
+    below: Sequence[CellView], idle_since: Mapping[str, float], now: float, window_seconds: float
+) -> list[CellView]:
+    """Candidates that have been below the threshold for the whole window."""
+    return [c for c in below if now - idle_since.get(c.name, now) >= window_seconds]
+
+
+def drain_order(cells: Sequence[CellView], utilisation: Mapping[str, float]) -> list[CellView]:
+    """Cheapest to drain first: fewest pods, lowest utilisation, newest (highest index)."""
+    return sorted(cells, key=lambda c: (c.pods, utilisation.get(c.name, 0.0), -c.index, c.name))
+
+
+def is_empty(cell: CellView, usage: Sequence[GPUUsage]) -> bool:
+    return cell.pods == 0 and not cell.pod_asks and all(g.slots == 0 for g in usage)
+
+
+def pods_to_move(cell: CellView, usage: Sequence[GPUUsage]) -> list[PendingPod]:
+    """The cell's pods as asks. Without exact pod asks, each used GPU is one indivisible block
+    (its memory and cores in one container, plus zero-sized containers for its other slots),
+    which is never easier to place than the real pods: a conservative re-pack."""
+    if cell.pod_asks:
+        return [
+            PendingPod(f"{cell.name}/{i}", asks[0], 0.0, container_asks=tuple(asks))
+            for i, asks in enumerate(cell.pod_asks)
+            if asks
+        ]
+    moved = []
+    for j, g in enumerate(usage):
+        if g.slots == 0 and g.memory_mib == 0 and g.cores_percent == 0:
+            continue
+        main = GPUAsk(1, g.memory_mib, None, g.cores_percent)
+        extra = tuple(GPUAsk(1, 0, None, 0) for _ in range(max(g.slots - 1, 0)))
+        moved.append(PendingPod(f"{cell.name}/gpu{j}", main, 0.0, container_asks=(main, *extra)))
+    return moved
+
+
+def choose_victims(
+    ordered: Sequence[CellView],
+    ready: Sequence[CellView],
+    usage: Mapping[str, tuple[GPUUsage, ...]],
+    shape: CellShape,
+    limit: int,
+    empty_limit: int,
+) -> VictimChoice:
+    """Up to ``limit`` victims (at most ``empty_limit`` empty ones) whose pods re-pack.
+
+    Pods of a victim are packed into the other Ready cells (never into new or Booting cells).
+    A cell that receives moved pods is pinned: it cannot become a victim in the same decision.
+    """
+    working = dict(usage)
+    victims: list[str] = []
+    blocked: list[str] = []
+    pinned: set[str] = set()
+    empties = 0
+    for cell in ordered:
+        if len(victims) >= limit:
+            break
+        if cell.name in pinned:
+            continue
+        gpus = working.get(cell.name, ())
+        if is_empty(cell, gpus):
+            if empties < empty_limit:
+                victims.append(cell.name)
+                empties += 1
+            continue
+        targets = [
+            CellView(c.name, c.index, CellState.READY, c.created_at, gpus=working[c.name])
+            for c in ready
+            if c.name != cell.name and c.name not in victims and c.name in working
+        ]
+        result = pack(pods_to_move(cell, gpus), targets, shape, max_new_cells=0)
+        if result.unplaced:
+            blocked.append(cell.name)
+            continue
+        victims.append(cell.name)
+        for name, after in result.usage.items():
+            if after != working[name]:
+                pinned.add(name)
+                working[name] = after
+    return VictimChoice(tuple(victims), tuple(blocked))
