@@ -97,10 +97,17 @@ def scale_up(
     bounds = _up_bounds(obs, mem, config, now, inp)
     increase = max(0, min([wanted, *(allowed for _, allowed, _ in bounds)]))
     reason, why = _up_driver(config, inp)
+    unclamped = inp.current + inp.packing.new_cells + inp.headroom_missing
     if increase < wanted:
         reason, detail, _ = next((r, d, a) for r, a, d in bounds if max(a, 0) == increase)
         why = f"{why}; capped by {detail}"
+    elif max(unclamped, inp.forecast_target) > config.max_replicas:
+        reason, why = Reason.AT_MAX_REPLICAS, f"{why}; capped by max {config.max_replicas}"
     desired = inp.current + increase
+    floor = min(config.min_replicas, config.max_replicas)
+    if desired < floor:  # the floor is declared, not paced: like HPA, min wins over rate limits
+        reason, why = Reason.BELOW_MIN_REPLICAS, f"{why}; raised to min replicas {floor}"
+        increase, desired = floor - inp.current, floor
     msg = f"{why}; wanted +{wanted}, scaling {inp.current} -> {desired}"
     if increase > 0:
         events = (*mem.scale_events, (now, increase))
