@@ -263,6 +263,12 @@ class PolicyConfig:
     packing_heuristic: str = "first-fit"  # first-fit | best-fit | arrival (see policy.packing)
     forecast_method: str = "theil-sen"  # theil-sen | holt (autoscaler.policy.forecast)
     forecast_window_seconds: float = 1800.0  # recent demand the forecaster looks at
+    # Quiet periods of the original gpucellpool's legacy fields (spec.autoscaling
+    # stabilizationWindow / scaleDownStabilizationWindow when no ``behavior`` is set): no
+    # scale-up within ``scale_up_cooldown_seconds`` of the last one; no scale-down within
+    # ``scale_down_cooldown_seconds`` of any scaling action. 0 disables them.
+    scale_up_cooldown_seconds: float = 0.0
+    scale_down_cooldown_seconds: float = 0.0
 
 
 # ---------------------------------------------------------------------------------------------
