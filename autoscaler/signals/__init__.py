@@ -7,6 +7,8 @@ part (names, query building, parsing, interpretation) and a thin async adapter b
 
 - ``promql``: Prometheus HTTP API response parsing and PromQL string escaping (pure).
 - ``hami_metrics``: HAMi metric catalogue (current ``hami_*`` and legacy HAMi <= 2.8 names),
-  query builders and interpretation into per-node, per-GPU allocation readings (pure).
+  query builders and the reading types (pure).
+- ``hami_usage``: a query result -> per-node, per-GPU allocations + freshness verdict (pure).
 - ``prometheus``: the async httpx adapter (``PrometheusSource``) behind ``MetricsSource``.
+- ``prometheus_config``: one adapter per pool from its spec and already-read Secret values.
 """

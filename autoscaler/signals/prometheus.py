@@ -17,7 +17,6 @@ import logging
 import ssl
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -74,49 +73,6 @@ class PrometheusUnavailable(Exception):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class PrometheusSettings:
-    """A pool's Prometheus settings, already resolved to plain values.
-
-    The bearer token is not here: the caller reads it from the referenced Secret key and
-    passes the string to :func:`source_from_settings`.
-    """
-
-    url: str
-    stale_after_seconds: float = 60.0
-    insecure_skip_verify: bool = False
-    ca_pem: str | None = None  # PEM bundle, e.g. from a Secret or ConfigMap key
-    ca_file: str | None = None
-    client_cert_file: str | None = None
-    client_key_file: str | None = None
-    timeout_seconds: float = 5.0
-
-
-def source_from_settings(
-    settings: PrometheusSettings,
-    *,
-    bearer_token: str | None,
-    clock: Clock,
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> PrometheusSource:
-    """Build the adapter for one pool from its settings and its already-read token."""
-    cert = None
-    if settings.client_cert_file:
-        cert = (settings.client_cert_file, settings.client_key_file or settings.client_cert_file)
-    return PrometheusSource(
-        settings.url,
-        bearer_token=bearer_token,
-        verify=not settings.insecure_skip_verify,
-        ca_file=settings.ca_file,
-        ca_pem=settings.ca_pem,
-        client_cert=cert,
-        timeout_seconds=settings.timeout_seconds,
-        stale_after_seconds=settings.stale_after_seconds,
-        clock=clock,
-        transport=transport,
-    )
 
 
 def tls_context(

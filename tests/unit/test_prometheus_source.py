@@ -20,13 +20,8 @@ import respx
 
 from autoscaler.policy.types import GPUUsage
 from autoscaler.signals.hami_metrics import CURRENT, LEGACY, MIB, MetricFamily, Schema
-from autoscaler.signals.prometheus import (
-    PrometheusSettings,
-    PrometheusSource,
-    PrometheusUnavailable,
-    source_from_settings,
-    tls_context,
-)
+from autoscaler.signals.prometheus import PrometheusSource, PrometheusUnavailable, tls_context
+from autoscaler.signals.prometheus_config import PrometheusSettings, source_from_settings
 
 URL = "http://prom.test:9090"
 QUERY_URL = f"{URL}/api/v1/query"
