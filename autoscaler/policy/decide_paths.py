@@ -90,6 +90,11 @@ def scale_up(
     """Add every cell the target needs at once, within max, GPUs, in-flight and rate limits."""
     target = limits.stabilised_up(mem.recommendations, now, config.scale_up, raw)
     window = config.scale_up.stabilization_window_seconds
+    cooldown = config.scale_up_cooldown_seconds
+    since = None if mem.last_scale_up_at is None else now - mem.last_scale_up_at
+    if since is not None and since < cooldown and inp.current >= config.min_replicas:
+        msg = f"last scale-up {since:g}s ago, cooldown {cooldown:g}s; holding {inp.current}"
+        return _decision(inp.current, Reason.STABILIZING, msg, mem)
     if target <= inp.current:
         msg = f"lowest recommendation in the last {window:g}s is {target}; holding {inp.current}"
         return _decision(inp.current, Reason.STABILIZING, msg, mem)
@@ -130,6 +135,9 @@ def _down_guard(
     window = config.scale_down.stabilization_window_seconds
     rate = limits.rate_allowance(config.scale_down, mem.scale_events, now, inp.current, -1)
     budget = config.disruption_budget
+    actions = [t for t in (mem.last_scale_up_at, mem.last_scale_down_at) if t is not None]
+    quiet = now - max(actions) if actions else None
+    cooldown = config.scale_down_cooldown_seconds
     return _first(
         [
             (
@@ -151,6 +159,11 @@ def _down_guard(
                 since is not None and since < delay,
                 Reason.SCALE_DOWN_DELAYED,
                 f"last scale-up {since or 0.0:g}s ago, delay is {delay:g}s",
+            ),
+            (
+                quiet is not None and quiet < cooldown,
+                Reason.STABILIZING,
+                f"last scaling action {quiet or 0.0:g}s ago, scale-down cooldown {cooldown:g}s",
             ),
             (
                 target >= inp.current,

@@ -29,10 +29,14 @@ class VictimChoice:
 def candidates(
     cells: Sequence[CellView], utilisation: Mapping[str, float], threshold: float
 ) -> list[CellView]:
-    """Ready cells whose projected utilisation is below ``threshold``."""
-    return [
-        c for c in cells if c.state == CellState.READY and utilisation.get(c.name, 0.0) < threshold
-    ]
+    """Ready cells whose projected utilisation is below ``threshold``; empty cells always are
+    (so a threshold of 0 means "only empty cells")."""
+    out = []
+    for c in cells:
+        used = utilisation.get(c.name, 0.0)
+        if c.state == CellState.READY and (used < threshold or used == 0.0):
+            out.append(c)
+    return out
 
 
 def update_idle_since(

@@ -1,0 +1,140 @@
+"""``PolicyConfig`` helpers: validation, small ``replace`` helpers, and the API-spec mapping.
+
+Why this module exists: the live loop builds a ``PolicyConfig`` from a GPUCellPool spec, and
+the simulator builds many by hand to compare policies. Both need the same checks (a config that
+cannot be honoured is reported, not silently clamped) and the same mapping of the API's fields,
+including the original gpucellpool's legacy windows, onto the policy's knobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autoscaler.policy.forecast import METHODS
+from autoscaler.policy.packing import HEURISTICS
+from autoscaler.policy.types import (
+    CellShape,
+    Mode,
+    NodeTemplate,
+    PolicyConfig,
+    RatePolicy,
+    RatePolicyType,
+    ScalingRules,
+    Taint,
+)
+from gpucellpool.api.autoscaling import EffectiveRules
+from gpucellpool.api.spec import GPUCellPoolSpec
+
+SELECT_POLICIES = ("Max", "Min", "Disabled")
+
+
+def _rules_errors(name: str, rules: ScalingRules) -> list[str]:
+    errors = []
+    if rules.stabilization_window_seconds < 0:
+        errors.append(f"{name}.stabilization_window_seconds must be >= 0")
+    if rules.select_policy not in SELECT_POLICIES:
+        errors.append(f"{name}.select_policy must be one of {SELECT_POLICIES}")
+    for i, policy in enumerate(rules.policies):
+        if policy.value <= 0 or policy.period_seconds <= 0:
+            errors.append(f"{name}.policies[{i}]: value and period_seconds must be > 0")
+    return errors
+
+
+def validate_config(config: PolicyConfig) -> tuple[str, ...]:
+    """Every reason ``config`` cannot be honoured as written; empty when it is valid."""
+    errors: list[str] = []
+    if config.min_replicas < 0:
+        errors.append("min_replicas must be >= 0")
+    if config.max_replicas < config.min_replicas:
+        errors.append(f"max_replicas {config.max_replicas} < min_replicas {config.min_replicas}")
+    shape = config.shape
+    if min(shape.gpus, shape.memory_mib, shape.cores_percent, shape.slots) <= 0:
+        errors.append("shape: gpus, memory_mib, cores_percent and slots must all be > 0")
+    if not 0.0 <= config.utilization_threshold <= 1.0:
+        errors.append("utilization_threshold must be within [0, 1]")
+    if config.max_cells_in_flight < 0 or config.disruption_budget < 0:
+        errors.append("max_cells_in_flight and disruption_budget must be >= 0")
+    if config.headroom_cells < 0:
+        errors.append("headroom_cells must be >= 0")
+    if config.boot_seconds < 0 or config.forecast_window_seconds <= 0:
+        errors.append("boot_seconds must be >= 0 and forecast_window_seconds > 0")
+    if config.packing_heuristic not in HEURISTICS:
+        errors.append(f"packing_heuristic must be one of {HEURISTICS}")
+    if config.forecast_method not in METHODS:
+        errors.append(f"forecast_method must be one of {METHODS}")
+    errors += _rules_errors("scale_up", config.scale_up)
+    errors += _rules_errors("scale_down", config.scale_down)
+    return tuple(errors)
+
+
+def with_replicas(config: PolicyConfig, min_replicas: int, max_replicas: int) -> PolicyConfig:
+    return replace(config, min_replicas=min_replicas, max_replicas=max_replicas)
+
+
+def with_shape(config: PolicyConfig, shape: CellShape) -> PolicyConfig:
+    return replace(config, shape=shape)
+
+
+def shadow(config: PolicyConfig) -> PolicyConfig:
+    return replace(config, mode=Mode.SHADOW)
+
+
+def _rules(rules: EffectiveRules) -> ScalingRules:
+    policies = tuple(
+        RatePolicy(RatePolicyType(str(kind)), value, float(period))
+        for kind, value, period in rules.policies
+    )
+    return ScalingRules(rules.stabilization_window_seconds, policies, str(rules.select_policy))
+
+
+def _shape(spec: GPUCellPoolSpec, learned: CellShape | None) -> CellShape:
+    if learned is not None:
+        return learned
+    declared = spec.autoscaling.cell_shape
+    gpus = spec.expected_devices_per_cell()
+    if declared is None:
+        return CellShape(gpus=gpus)
+    return CellShape(gpus, declared.gpu_memory_mib, declared.gpu_cores, declared.slots)
+
+
+def _template(spec: GPUCellPoolSpec) -> NodeTemplate:
+    node = spec.workload_cluster.node
+    if node is None:
+        return NodeTemplate()
+    taints = tuple(Taint(t.key, t.value or "", str(t.effect)) for t in node.taints or ())
+    return NodeTemplate(dict(node.labels or {}), taints)
+
+
+def policy_config_from_spec(
+    spec: GPUCellPoolSpec, learned_shape: CellShape | None = None
+) -> PolicyConfig:
+    """The policy's view of a GPUCellPool spec.
+
+    The shape is the one a live cell reported (``learned_shape``), else the declared
+    ``autoscaling.cellShape``, else HAMi's defaults with ``expectedDevicesPerCell`` GPUs.
+    Legacy windows (no ``behavior``) become cooldowns, as the original used them: no scale-up
+    within ``stabilizationWindow`` of the last one, no scale-down within
+    ``scaleDownStabilizationWindow`` of any action. With autoscaling off, min = max =
+    ``spec.replicas``.
+    """
+    auto = spec.autoscaling
+    up, down = auto.scale_up_rules(), auto.scale_down_rules()
+    return PolicyConfig(
+        min_replicas=auto.effective_min(spec.replicas),
+        max_replicas=auto.effective_max(spec.replicas),
+        shape=_shape(spec, learned_shape),
+        node_template=_template(spec),
+        scale_up=_rules(up),
+        scale_down=_rules(down),
+        scale_down_enabled=down.enabled,
+        scale_down_delay_after_scale_up_seconds=auto.scale_down_delay_after_scale_up.seconds,
+        utilization_threshold=auto.utilization_threshold(),
+        max_cells_in_flight=auto.max_cells_in_flight,
+        disruption_budget=auto.disruption_budget,
+        headroom_cells=auto.headroom_cells,
+        prewarm=auto.prewarm.enabled,
+        boot_seconds=auto.prewarm.boot_time.seconds,
+        mode=Mode.ACTIVE if auto.acts() else Mode.SHADOW,
+        scale_up_cooldown_seconds=up.cooldown_seconds,
+        scale_down_cooldown_seconds=down.cooldown_seconds,
+    )

@@ -1,0 +1,139 @@
+"""PolicyConfig validation, helpers, and the GPUCellPool spec mapping (on the shipped samples)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.policy.config import (
+    policy_config_from_spec,
+    shadow,
+    validate_config,
+    with_replicas,
+    with_shape,
+)
+from autoscaler.policy.decide import decide
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    CellView,
+    GPUAsk,
+    Mode,
+    Observation,
+    PendingPod,
+    PolicyConfig,
+    PolicyMemory,
+    RatePolicy,
+    RatePolicyType,
+    Reason,
+    ScalingRules,
+    Taint,
+)
+from gpucellpool.api.pool import GPUCellPool
+
+SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
+
+
+def sample(name: str) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all((SAMPLES / name).read_text()) if d]
+    body: dict[str, Any] = next(d for d in docs if d.get("kind") == "GPUCellPool")
+    return body
+
+
+def test_default_config_is_valid_and_helpers() -> None:
+    config = PolicyConfig()
+    assert validate_config(config) == ()
+    assert with_replicas(config, 1, 3).max_replicas == 3
+    assert with_shape(config, CellShape(gpus=2)).shape.gpus == 2
+    assert shadow(config).mode == Mode.SHADOW
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"min_replicas": -1}, "min_replicas"),
+        ({"min_replicas": 5, "max_replicas": 2}, "max_replicas 2 < min_replicas 5"),
+        ({"shape": CellShape(slots=0)}, "shape"),
+        ({"utilization_threshold": 1.5}, "utilization_threshold"),
+        ({"headroom_cells": -1}, "headroom_cells"),
+        ({"packing_heuristic": "worst-fit"}, "packing_heuristic"),
+        ({"forecast_method": "oracle"}, "forecast_method"),
+        ({"scale_up": ScalingRules(-1.0)}, "scale_up.stabilization_window_seconds"),
+        ({"scale_down": ScalingRules(0.0, select_policy="Avg")}, "scale_down.select_policy"),
+        (
+            {"scale_up": ScalingRules(0.0, (RatePolicy(RatePolicyType.CELLS, 0, 60.0),))},
+            "scale_up.policies[0]",
+        ),
+    ],
+)
+def test_invalid_configs_are_reported(change: dict[str, Any], fragment: str) -> None:
+    errors = validate_config(replace(PolicyConfig(), **change))
+    assert any(fragment in e for e in errors), errors
+
+
+def test_mapping_of_the_autoscaling_sample() -> None:
+    pool = GPUCellPool.model_validate(sample("autoscaling-on.yaml"))
+    config = policy_config_from_spec(pool.spec)
+    assert validate_config(config) == ()
+    assert (config.min_replicas, config.max_replicas) == (0, 8)
+    assert config.shape == CellShape(1, 24576, 100, 10)
+    assert dict(config.node_template.labels) == {"gpu": "on"}
+    assert config.scale_up.policies == (
+        RatePolicy(RatePolicyType.CELLS, 4, 60.0),
+        RatePolicy(RatePolicyType.PERCENT, 100, 60.0),
+    )
+    assert config.scale_down == ScalingRules(
+        600.0, (RatePolicy(RatePolicyType.CELLS, 1, 300.0),), "Min"
+    )
+    assert config.scale_down_enabled
+    assert config.prewarm and config.boot_seconds == 300.0
+    assert config.utilization_threshold == 0.5
+    assert (config.scale_up_cooldown_seconds, config.scale_down_cooldown_seconds) == (0.0, 0.0)
+    assert policy_config_from_spec(pool.spec, CellShape(gpus=1, memory_mib=81920)).shape == (
+        CellShape(gpus=1, memory_mib=81920)
+    )
+
+
+def test_mapping_with_autoscaling_off_pins_the_count() -> None:
+    pool = GPUCellPool.model_validate(sample("autoscaling-off.yaml"))
+    config = policy_config_from_spec(pool.spec)
+    assert config.min_replicas == config.max_replicas == pool.spec.replicas
+    assert not config.scale_down_enabled
+
+
+def test_legacy_windows_become_cooldowns_and_taints_map() -> None:
+    body = sample("autoscaling-on.yaml")
+    auto = body["spec"]["autoscaling"]
+    del auto["behavior"], auto["cellShape"]
+    auto["mode"] = "Shadow"
+    body["spec"]["workloadCluster"]["node"]["taints"] = [
+        {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    ]
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    assert config.scale_up_cooldown_seconds == 600.0
+    assert config.scale_down_cooldown_seconds == 1800.0
+    assert config.scale_down.stabilization_window_seconds == 1800.0
+    assert config.mode == Mode.SHADOW
+    assert config.shape == CellShape(gpus=1)
+    assert config.node_template.taints == (Taint("dedicated", "gpu", "NoSchedule"),)
+
+
+def test_cooldowns_are_enforced_by_decide() -> None:
+    now = 5000.0
+    config = PolicyConfig(scale_up_cooldown_seconds=600.0, scale_down_cooldown_seconds=1800.0)
+    pods = (PendingPod("ns/p", GPUAsk(1, None, None, 100), now),)
+    mem = PolicyMemory(last_scale_up_at=now - 100)
+    d = decide(Observation(pods, ()), mem, config, now)
+    assert (d.reason, d.desired_replicas) == (Reason.STABILIZING, 0)
+    assert "cooldown 600s" in d.message
+    cell = CellView("a", 0, CellState.READY, 0.0)
+    down = PolicyMemory(last_scale_down_at=now - 1000, idle_since={"a": 0.0})
+    d = decide(Observation((), (cell,)), down, replace(config, scale_down=ScalingRules(0.0)), now)
+    assert (d.reason, d.desired_replicas) == (Reason.STABILIZING, 1)
+    later = replace(down, last_scale_down_at=now - 2000)
+    d = decide(Observation((), (cell,)), later, replace(config, scale_down=ScalingRules(0.0)), now)
+    assert (d.reason, d.victims) == (Reason.SCALED_DOWN, ("a",))
