@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpucellpool.api.pool import API_VERSION, KIND, GPUCellPool
-from gpucellpool.api.spec import GPUBackend, SpreadPolicy
+from gpucellpool.api.spec import GPUBackend, SpreadPolicy, TypedLocalReference
 from provisioner.fsm.identity import (
     CAPI_CLUSTER_NAME_LABEL,
     CELL_DRAIN_FINALIZER,
@@ -173,11 +173,31 @@ def kubeswift_machine_backend(pool: GPUCellPool) -> dict[str, Any]:
     return {"type": "SwiftGuest", "swiftGuest": {k: v for k, v in guest.items() if v is not None}}
 
 
-def _capi_cluster(pool: GPUCellPool) -> tuple[str, str | None, Any]:
+def _capi_cluster(pool: GPUCellPool) -> tuple[str, str | None, TypedLocalReference | None]:
     capi = pool.spec.cell.cluster_api
     if capi is None:
         raise ValueError("cell.clusterAPI is required for provisioner ClusterAPI")
     return capi.cluster_name, capi.version, capi.bootstrap_config_template_ref
+
+
+def _bootstrap_config(
+    pool: GPUCellPool,
+    index: int,
+    template_hash: str,
+    cluster_label: dict[str, str],
+    template_ref: TypedLocalReference,
+    bootstrap_template: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """``<Kind>`` named after the cell, from the referenced ``<Kind>Template``'s spec."""
+    if bootstrap_template is None:
+        raise ValueError("bootstrapConfigTemplateRef set but its template was not supplied")
+    config_spec = ((bootstrap_template.get("spec") or {}).get("template") or {}).get("spec")
+    return {
+        "apiVersion": f"{template_ref.api_group}/v1beta2",
+        "kind": template_ref.kind.removesuffix("Template"),
+        "metadata": _metadata(pool, index, template_hash, False, cluster_label),
+        "spec": copy.deepcopy(dict(config_spec or {})),
+    }
 
 
 def capi_objects(
@@ -199,20 +219,12 @@ def capi_objects(
     objects: list[dict[str, Any]] = []
     bootstrap: dict[str, Any] = {"dataSecretName": bootstrap_secret_name(name)}
     if template_ref is not None:
-        if bootstrap_template is None:
-            raise ValueError("bootstrapConfigTemplateRef set but its template was not supplied")
-        kind = template_ref.kind.removesuffix("Template")
-        config_spec = ((bootstrap_template.get("spec") or {}).get("template") or {}).get("spec")
-        meta = _metadata(pool, index, template_hash, controller=False, extra_labels=cluster_label)
-        objects.append(
-            {
-                "apiVersion": f"{template_ref.api_group}/v1beta2",
-                "kind": kind,
-                "metadata": meta,
-                "spec": copy.deepcopy(dict(config_spec or {})),
-            }
+        config = _bootstrap_config(
+            pool, index, template_hash, cluster_label, template_ref, bootstrap_template
         )
-        bootstrap = {"configRef": {"apiGroup": template_ref.api_group, "kind": kind, "name": name}}
+        objects.append(config)
+        ref = {"apiGroup": template_ref.api_group, "kind": config["kind"], "name": name}
+        bootstrap = {"configRef": ref}
     objects.append(
         {
             "apiVersion": KSM_API_VERSION,
