@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
@@ -33,10 +33,11 @@ from autoscaler.signals.hami_metrics import (
     usage_query,
 )
 from autoscaler.signals.hami_usage import interpret_usage
-from autoscaler.signals.promql import QueryResult, ResponseError, parse_response
+from autoscaler.signals.promql import QueryResult, ResponseError, duration, parse_response
 
 log = logging.getLogger(__name__)
 _EXCERPT = 120
+_LOG_EVERY_SECONDS = 60.0
 
 
 class Clock(Protocol):
@@ -65,8 +66,9 @@ class MetricsSource(Protocol):
 class PrometheusUnavailable(Exception):
     """A query did not produce a usable result.
 
-    ``kind``: ``timeout``, ``connect``, ``transport``, ``http_4xx``, ``http_5xx``,
-    ``malformed`` or ``status_error``. ``detail`` is safe to log and to put in a condition.
+    ``kind``: ``timeout``, ``connect``, ``transport``, ``redirect`` (3xx: never followed, so
+    the token cannot travel elsewhere), ``http_4xx``, ``http_5xx``, ``malformed`` or
+    ``status_error``. ``detail`` is safe to log and to put in a condition.
     """
 
     def __init__(self, kind: str, detail: str) -> None:
@@ -120,7 +122,8 @@ class PrometheusSource:
         self._url, basic = split_userinfo(base_url.rstrip("/"))
         self._shown_url = self._url
         self._token = bearer_token or ""
-        self._secrets = [s for s in (self._token, basic[1] if basic else "") if s]
+        password = basic[1] if basic else ""
+        self._secrets = [s for s in {self._token, password, quote(password, safe="")} if s]
         self._timeout = timeout_seconds
         self.stale_after_seconds = stale_after_seconds
         self.lookback_seconds = lookback_seconds or max(3 * stale_after_seconds, 60.0)
@@ -128,7 +131,7 @@ class PrometheusSource:
         self._created_at = clock.now()
         self._last_fresh_at: float | None = None
         self._family: MetricFamily | None = None
-        self._last_logged: str | None = None
+        self._logged_at: float | None = None  # when "not fresh" was last logged
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         tls = tls_context(verify, ca_file=ca_file, ca_pem=ca_pem, client_cert=client_cert)
         self._client = httpx.AsyncClient(
@@ -165,11 +168,11 @@ class PrometheusSource:
 
     async def query(self, promql: str, *, at: float | None = None) -> QueryResult:
         """Run an instant query (evaluated at ``at``, default now on the server)."""
-        form = {"query": promql, "timeout": f"{self._timeout:g}s"}
+        form = {"query": promql, "timeout": duration(self._timeout)}  # "2.5s" is rejected
         if at is not None:
             form["time"] = f"{at:.3f}"
         body, status = await self._post("/api/v1/query", form)
-        if status >= 400:
+        if status >= 300:
             raise self._http_error(status, body)
         try:
             return parse_response(body)
@@ -190,7 +193,7 @@ class PrometheusSource:
             reading = unavailable(f"prometheus {exc.kind}: {exc.detail}", now - since, self._family)
         if reading.health.fresh:
             self._last_fresh_at = now
-        self._log(reading)
+        self._log(reading, now)
         return reading
 
     async def _read(self, wanted: list[str], now: float) -> MetricsReading:
@@ -241,7 +244,7 @@ class PrometheusSource:
             raise PrometheusUnavailable("transport", detail) from None
 
     def _http_error(self, status: int, body: bytes) -> PrometheusUnavailable:
-        kind = "http_5xx" if status >= 500 else "http_4xx"
+        kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "redirect"
         try:
             parse_response(body)
             why = body.decode("utf-8", "replace")[:_EXCERPT]
@@ -254,15 +257,16 @@ class PrometheusSource:
             text = text.replace(secret, "***")
         return text
 
-    def _log(self, reading: MetricsReading) -> None:
+    def _log(self, reading: MetricsReading, now: float) -> None:
+        """Log transitions, and an unfresh state again at most once a minute."""
         detail = reading.health.detail
         if reading.health.fresh:
-            if self._last_logged is not None:
+            if self._logged_at is not None:
                 log.info("prometheus metrics fresh again: %s", detail)
-            self._last_logged = None
-        elif detail != self._last_logged:
+            self._logged_at = None
+        elif self._logged_at is None or now - self._logged_at >= _LOG_EVERY_SECONDS:
             log.warning("prometheus metrics not fresh: %s", detail)
-            self._last_logged = detail
+            self._logged_at = now
 
 
 def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:

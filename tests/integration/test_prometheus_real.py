@@ -228,7 +228,7 @@ async def source(prometheus_url: str) -> AsyncIterator[PrometheusSource]:
         prometheus_url,
         bearer_token=TOKEN,
         stale_after_seconds=STALE_AFTER,
-        timeout_seconds=5,
+        timeout_seconds=2.5,  # a fractional server-side timeout must be accepted
         clock=WallClock(),
     ) as src:
         yield src

@@ -112,7 +112,7 @@ async def test_healthy_reading_sends_token_time_and_timeout(
     assert request.headers["Authorization"] == f"Bearer {TOKEN}"
     form = parse_qs(request.content.decode())
     assert form["time"] == [f"{NOW:.3f}"]
-    assert form["timeout"] == ["2s"]
+    assert form["timeout"] == ["2000ms"]  # Prometheus rejects fractional "2.5s"
     assert form["query"][0].startswith('{__name__=~"hami_gpu_core_allocated_ratio|')
     assert 'node=~"cell-0"}[180000ms]' in form["query"][0]
 
@@ -276,6 +276,11 @@ FAULTS: list[tuple[str, Callable[[httpx.Request], httpx.Response], str]] = [
         "403",
         lambda r: httpx.Response(403, text="Forbidden"),
         "prometheus http_4xx: HTTP 403: Forbidden",
+    ),
+    (
+        "302",
+        lambda r: httpx.Response(302, headers={"Location": "https://elsewhere/"}, text="moved"),
+        "prometheus redirect: HTTP 302: moved",
     ),
     (
         "malformed json",
@@ -449,3 +454,31 @@ def test_tls_context_modes() -> None:
         assert tls_context(bundle).verify_mode is ssl.CERT_REQUIRED
     with pytest.raises(ssl.SSLError):
         tls_context(ca_pem="-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n")
+
+
+async def test_logging_is_transitions_plus_once_a_minute(
+    router: respx.MockRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="autoscaler.signals.prometheus")
+    clock = FakeClock()
+    healthy = False
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if healthy:
+            # sampled at the fake "now" (NOW + 61 s)
+            return httpx.Response(200, json=matrix(gpu("cell-0", "GPU-a", age=-61)))
+        return httpx.Response(503, text="down")
+
+    respond(router, handler)
+    async with PrometheusSource(URL, clock=clock) as src:
+        for step in range(7):  # 0 s .. 60 s in 10 s steps
+            clock.t = NOW + 10 * step
+            await src.node_gpu_usage(["cell-0"])
+        healthy = True
+        clock.t += 1
+        await src.node_gpu_usage(["cell-0"])
+        await src.node_gpu_usage(["cell-0"])
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("auto")]
+    assert [level for level, _ in messages] == ["WARNING", "WARNING", "INFO"]
+    assert messages[0][1] == "prometheus metrics not fresh: prometheus http_5xx: HTTP 503: down"
+    assert messages[2][1].startswith("prometheus metrics fresh again: hami metrics: 1 node(s)")
