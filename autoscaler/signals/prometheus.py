@@ -67,8 +67,8 @@ class PrometheusUnavailable(Exception):
     """A query did not produce a usable result.
 
     ``kind``: ``timeout``, ``connect``, ``transport``, ``redirect`` (3xx: never followed, so
-    the token cannot travel elsewhere), ``http_4xx``, ``http_5xx``, ``malformed`` or
-    ``status_error``. ``detail`` is safe to log and to put in a condition.
+    the token cannot travel elsewhere), ``http_4xx``, ``http_5xx``, ``too_large``,
+    ``malformed`` or ``status_error``. ``detail`` is safe to log and to put in a condition.
     """
 
     def __init__(self, kind: str, detail: str) -> None:
@@ -114,6 +114,7 @@ class PrometheusSource:
         timeout_seconds: float = 5.0,
         stale_after_seconds: float = 60.0,
         lookback_seconds: float | None = None,
+        max_body_bytes: int = 64 * 1024 * 1024,
         clock: Clock,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -127,6 +128,7 @@ class PrometheusSource:
         self._timeout = timeout_seconds
         self.stale_after_seconds = stale_after_seconds
         self.lookback_seconds = lookback_seconds or max(3 * stale_after_seconds, 60.0)
+        self.max_body_bytes = max_body_bytes
         self._clock = clock
         self._created_at = clock.now()
         self._last_fresh_at: float | None = None
@@ -231,8 +233,8 @@ class PrometheusSource:
         url = self._url + path
         try:
             async with asyncio.timeout(self._timeout):
-                response = await self._client.post(url, data=form)
-                return await response.aread(), response.status_code
+                async with self._client.stream("POST", url, data=form) as response:
+                    return await _read_capped(response, self.max_body_bytes), response.status_code
         except (TimeoutError, httpx.TimeoutException):
             detail = f"no answer from {self._shown_url} within {self._timeout:g}s"
             raise PrometheusUnavailable("timeout", detail) from None
@@ -267,6 +269,19 @@ class PrometheusSource:
         elif self._logged_at is None or now - self._logged_at >= _LOG_EVERY_SECONDS:
             log.warning("prometheus metrics not fresh: %s", detail)
             self._logged_at = now
+
+
+async def _read_capped(response: httpx.Response, limit: int) -> bytes:
+    """The body, refusing to buffer more than ``limit`` bytes from a misbehaving server."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            detail = f"response body exceeds {limit} bytes (HTTP {response.status_code})"
+            raise PrometheusUnavailable("too_large", detail)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:

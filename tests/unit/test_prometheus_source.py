@@ -482,3 +482,14 @@ async def test_logging_is_transitions_plus_once_a_minute(
     assert [level for level, _ in messages] == ["WARNING", "WARNING", "INFO"]
     assert messages[0][1] == "prometheus metrics not fresh: prometheus http_5xx: HTTP 503: down"
     assert messages[2][1].startswith("prometheus metrics fresh again: hami metrics: 1 node(s)")
+
+
+async def test_oversized_bodies_are_refused(router: respx.MockRouter) -> None:
+    huge = matrix(*(gpu(f"cell-{i}", "GPU-a") for i in range(50)))
+    router.post(QUERY_URL).mock(return_value=httpx.Response(200, json=huge))
+    async with PrometheusSource(URL, max_body_bytes=1000, clock=FakeClock()) as src:
+        reading = await src.node_gpu_usage(["cell-0"])
+    assert not reading.health.fresh
+    assert reading.health.detail == (
+        "prometheus too_large: response body exceeds 1000 bytes (HTTP 200)"
+    )
