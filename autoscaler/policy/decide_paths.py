@@ -88,11 +88,13 @@ def scale_up(
     obs: Observation, mem: PolicyMemory, config: PolicyConfig, now: float, inp: Inputs, raw: int
 ) -> Decision:
     """Add every cell the target needs at once, within max, GPUs, in-flight and rate limits."""
-    target = limits.stabilised_up(mem.recommendations, now, config.scale_up, raw)
+    floor = min(config.min_replicas, config.max_replicas)
+    # windows and cooldowns pace growth above the floor; the floor itself is never paced
+    target = max(limits.stabilised_up(mem.recommendations, now, config.scale_up, raw), floor)
     window = config.scale_up.stabilization_window_seconds
     cooldown = config.scale_up_cooldown_seconds
     since = None if mem.last_scale_up_at is None else now - mem.last_scale_up_at
-    if since is not None and since < cooldown and inp.current >= config.min_replicas:
+    if since is not None and since < cooldown and inp.current >= floor:
         msg = f"last scale-up {since:g}s ago, cooldown {cooldown:g}s; holding {inp.current}"
         return _decision(inp.current, Reason.STABILIZING, msg, mem)
     if target <= inp.current:
@@ -109,7 +111,6 @@ def scale_up(
     elif max(unclamped, inp.forecast_target) > config.max_replicas:
         reason, why = Reason.AT_MAX_REPLICAS, f"{why}; capped by max {config.max_replicas}"
     desired = inp.current + increase
-    floor = min(config.min_replicas, config.max_replicas)
     if desired < floor:  # the floor is declared, not paced: like HPA, min wins over rate limits
         reason, why = Reason.BELOW_MIN_REPLICAS, f"{why}; raised to min replicas {floor}"
         increase, desired = floor - inp.current, floor

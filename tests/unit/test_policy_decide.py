@@ -291,3 +291,10 @@ def test_memory_is_trimmed_and_bounded() -> None:
     d = run(memory=mem)
     assert d.memory.recommendations == ((NOW, 0),)
     assert d.memory.scale_events == ()
+
+
+def test_floor_is_not_paced_by_the_up_window() -> None:
+    # found by hypothesis: a low recommendation in the up window must not hold a pool below min
+    cfg = replace(CONFIG, min_replicas=1, scale_up=ScalingRules(60.0), max_cells_in_flight=0)
+    d = run(memory=PolicyMemory(recommendations=((NOW - 1, 0),)), config=cfg)
+    assert (d.reason, d.desired_replicas) == (Reason.BELOW_MIN_REPLICAS, 1)
