@@ -1,0 +1,85 @@
+"""Small helpers the peer baselines share: which cells count, and a plain Decision.
+
+Why this module exists: each baseline is a few documented rules; the bookkeeping around them
+(live cells, clamping to min/max, building a ``Decision``) is the same and should not be
+repeated four times. Utilisation arithmetic comes from the policy's packing module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from autoscaler.policy.types import (
+    CellState,
+    CellView,
+    Decision,
+    PolicyConfig,
+    PolicyMemory,
+    Reason,
+)
+
+LIVE = (CellState.BOOTING, CellState.READY)
+
+
+def live(cells: Sequence[CellView]) -> list[CellView]:
+    """Cells that are or will be capacity (Booting or Ready)."""
+    return [c for c in cells if c.state in LIVE]
+
+
+def ready(cells: Sequence[CellView]) -> list[CellView]:
+    return [c for c in cells if c.state is CellState.READY]
+
+
+def booting(cells: Sequence[CellView]) -> list[CellView]:
+    return [c for c in cells if c.state is CellState.BOOTING]
+
+
+def clamp(desired: int, config: PolicyConfig) -> int:
+    return max(config.min_replicas, min(config.max_replicas, desired))
+
+
+def decision(
+    desired: int,
+    reason: Reason,
+    message: str,
+    memory: PolicyMemory,
+    victims: tuple[str, ...] = (),
+) -> Decision:
+    return Decision(
+        desired_replicas=desired, reason=reason, message=message, memory=memory, victims=victims
+    )
+
+
+def cheapest_victims(cells: Sequence[CellView], count: int) -> tuple[str, ...]:
+    """Booting cells first (newest first), then Ready cells with the fewest pods."""
+    order = sorted(
+        live(cells),
+        key=lambda c: (c.state is CellState.READY, c.pods, -c.created_at, -c.index),
+    )
+    return tuple(c.name for c in order[: max(0, count)])
+
+
+T = TypeVar("T")
+
+
+class ViewMemo(Generic[T]):
+    """Memoise a per-cell value on the identity of the immutable ``CellView``.
+
+    The engine hands out the same view object while a cell is unchanged, so a baseline that
+    recomputes per-cell figures every 10 s tick pays only for cells that changed.
+    """
+
+    def __init__(self, compute: Callable[[CellView], T]) -> None:
+        self.compute = compute
+        self.memo: dict[int, tuple[CellView, T]] = {}
+
+    def __call__(self, cell: CellView) -> T:
+        hit = self.memo.get(id(cell))
+        if hit is not None and hit[0] is cell:
+            return hit[1]
+        value = self.compute(cell)
+        if len(self.memo) > 4096:
+            self.memo.clear()
+        self.memo[id(cell)] = (cell, value)
+        return value

@@ -1,0 +1,379 @@
+"""The event loop: arrivals, pod ends, control ticks, boots and drains on a virtual clock.
+
+Why this module exists: a policy's cost and wait depend on *when* things happen (boot time, tick
+period, drain time). A heap of timed events replays months of demand in seconds, and with one
+seeded RNG (boot times and boot failures only) the same inputs always give the same result.
+
+Events at the same instant run in this order: pod ends, boots, drains, arrivals, ticks,
+timeline samples; ties by insertion order. After every event the pending queue is offered to
+HAMi placement if capacity may have grown. A policy's ``Decision`` is applied as the
+provisioner would: create cells up to ``desired_replicas``; drain named ``victims`` (at most
+down to ``desired_replicas``); nothing when ``act`` is False.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.policy.types import CellState, Decision, PolicyConfig, PolicyMemory
+from simulations.engine import hami
+from simulations.engine.metrics import Counters, Integrals, Sample, SimResult
+from simulations.engine.policy import ScalingPolicy
+from simulations.engine.world import Pending, Running, SimCell, World
+from simulations.traces.model import TracePod
+
+END, BOOT, DRAIN, DRAIN_TIMEOUT, ARRIVAL, TICK, REACT, SAMPLE = range(8)
+
+
+class DrainMode(enum.StrEnum):
+    WAIT_FOR_IDLE = "wait-for-idle"  # cordon; the cell goes when its pods end (or at timeout)
+    EVICT = "evict"  # cordon and evict now; evicted pods re-queue with their remaining time
+
+
+@dataclass(frozen=True, slots=True)
+class BootModel:
+    """Boot time ~ lognormal with the given median; a boot fails with ``failure_probability``."""
+
+    median_seconds: float = 300.0
+    sigma: float = 0.25
+    min_seconds: float = 30.0
+    failure_probability: float = 0.0
+
+    def sample(self, rng: random.Random) -> tuple[float, bool]:
+        seconds = (
+            self.median_seconds * math.exp(rng.gauss(0.0, self.sigma))
+            if self.sigma
+            else (self.median_seconds)
+        )
+        failed = self.failure_probability > 0 and rng.random() < self.failure_probability
+        return max(self.min_seconds, seconds), failed
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    policy_config: PolicyConfig = field(default_factory=PolicyConfig)
+    tick_seconds: float = 10.0
+    react_on_arrival: bool = False
+    react_delay_seconds: float = 1.0
+    boot: BootModel = field(default_factory=BootModel)
+    drain_mode: DrainMode = DrainMode.WAIT_FOR_IDLE
+    drain_timeout_seconds: float | None = 600.0  # WaitForIdle then evicts (the product's Drain)
+    drain_seconds: float = 30.0  # cordon-to-gone once the cell is empty
+    node_policy: str = hami.BINPACK
+    gpu_policy: str = hami.SPREAD
+    warm_start: bool = True  # pods present at t=0 start on Ready cells
+    physical_gpus: int | None = None
+    tail_seconds: float = 86400.0  # run at most this long after the last pod would end
+    samples: int = 800  # timeline points
+    seed: int = 0
+
+
+class Simulation:
+    """One run of one policy over one trace. Use ``simulate``."""
+
+    def __init__(self, pods: Sequence[TracePod], policy: ScalingPolicy, config: SimConfig) -> None:
+        self.cfg = config
+        self.policy = policy
+        self.shape = config.policy_config.shape
+        self.tick_seconds = float(getattr(policy, "tick_seconds", config.tick_seconds))
+        self.react = bool(getattr(policy, "react_on_arrival", config.react_on_arrival))
+        self.world = World(self.shape, config.node_policy, config.gpu_policy)
+        self.rng = random.Random(config.seed)
+        self.pods = [p for p in pods if hami.fits_fresh_cell(p.ask, self.shape)]
+        self.unschedulable = len(pods) - len(self.pods)
+        self.heap: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.running: dict[str, Running] = {}
+        self.waits: dict[str, float] = {}
+        self.memory = PolicyMemory()
+        self.desired = 0
+        self.react_at: float | None = None
+        self.integrals = Integrals()
+        self.counters = Counters()
+        self.timeline: list[Sample] = []
+        self.capacity_up = False
+        self.dirty = True
+        self.demand_stale = True
+        self.demand_cells = 0
+        last_end = max((p.arrival_seconds + p.duration_seconds for p in self.pods), default=0.0)
+        self.horizon = last_end + config.tail_seconds
+        self.sample_every = max(1.0, last_end / max(1, config.samples))
+        self.next_arrival = 0
+        self.arrived = 0
+
+    # ----- the loop --------------------------------------------------------------------------
+
+    def push(self, time: float, kind: int, payload: Any = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (time, kind, self.seq, payload))
+
+    def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
+        self._start()
+        now = 0.0
+        while self.heap:
+            now, kind, _, payload = heapq.heappop(self.heap)
+            if now > self.horizon:
+                now = self.horizon
+                break
+            self.integrals.advance(now)
+            self.counters.events += 1
+            self._handle(kind, payload, now)
+            self._settle(now)
+            if self._finished():
+                break
+            if progress is not None and self.counters.events % 20000 == 0:
+                progress(min(1.0, now / self.horizon))
+        self.integrals.advance(now)
+        return self._result(now)
+
+    def _start(self) -> None:
+        initial = self.cfg.policy_config.min_replicas
+        if self.cfg.warm_start:
+            at_zero = [p.ask for p in self.pods if p.arrival_seconds <= 0.0]
+            initial = max(initial, hami.pack_count(at_zero, self.shape))
+        for _ in range(initial):
+            self.world.add_cell(0.0, CellState.READY)
+        self._push_next_arrival()
+        self.push(0.0, TICK)
+        self.push(0.0, SAMPLE)
+
+    def _push_next_arrival(self) -> None:
+        if self.next_arrival < len(self.pods):
+            pod = self.pods[self.next_arrival]
+            self.next_arrival += 1
+            self.push(pod.arrival_seconds, ARRIVAL, pod)
+
+    def _finished(self) -> bool:
+        return self.arrived == len(self.pods) and not self.world.pending and not self.running
+
+    def _handle(self, kind: int, payload: Any, now: float) -> None:
+        if kind == END:
+            self._pod_end(payload, now)
+        elif kind == BOOT:
+            self._boot_done(payload, now)
+        elif kind == DRAIN:
+            self._drain_done(payload)
+        elif kind == DRAIN_TIMEOUT:
+            self._drain_timeout(payload, now)
+        elif kind == ARRIVAL:
+            self._arrival(payload, now)
+        elif kind in (TICK, REACT):
+            self._tick(kind, now)
+        else:
+            self._sample(now)
+
+    def _settle(self, now: float) -> None:
+        if self.capacity_up:
+            self.capacity_up = False
+            self._place_pending(now)
+        if self.dirty:
+            self.dirty = False
+            self.demand_stale = True
+            integ = self.integrals
+            integ.util_sum, integ.ready = self.world.utilisation_sum()
+            integ.billable = len(self.world.cells)
+
+    # ----- pods ------------------------------------------------------------------------------
+
+    def _arrival(self, pod: TracePod, now: float) -> None:
+        self._push_next_arrival()
+        self.arrived += 1
+        key = pod.key if pod.key not in self.waits else f"{pod.key}#dup{self.seq}"
+        self.waits[key] = 0.0
+        if key != pod.key:
+            pod = TracePod(key, pod.arrival_seconds, pod.duration_seconds, pod.ask)
+        self.world.enqueue(pod, now, pod.duration_seconds)
+        self.dirty = True
+        if not self._try_place(self.world.pending[key], now) and self.react:
+            self._schedule_react(now)
+
+    def _schedule_react(self, now: float) -> None:
+        at = now + self.cfg.react_delay_seconds
+        if self.react_at is None or self.react_at > at:
+            self.react_at = at
+            self.push(at, REACT)
+
+    def _try_place(self, entry: Pending, now: float) -> bool:
+        found = self.world.find_cell(entry.pod.ask)
+        if found is None:
+            return False
+        cell, gpus = found
+        self.waits[entry.pod.key] += now - entry.since
+        self.seq += 1
+        running = self.world.bind(entry, cell, gpus, now, self.seq)
+        self.running[running.pod.key] = running
+        self.push(running.end_at, END, (running.pod.key, running.token))
+        self.dirty = True
+        return True
+
+    def _place_pending(self, now: float) -> None:
+        refused: set[object] = set()
+        for entry in list(self.world.pending.values()):
+            if entry.pod.ask not in refused and not self._try_place(entry, now):
+                refused.add(entry.pod.ask)
+
+    def _pod_end(self, payload: tuple[str, int], now: float) -> None:
+        key, token = payload
+        running = self.running.get(key)
+        if running is None or running.token != token:
+            return  # evicted earlier; this end is stale
+        del self.running[key]
+        cell = self.world.unbind(running)
+        self.capacity_up = self.dirty = True
+        if cell.state is CellState.DRAINING and not cell.pods:
+            self.push(now + self.cfg.drain_seconds, DRAIN, cell.name)
+
+    # ----- cells -----------------------------------------------------------------------------
+
+    def _boot_done(self, payload: tuple[str, bool], now: float) -> None:
+        name, failed = payload
+        cell = self.world.cells.get(name)
+        if cell is None or cell.state is not CellState.BOOTING:
+            return  # cancelled while booting
+        if failed:
+            self.world.remove_cell(name)
+            self.counters.boot_failures += 1
+        else:
+            self.world.set_state(cell, CellState.READY, now)
+            self.capacity_up = True
+        self.dirty = True
+
+    def _drain_done(self, name: str) -> None:
+        if self.world.remove_cell(name) is not None:
+            self.dirty = True
+
+    def _drain_timeout(self, name: str, now: float) -> None:
+        cell = self.world.cells.get(name)
+        if cell is not None and cell.state is CellState.DRAINING and cell.pods:
+            self._evict_all(cell, now)
+            self.push(now + self.cfg.drain_seconds, DRAIN, name)
+
+    def _evict_all(self, cell: SimCell, now: float) -> None:
+        for running in list(cell.pods.values()):
+            self.world.unbind(running)
+            del self.running[running.pod.key]
+            self.world.enqueue(running.pod, now, running.end_at - now)
+            self.counters.evictions += 1
+        self.capacity_up = self.dirty = True
+        if self.react:
+            self._schedule_react(now)
+
+    def _start_drain(self, cell: SimCell, now: float) -> None:
+        self.counters.scale_down_cells += 1
+        self.dirty = True
+        if cell.state is CellState.BOOTING:
+            self.world.remove_cell(cell.name)
+            return
+        self.world.set_state(cell, CellState.DRAINING, now)
+        if cell.pods and self.cfg.drain_mode is DrainMode.EVICT:
+            self._evict_all(cell, now)
+        if not cell.pods:
+            self.push(now + self.cfg.drain_seconds, DRAIN, cell.name)
+        elif self.cfg.drain_timeout_seconds is not None:
+            self.push(now + self.cfg.drain_timeout_seconds, DRAIN_TIMEOUT, cell.name)
+
+    def _create_cells(self, count: int, now: float) -> None:
+        if self.cfg.physical_gpus is not None:
+            free = self.cfg.physical_gpus // self.shape.gpus - len(self.world.cells)
+            count = min(count, max(0, free))
+        for _ in range(count):
+            cell = self.world.add_cell(now, CellState.BOOTING)
+            seconds, failed = self.cfg.boot.sample(self.rng)
+            self.push(now + seconds, BOOT, (cell.name, failed))
+        self.counters.scale_up_cells += count
+        self.dirty = True
+
+    # ----- the policy ------------------------------------------------------------------------
+
+    def _free_physical(self) -> int | None:
+        if self.cfg.physical_gpus is None:
+            return None
+        return max(0, self.cfg.physical_gpus - len(self.world.cells) * self.shape.gpus)
+
+    def _tick(self, kind: int, now: float) -> None:
+        if kind == TICK:
+            self.push(now + self.tick_seconds, TICK)
+        else:
+            self.react_at = None
+        observation = self.world.observation(self._free_physical())
+        decision = self.policy.decide(observation, self.memory, self.cfg.policy_config, now)
+        self.memory = decision.memory
+        self.counters.decisions += 1
+        self.counters.reason(str(decision.reason))
+        self._apply(decision, now)
+
+    def _apply(self, decision: Decision, now: float) -> None:
+        self.desired = decision.desired_replicas
+        if not decision.act:
+            return
+        active = [
+            c for c in self.world.cells.values() if c.state in (CellState.BOOTING, CellState.READY)
+        ]
+        if decision.desired_replicas > len(active):
+            self._create_cells(decision.desired_replicas - len(active), now)
+            return
+        excess = len(active) - decision.desired_replicas
+        by_name = {c.name: c for c in active}
+        for name in decision.victims:
+            if excess <= 0:
+                break
+            if name in by_name:
+                self._start_drain(by_name.pop(name), now)
+                excess -= 1
+
+    def _sample(self, now: float) -> None:
+        self.push(now + self.sample_every, SAMPLE)
+        world = self.world
+        if self.demand_stale:
+            self.demand_stale = False
+            self.demand_cells = hami.pack_count(world.demand_asks(), self.shape)
+        self.timeline.append(
+            Sample(
+                time_seconds=now,
+                demand_cells=self.demand_cells,
+                ready=world.count(CellState.READY),
+                booting=world.count(CellState.BOOTING),
+                draining=world.count(CellState.DRAINING),
+                desired=self.desired,
+            )
+        )
+
+    def _result(self, now: float) -> SimResult:
+        for entry in self.world.pending.values():
+            self.waits[entry.pod.key] += now - entry.since
+        counters = self.counters
+        return SimResult(
+            policy=self.policy.name,
+            pods=len(self.pods),
+            cost_cell_hours=self.integrals.cell_seconds / 3600.0,
+            waits_seconds=tuple(self.waits.values()),
+            unplaced=len(self.world.pending) + (len(self.pods) - self.arrived),
+            unschedulable=self.unschedulable,
+            evictions=counters.evictions,
+            scale_up_cells=counters.scale_up_cells,
+            scale_down_cells=counters.scale_down_cells,
+            boot_failures=counters.boot_failures,
+            mean_utilisation=self.integrals.mean_utilisation(),
+            end_seconds=now,
+            events=counters.events,
+            decisions=counters.decisions,
+            reasons=tuple(sorted((counters.reasons or {}).items())),
+            timeline=tuple(self.timeline),
+            boot_seconds=self.cfg.boot.median_seconds,
+        )
+
+
+def simulate(
+    pods: Sequence[TracePod],
+    policy: ScalingPolicy,
+    config: SimConfig | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    """Replay ``pods`` through ``policy``; deterministic for ``config.seed``."""
+    return Simulation(pods, policy, config or SimConfig()).run(progress)

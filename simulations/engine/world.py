@@ -1,0 +1,197 @@
+"""The simulated pool's state: cells, the pods running on them, and the pending queue.
+
+Why this module exists: the event loop (``engine.sim``) should read as "what happens when";
+this module holds "what is", places pending pods the way HAMi would (``engine.hami``), and
+turns the world into the ``Observation`` the policy sees, with per-GPU usage, exactly like the
+live loop builds it from HAMi annotations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    CellView,
+    GPUAsk,
+    GPUUsage,
+    MetricsHealth,
+    Observation,
+    PendingPod,
+)
+from simulations.engine import hami
+from simulations.traces.model import TracePod
+
+
+@dataclass(slots=True)
+class Running:
+    """A pod placed on a cell."""
+
+    pod: TracePod
+    cell: str
+    gpus: tuple[int, ...]
+    started_at: float
+    end_at: float
+    token: int
+
+
+@dataclass(slots=True)
+class Pending:
+    """A pod waiting for HAMi to place it; ``remaining_seconds`` shrinks after an eviction."""
+
+    pod: TracePod
+    since: float
+    remaining_seconds: float
+    view: PendingPod
+
+
+@dataclass(slots=True)
+class SimCell:
+    name: str
+    index: int
+    state: CellState
+    created_at: float
+    gpus: list[GPUUsage]
+    ready_at: float | None = None
+    pods: dict[str, Running] = field(default_factory=dict)
+    cached_view: CellView | None = None
+    cached_util: float | None = None
+
+    def touch(self) -> None:
+        self.cached_view = None
+        self.cached_util = None
+
+    def utilisation(self, shape: CellShape) -> float:
+        if self.cached_util is None:
+            self.cached_util = hami.utilisation(self.gpus, shape)
+        return self.cached_util
+
+    def view(self) -> CellView:
+        if self.cached_view is None:
+            usage = tuple(self.gpus)
+            self.cached_view = CellView(
+                name=self.name,
+                index=self.index,
+                state=self.state,
+                created_at=self.created_at,
+                gpus=usage if self.state is not CellState.BOOTING else (),
+                pods=len(self.pods),
+                evictable_pods=len(self.pods),
+                ready_at=self.ready_at,
+                pod_asks=tuple((r.pod.ask,) for r in self.pods.values()),
+            )
+        return self.cached_view
+
+
+class World:
+    """Cells, running pods and the pending queue, with HAMi placement."""
+
+    def __init__(self, shape: CellShape, node_policy: str, gpu_policy: str) -> None:
+        self.shape = shape
+        self.node_policy = node_policy
+        self.gpu_policy = gpu_policy
+        self.cells: dict[str, SimCell] = {}
+        self.pending: dict[str, Pending] = {}
+        self.next_index = 0
+        self._pending_views: tuple[PendingPod, ...] | None = None
+        self._observation: Observation | None = None
+
+    # ----- cells -----------------------------------------------------------------------------
+
+    def add_cell(self, now: float, state: CellState) -> SimCell:
+        index = self.next_index
+        self.next_index += 1
+        gpus = [hami.EMPTY] * self.shape.gpus
+        cell = SimCell(f"cell-{index}", index, state, now, gpus)
+        if state is CellState.READY:
+            cell.ready_at = now
+        self.cells[cell.name] = cell
+        self._observation = None
+        return cell
+
+    def remove_cell(self, name: str) -> SimCell | None:
+        self._observation = None
+        return self.cells.pop(name, None)
+
+    def set_state(self, cell: SimCell, state: CellState, now: float) -> None:
+        cell.state = state
+        if state is CellState.READY:
+            cell.ready_at = now
+        cell.touch()
+        self._observation = None
+
+    def count(self, state: CellState) -> int:
+        return sum(1 for c in self.cells.values() if c.state is state)
+
+    # ----- pods ------------------------------------------------------------------------------
+
+    def enqueue(self, pod: TracePod, now: float, remaining_seconds: float) -> None:
+        view = PendingPod(key=pod.key, ask=pod.ask, first_seen=now, constraints=pod.constraints())
+        self.pending[pod.key] = Pending(pod, now, remaining_seconds, view)
+        self._pending_views = None
+        self._observation = None
+
+    def find_cell(self, ask: GPUAsk) -> tuple[SimCell, tuple[int, ...]] | None:
+        """The Ready cell and GPUs HAMi would choose for ``ask``, or None."""
+        best: tuple[float, int, SimCell, tuple[int, ...]] | None = None
+        sign = -1.0 if self.node_policy == hami.BINPACK else 1.0
+        for cell in self.cells.values():
+            if cell.state is not CellState.READY:
+                continue
+            chosen = hami.choose_gpus(cell.gpus, self.shape, ask, self.gpu_policy)
+            if chosen is None:
+                continue
+            key = (sign * hami.node_score(cell.gpus, self.shape), cell.index)
+            if best is None or key < best[:2]:
+                best = (key[0], key[1], cell, chosen)
+        return None if best is None else (best[2], best[3])
+
+    def bind(
+        self, entry: Pending, cell: SimCell, gpus: tuple[int, ...], now: float, token: int
+    ) -> Running:
+        hami.allocate(cell.gpus, self.shape, entry.pod.ask, gpus)
+        running = Running(entry.pod, cell.name, gpus, now, now + entry.remaining_seconds, token)
+        cell.pods[entry.pod.key] = running
+        cell.touch()
+        del self.pending[entry.pod.key]
+        self._pending_views = None
+        self._observation = None
+        return running
+
+    def unbind(self, running: Running) -> SimCell:
+        cell = self.cells[running.cell]
+        hami.release(cell.gpus, self.shape, running.pod.ask, running.gpus)
+        del cell.pods[running.pod.key]
+        cell.touch()
+        self._observation = None
+        return cell
+
+    # ----- what the policy sees --------------------------------------------------------------
+
+    def observation(self, free_physical_gpus: int | None) -> Observation:
+        """The snapshot handed to ``decide``; the same object while nothing changed."""
+        cached = self._observation
+        if cached is not None and cached.free_physical_gpus == free_physical_gpus:
+            return cached
+        if self._pending_views is None:
+            self._pending_views = tuple(p.view for p in self.pending.values())
+        cells = tuple(c.view() for c in self.cells.values() if c.state is not CellState.FAILED)
+        self._observation = Observation(
+            pending=self._pending_views,
+            cells=cells,
+            metrics=MetricsHealth(),
+            free_physical_gpus=free_physical_gpus,
+        )
+        return self._observation
+
+    def utilisation_sum(self) -> tuple[float, int]:
+        """(sum of Ready cells' utilisation, number of Ready cells)."""
+        ready = [c for c in self.cells.values() if c.state is CellState.READY]
+        return sum(c.utilisation(self.shape) for c in ready), len(ready)
+
+    def demand_asks(self) -> list[GPUAsk]:
+        """Asks of every pod running or pending: what the pool must hold right now."""
+        asks = [r.pod.ask for c in self.cells.values() for r in c.pods.values()]
+        asks.extend(p.pod.ask for p in self.pending.values())
+        return asks

@@ -1,0 +1,26 @@
+"""Demand traces: what pods arrive, when, for how long, and what they ask of HAMi.
+
+Loaders turn public traces (Alibaba GPU 2023 "openb") and a documented generic CSV/JSONL format
+into one sorted tuple of frozen ``TracePod`` values; ``rescale`` reshapes a trace (window, time
+compression, arrival multiplier, duration scale) so one trace can stress pools of any size.
+"""
+
+from simulations.traces.bundled import BUNDLED_OPENB_PATH
+from simulations.traces.generic import load_generic, write_generic
+from simulations.traces.model import LoadResult, Malformed, TracePod
+from simulations.traces.openb import load_bundled, load_openb, openb_ask
+from simulations.traces.rescale import RescaleSpec, rescale
+
+__all__ = [
+    "BUNDLED_OPENB_PATH",
+    "LoadResult",
+    "Malformed",
+    "RescaleSpec",
+    "TracePod",
+    "load_bundled",
+    "load_generic",
+    "load_openb",
+    "openb_ask",
+    "rescale",
+    "write_generic",
+]

@@ -1,0 +1,71 @@
+"""The trace value types every loader produces and the simulator consumes.
+
+Why this module exists: loaders for different trace formats must hand the simulator one shape
+of data, immutable so a trace can be shared between policy runs without copying, and with
+malformed input reported (line number and reason) rather than raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoscaler.policy.types import GPUAsk, PlacementConstraints
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """One pod of a trace: it arrives, asks HAMi for ``ask``, and runs ``duration_seconds``.
+
+    ``node_selector`` and ``labels`` are sorted (key, value) pairs so the value stays hashable.
+    """
+
+    key: str
+    arrival_seconds: float
+    duration_seconds: float
+    ask: GPUAsk
+    node_selector: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def constraints(self) -> PlacementConstraints:
+        """The pod's placement constraints as the policy contract spells them."""
+        if not self.node_selector:
+            return _NO_CONSTRAINTS
+        return PlacementConstraints(node_selector=dict(self.node_selector))
+
+
+_NO_CONSTRAINTS = PlacementConstraints()
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """A row a loader could not use: where it was and why."""
+
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What a loader read: the pods (sorted by arrival, then key) and what it left out.
+
+    ``skipped`` counts rows that were well-formed but deliberately not used (for example
+    CPU-only pods), by reason.
+    """
+
+    pods: tuple[TracePod, ...]
+    malformed: tuple[Malformed, ...] = ()
+    skipped: tuple[tuple[str, int], ...] = field(default=())
+
+    def summary(self) -> str:
+        """One human line: how many pods, how many rows skipped and malformed."""
+        parts = [f"{len(self.pods)} pods"]
+        parts += [f"{count} skipped ({reason})" for reason, count in self.skipped]
+        if self.malformed:
+            first = ", ".join(f"line {m.line}: {m.reason}" for m in self.malformed[:3])
+            parts.append(f"{len(self.malformed)} malformed ({first})")
+        return "; ".join(parts)
+
+
+def sort_pods(pods: list[TracePod]) -> tuple[TracePod, ...]:
+    """Arrival order, ties broken by key, so every consumer sees the same sequence."""
+    return tuple(sorted(pods, key=lambda pod: (pod.arrival_seconds, pod.key)))
