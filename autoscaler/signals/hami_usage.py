@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.policy.types import MetricsHealth
+from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.signals.hami_metrics import (
     MIB,
     REQUIRED,
@@ -189,3 +189,45 @@ _ROUNDING = {
     Quantity.MEMORY_LIMIT: _mib_down,
     Quantity.SLOTS_USED: _slots,
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-check against the pods' HAMi annotations
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Discrepancy:
+    """A node whose allocation total differs between Prometheus and the pod annotations."""
+
+    node: str
+    quantity: str  # memory_mib | cores_percent | slots
+    metrics: int
+    annotations: int
+
+    def __str__(self) -> str:
+        return (
+            f"node {self.node}: {self.quantity} allocated {self.metrics} per HAMi metrics, "
+            f"{self.annotations} per pod annotations"
+        )
+
+
+def cross_check(
+    reading: MetricsReading, annotated: Mapping[str, Sequence[GPUUsage]]
+) -> tuple[Discrepancy, ...]:
+    """Per-node totals on which Prometheus and the pods' annotations disagree.
+
+    Only nodes with a complete reading on both sides are compared; totals, not per-GPU
+    values, because annotations and metrics may order a node's GPUs differently. A metric
+    total above the annotations is HAMi holding an allocation no live pod explains
+    (hami-facts §4.4, HAMi #2923); below means pods not yet counted by the scheduler.
+    """
+    measured = reading.usage_by_node()
+    found: list[Discrepancy] = []
+    for node in sorted(set(measured) & set(annotated)):
+        for quantity in ("memory_mib", "cores_percent", "slots"):
+            metrics = sum(getattr(gpu, quantity) for gpu in measured[node])
+            annotations = sum(getattr(gpu, quantity) for gpu in annotated[node])
+            if metrics != annotations:
+                found.append(Discrepancy(node, quantity, metrics, annotations))
+    return tuple(found)

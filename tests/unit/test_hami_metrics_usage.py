@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from autoscaler.policy.types import GPUUsage
 from autoscaler.signals.hami_metrics import CURRENT, LEGACY, MIB, MetricFamily, Quantity, Schema
-from autoscaler.signals.hami_usage import convert, interpret_usage
+from autoscaler.signals.hami_usage import Discrepancy, convert, cross_check, interpret_usage
 from autoscaler.signals.promql import QueryResult, Series
 
 NOW = 1_800_000_000.0
@@ -277,3 +277,28 @@ def test_no_bad_value_ever_converts(raw: str, quantity: Quantity) -> None:
     value, why = convert(quantity, raw)
     assert value is None, f"{raw!r} converted to {value!r}"
     assert why
+
+
+def test_cross_check_compares_node_totals() -> None:
+    series = (
+        gpu_series("cell-0", "GPU-a", 0, mem_mib=4096, cores="30", slots="2")
+        + gpu_series("cell-0", "GPU-b", 1, mem_mib=0, cores="0", slots="0")
+        + gpu_series("cell-1", "GPU-c", 0, mem_mib=8192, cores="50", slots="1")
+        + gpu_series("cell-2", "GPU-d", 0, cores="NaN")
+    )
+    reading = read(series, ["cell-0", "cell-1", "cell-2"])
+    annotated = {
+        "cell-0": [GPUUsage(0, 0, 0), GPUUsage(4096, 30, 2)],  # same totals, other GPU order
+        "cell-1": [GPUUsage(0, 0, 0)],  # HAMi still holds an allocation no pod explains
+        "cell-2": [GPUUsage(1, 1, 1)],  # incomplete reading: not compared
+        "cell-3": [GPUUsage(1, 1, 1)],  # not in the reading: not compared
+    }
+    found = cross_check(reading, annotated)
+    assert found == (
+        Discrepancy("cell-1", "memory_mib", 8192, 0),
+        Discrepancy("cell-1", "cores_percent", 50, 0),
+        Discrepancy("cell-1", "slots", 1, 0),
+    )
+    assert str(found[0]) == (
+        "node cell-1: memory_mib allocated 8192 per HAMi metrics, 0 per pod annotations"
+    )
