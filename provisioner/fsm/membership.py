@@ -38,6 +38,9 @@ class MemberRow:
 
     ``has_object``: the outer object exists (False = tombstone). ``fault_outside_cell``: the
     cell's Node was Ready with 0 devices advertised (evidence for FaultNotInTheCell).
+    ``current_template``: the row's template hash is the current one; the hash covers the join
+    template's content, so fixing the join Secret makes older NodeNeverRegistered failures
+    stop counting as evidence against the credential.
     """
 
     name: str
@@ -47,6 +50,7 @@ class MemberRow:
     ready_once: bool = False
     reason: str = ""
     fault_outside_cell: bool = False
+    current_template: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +203,7 @@ def _creation_guard(inp: MembershipInput) -> tuple[StallReason, str] | None:
         if r.phase is CellPhase.FAILED
         and r.reason == CellReason.NODE_NEVER_REGISTERED
         and not r.ready_once
+        and r.current_template
     ]
     if not inp.release_guard and len(suspects) >= limits.suspect_credential_failures:
         return StallReason.BOOTSTRAP_CREDENTIAL_SUSPECT, (

@@ -101,7 +101,11 @@ def failure_history(rows: Iterable[CellStatus]) -> dict[int, IndexHistory]:
     return history
 
 
-def member_row(status: CellStatus, has_object: bool, fault_outside_cell: bool = False) -> MemberRow:
+def member_row(
+    status: CellStatus, has_object: bool, current_hash: str = "", fault_outside_cell: bool = False
+) -> MemberRow:
+    """Membership's view of a row; ``current_hash`` "" means "do not compare templates"."""
+    stored_hash = status.template_hash or ""
     return MemberRow(
         name=status.name,
         index=status.index,
@@ -110,4 +114,5 @@ def member_row(status: CellStatus, has_object: bool, fault_outside_cell: bool = 
         ready_once=bool(status.ready_once),
         reason=status.reason or "",
         fault_outside_cell=fault_outside_cell,
+        current_template=not current_hash or stored_hash in ("", current_hash),
     )

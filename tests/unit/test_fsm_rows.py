@@ -99,3 +99,8 @@ def test_member_row() -> None:
         "NodeNeverRegistered",
     )
     assert to_seconds(None) is None
+    assert m.current_template
+    old = stored(templateHash="aaaaaaaaaa")
+    assert not member_row(old, True, current_hash="bbbbbbbbbb").current_template
+    assert member_row(old, True, current_hash="aaaaaaaaaa").current_template
+    assert member_row(stored(), True, current_hash="bbbbbbbbbb").current_template

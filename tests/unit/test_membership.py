@@ -197,6 +197,15 @@ def test_credential_guard_ignores_cells_that_joined_once_and_other_reasons() -> 
     assert p.stall is None and [c.index for c in p.create] == [2]
 
 
+def test_credential_guard_clears_when_the_join_template_changes() -> None:
+    rows = tuple(
+        cell(i, P.FAILED, reason=R.NODE_NEVER_REGISTERED, ready_once=False, current_template=False)
+        for i in (0, 1)
+    )
+    p = plan(rows, desired=3, pool_ever_ready=True)
+    assert p.stall is None and [c.index for c in p.create] == [2]
+
+
 def test_credential_threshold_configurable() -> None:
     rows = (cell(0, P.FAILED, reason=R.NODE_NEVER_REGISTERED),)
     p = plan(
