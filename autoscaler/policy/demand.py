@@ -34,17 +34,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from autoscaler.policy.types import (
-    GPUAsk,
-    NodeSelectorRequirement,
-    PendingPod,
-    PlacementConstraints,
-    Toleration,
-)
+from autoscaler.policy.errors import AskError
+from autoscaler.policy.pod_constraints import MATCH_FIELDS_KEY_PREFIX, constraints_from_pod
+from autoscaler.policy.types import GPUAsk, PendingPod
+
+__all__ = [
+    "MATCH_FIELDS_KEY_PREFIX",
+    "AskError",
+    "constraints_from_pod",
+    "container_ask",
+    "is_pending_hami_pod",
+    "pending_pod_from_manifest",
+    "pod_ask",
+    "pod_asks",
+]
 
 RES_GPU = "nvidia.com/gpu"
 RES_MEM = "nvidia.com/gpumem"
@@ -52,9 +58,6 @@ RES_MEM_PCT = "nvidia.com/gpumem-percentage"
 RES_CORES = "nvidia.com/gpucores"
 HAMI_RESOURCES = (RES_GPU, RES_MEM, RES_MEM_PCT, RES_CORES)
 INT32_MAX = 2**31 - 1
-# A matchFields term (metadata.name) can never name a cell that does not exist yet; we encode it
-# as a requirement on a label key no Node carries, so pool fit rejects it.
-MATCH_FIELDS_KEY_PREFIX = "matchFields/"
 
 _QUANTITY = re.compile(r"^([+-]?\d+(?:\.\d*)?|[+-]?\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 _SUFFIX: dict[str | None, Fraction] = {
@@ -73,14 +76,6 @@ _SUFFIX: dict[str | None, Fraction] = {
     "Pi": Fraction(2**50),
     "Ei": Fraction(2**60),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class AskError:
-    """Why a manifest could not be read. ``field`` is a JSON-path-like name of the culprit."""
-
-    field: str
-    message: str
 
 
 class _NoDevice:
@@ -301,88 +296,6 @@ def pod_ask(pod: Mapping[str, Any], *, apply_webhook: bool = False) -> GPUAsk | 
     """The whole-pod ask as one value (``summarise`` of ``pod_asks``)."""
     asks = pod_asks(pod, apply_webhook=apply_webhook)
     return asks if isinstance(asks, AskError) else summarise(asks)
-
-
-def _requirements(
-    items: object, where: str, prefix: str = ""
-) -> list[NodeSelectorRequirement] | AskError:
-    if not isinstance(items, list):
-        return AskError(where, f"{where}: expected a list")
-    out: list[NodeSelectorRequirement] = []
-    for i, req in enumerate(items):
-        values = req.get("values") or [] if isinstance(req, Mapping) else None
-        if not isinstance(req, Mapping) or not isinstance(values, list):
-            return AskError(f"{where}[{i}]", f"{where}[{i}]: malformed requirement")
-        key, op = req.get("key"), req.get("operator")
-        if not isinstance(key, str) or not isinstance(op, str):
-            return AskError(f"{where}[{i}]", f"{where}[{i}]: key and operator must be strings")
-        out.append(NodeSelectorRequirement(prefix + key, op, tuple(str(v) for v in values)))
-    return out
-
-
-def _affinity_terms(
-    spec: Mapping[str, Any],
-) -> tuple[tuple[NodeSelectorRequirement, ...], ...] | AskError:
-    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    affinity = spec.get("affinity") or {}
-    node_aff = affinity.get("nodeAffinity") or {} if isinstance(affinity, Mapping) else None
-    required = node_aff.get(where.rsplit(".", 1)[1]) if isinstance(node_aff, Mapping) else None
-    if required is None:
-        return () if node_aff is not None else AskError(where, f"{where}: malformed affinity")
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-    if not isinstance(terms, list):
-        return AskError(where, f"{where}.nodeSelectorTerms: expected a list")
-    out: list[tuple[NodeSelectorRequirement, ...]] = []
-    for i, term in enumerate(terms):
-        if not isinstance(term, Mapping):
-            return AskError(f"{where}[{i}]", f"{where}.nodeSelectorTerms[{i}]: not an object")
-        reqs = _requirements(term.get("matchExpressions") or [], f"{where}[{i}].matchExpressions")
-        fields = _requirements(
-            term.get("matchFields") or [], f"{where}[{i}].matchFields", MATCH_FIELDS_KEY_PREFIX
-        )
-        if isinstance(reqs, AskError):
-            return reqs
-        if isinstance(fields, AskError):
-            return fields
-        out.append(tuple(reqs + fields))
-    return tuple(out)
-
-
-def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...] | AskError:
-    items = spec.get("tolerations") or []
-    if not isinstance(items, list):
-        return AskError("spec.tolerations", "spec.tolerations: expected a list")
-    out: list[Toleration] = []
-    for i, tol in enumerate(items):
-        if not isinstance(tol, Mapping):
-            return AskError(f"spec.tolerations[{i}]", f"spec.tolerations[{i}]: not an object")
-        out.append(
-            Toleration(
-                key=str(tol.get("key") or ""),
-                operator=str(tol.get("operator") or "Equal"),
-                value=str(tol.get("value") or ""),
-                effect=str(tol.get("effect") or ""),
-            )
-        )
-    return tuple(out)
-
-
-def constraints_from_pod(pod: Mapping[str, Any]) -> PlacementConstraints | AskError:
-    """nodeSelector, required node affinity and tolerations: what pool fit tests."""
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    if not isinstance(spec, Mapping):
-        return AskError("spec", "spec: missing or not an object")
-    selector = spec.get("nodeSelector") or {}
-    if not isinstance(selector, Mapping):
-        return AskError("spec.nodeSelector", "spec.nodeSelector: expected an object")
-    terms = _affinity_terms(spec)
-    if isinstance(terms, AskError):
-        return terms
-    tolerations = _tolerations(spec)
-    if isinstance(tolerations, AskError):
-        return tolerations
-    node_selector = {str(k): str(v) for k, v in selector.items()}
-    return PlacementConstraints(node_selector, terms, tolerations)
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
