@@ -1,0 +1,339 @@
+"""Two real kube-apiservers over one etcd: the "infrastructure" and the "workload" cluster.
+
+Everything live in the project (operator, webhook, provisioner tests, benchmarks, the demo)
+runs against this. One etcd on loopback with random free ports and its data in a temporary
+directory; two kube-apiservers with distinct `--etcd-prefix`, each with its own CA, serving
+certificate, service-account key, an admin client certificate in `system:masters` (RBAC is
+on, as in a real cluster) and an admin kubeconfig. No controller-manager or scheduler runs.
+
+`Harness.start(tmp_dir)` returns once both `/readyz` answer and the CRDs are Established;
+`stop()` (also run at interpreter exit and on garbage collection) kills every process group
+it started and waits for each exit.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import urllib.request
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+
+from simulations.harness import binaries as bins
+from simulations.harness.certs import ClusterPKI, cluster_pki
+from simulations.harness.endpoint import ClusterEndpoint, write_kubeconfig
+from simulations.harness.procs import ManagedProcess, free_port, wait_for
+from simulations.harness.versions import KUBE_BINARIES
+
+THIRD_PARTY_CRDS = Path(__file__).resolve().parent / "crds"
+PROJECT_CRDS = bins.REPO_ROOT / "crds"
+CLUSTERS = ("infrastructure", "workload")
+ADMIN_USER = "admin"
+START_ATTEMPTS = 3
+
+
+class HarnessError(RuntimeError):
+    """A server of the harness failed to start; the message carries its log tail."""
+
+
+@dataclass(frozen=True)
+class ApiserverConfig:
+    """What makes one apiserver distinct: its name, port, etcd prefix and credentials."""
+
+    name: str
+    port: int
+    etcd_url: str
+    etcd_prefix: str
+    pki: ClusterPKI
+    token_file: Path
+    service_cidr: str
+
+
+def etcd_args(exe: Path, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
+    """A single-member, loopback-only, no-fsync etcd (test data only)."""
+    client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+    return [
+        str(exe),
+        "--name=default",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=default={peer}",
+        "--unsafe-no-fsync=true",
+        "--log-level=warn",
+    ]
+
+
+def apiserver_args(exe: Path, cfg: ApiserverConfig) -> list[str]:
+    """kube-apiserver flags for a test cluster (envtest-like, but with RBAC on)."""
+    pki = cfg.pki
+    return [
+        str(exe),
+        f"--etcd-servers={cfg.etcd_url}",
+        f"--etcd-prefix={cfg.etcd_prefix}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={cfg.port}",
+        f"--tls-cert-file={pki.serving.cert}",
+        f"--tls-private-key-file={pki.serving.key}",
+        f"--client-ca-file={pki.ca.cert}",
+        f"--token-auth-file={cfg.token_file}",
+        f"--service-account-key-file={pki.service_account.cert}",
+        f"--service-account-signing-key-file={pki.service_account.key}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-cluster-ip-range={cfg.service_cidr}",
+        "--authorization-mode=RBAC",
+        "--allow-privileged=true",
+        # No controller-manager creates "default" ServiceAccounts, so pods would be refused.
+        "--disable-admission-plugins=ServiceAccount",
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+        "-v=1",
+    ]
+
+
+class Harness:
+    """A running etcd and two apiservers; use `Harness.start()`, then `stop()` or `with`."""
+
+    def __init__(
+        self,
+        root: Path,
+        etcd_url: str,
+        processes: list[ManagedProcess],
+        endpoints: Mapping[str, ClusterEndpoint],
+        timings: Mapping[str, float],
+    ) -> None:
+        self.root = root
+        self.etcd_url = etcd_url
+        self.processes = processes
+        self.infra = endpoints["infrastructure"]
+        self.workload = endpoints["workload"]
+        self.timings = dict(timings)
+        self._finalizer = weakref.finalize(self, _stop_all, list(processes))
+
+    @property
+    def endpoints(self) -> tuple[ClusterEndpoint, ClusterEndpoint]:
+        """(infrastructure, workload)."""
+        return (self.infra, self.workload)
+
+    @property
+    def pids(self) -> list[int]:
+        """PIDs of etcd and both apiservers."""
+        return [p.pid for p in self.processes]
+
+    @property
+    def ports(self) -> list[int]:
+        """Every TCP port the harness listens on."""
+        etcd_ports = [int(u.rsplit(":", 1)[1]) for u in (self.etcd_url, self._etcd_peer_url)]
+        return [*etcd_ports, self.infra.port, self.workload.port]
+
+    @property
+    def _etcd_peer_url(self) -> str:
+        argv = self.processes[0].argv
+        return next(a.split("=", 1)[1] for a in argv if a.startswith("--listen-peer-urls="))
+
+    @property
+    def alive(self) -> bool:
+        """True while the finalizer has not run (i.e. before stop())."""
+        return self._finalizer.alive
+
+    @classmethod
+    def start(
+        cls,
+        tmp_dir: Path,
+        *,
+        binaries: Mapping[str, Path] | None = None,
+        crd_dirs: Sequence[Path] | None = None,
+        timeout: float = 120.0,
+    ) -> Harness:
+        """Start etcd and both apiservers under `tmp_dir` and install the CRDs."""
+        paths = dict(binaries) if binaries is not None else bins.ensure(KUBE_BINARIES)
+        root = Path(tmp_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        started: list[ManagedProcess] = []
+        timings: dict[str, float] = {}
+        t0 = time.monotonic()
+        try:
+            etcd_url = _start_etcd(paths["etcd"], root, started, timeout)
+            timings["etcd"] = time.monotonic() - t0
+            endpoints = _start_apiservers(paths, root, etcd_url, started, timeout)
+            timings["apiservers"] = time.monotonic() - t0
+            dirs = [THIRD_PARTY_CRDS, PROJECT_CRDS] if crd_dirs is None else list(crd_dirs)
+            install_crds(endpoints["infrastructure"], dirs, timeout)
+            timings["total"] = time.monotonic() - t0
+        except BaseException:
+            _stop_all(started)
+            raise
+        return cls(root, etcd_url, started, endpoints, timings)
+
+    def stop(self) -> None:
+        """Kill every process group the harness started and wait for each to exit."""
+        self._finalizer()
+
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _stop_all(processes: list[ManagedProcess]) -> None:
+    for proc in reversed(processes):  # apiservers first, etcd last
+        proc.stop()
+
+
+def _launch(name: str, argv: list[str], log: Path, started: list[ManagedProcess]) -> ManagedProcess:
+    proc = ManagedProcess(name, argv, log)
+    started.append(proc)
+    return proc
+
+
+def _fail(proc: ManagedProcess, why: str) -> HarnessError:
+    return HarnessError(f"{proc.name} {why}; log {proc.log_path}:\n{proc.log_tail()}")
+
+
+def _exited_or(proc: ManagedProcess, ready: Callable[[], bool]) -> Callable[[], bool]:
+    """A wait condition that also ends (falsely ready) when the process dies."""
+    return lambda: not proc.running() or ready()
+
+
+def _etcd_healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            return b'"health":"true"' in resp.read()
+    except OSError:
+        return False
+
+
+def _start_etcd(exe: Path, root: Path, started: list[ManagedProcess], timeout: float) -> str:
+    for attempt in range(START_ATTEMPTS):
+        client_port, peer_port = free_port(), free_port()
+        data_dir = root / "etcd" / f"data-{attempt}"
+        argv = etcd_args(exe, data_dir, client_port, peer_port)
+        proc = _launch("etcd", argv, root / "logs" / "etcd.log", started)
+        url = f"http://127.0.0.1:{client_port}"
+        wait_for(
+            _exited_or(proc, partial(_etcd_healthy, url)),
+            timeout=timeout,
+            what="etcd /health",
+        )
+        if proc.running():
+            return url
+        started.remove(proc)
+        proc.stop()
+        if "address already in use" not in proc.log_tail():
+            raise _fail(proc, "exited during start")
+    raise HarnessError(f"etcd could not get free ports in {START_ATTEMPTS} attempts")
+
+
+def _cluster_files(root: Path, name: str) -> tuple[ClusterPKI, Path, str]:
+    directory = root / name
+    pki = cluster_pki(directory / "pki", name, ADMIN_USER)
+    token = secrets.token_hex(16)
+    token_file = directory / "pki" / "tokens.csv"
+    token_file.write_text(f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+    token_file.chmod(0o600)
+    return pki, token_file, token
+
+
+def _endpoint(root: Path, cfg: ApiserverConfig, token: str, kubectl: Path) -> ClusterEndpoint:
+    url = f"https://127.0.0.1:{cfg.port}"
+    pki = cfg.pki
+    kubeconfig = write_kubeconfig(
+        root / cfg.name / "kubeconfig",
+        context=cfg.name,
+        url=url,
+        ca=pki.ca.cert,
+        cert=pki.admin.cert,
+        key=pki.admin.key,
+    )
+    return ClusterEndpoint(
+        name=cfg.name,
+        url=url,
+        kubeconfig_path=kubeconfig,
+        ca_path=pki.ca.cert,
+        client_cert_path=pki.admin.cert,
+        client_key_path=pki.admin.key,
+        token=token,
+        etcd_prefix=cfg.etcd_prefix,
+        kubectl_path=kubectl,
+        kubectl_cache_dir=root / cfg.name / "kubectl-cache",
+    )
+
+
+def _start_apiservers(
+    paths: Mapping[str, Path],
+    root: Path,
+    etcd_url: str,
+    started: list[ManagedProcess],
+    timeout: float,
+) -> dict[str, ClusterEndpoint]:
+    files = {name: _cluster_files(root, name) for name in CLUSTERS}
+    endpoints: dict[str, ClusterEndpoint] = {}
+    pending = list(CLUSTERS)
+    for _attempt in range(START_ATTEMPTS):
+        launched: dict[str, tuple[ManagedProcess, ClusterEndpoint]] = {}
+        for name in pending:
+            pki, token_file, token = files[name]
+            cidr = f"10.{96 + CLUSTERS.index(name)}.0.0/16"
+            cfg = ApiserverConfig(name, free_port(), etcd_url, f"/{name}", pki, token_file, cidr)
+            log = root / "logs" / f"kube-apiserver-{name}.log"
+            proc = _launch(
+                f"kube-apiserver[{name}]",
+                apiserver_args(paths["kube-apiserver"], cfg),
+                log,
+                started,
+            )
+            launched[name] = (proc, _endpoint(root, cfg, token, paths["kubectl"]))
+        pending = _await_apiservers(launched, started, timeout)
+        endpoints.update({n: ep for n, (_, ep) in launched.items() if n not in pending})
+        if not pending:
+            return endpoints
+    raise HarnessError(f"kube-apiserver could not get a free port in {START_ATTEMPTS} attempts")
+
+
+def _await_apiservers(
+    launched: Mapping[str, tuple[ManagedProcess, ClusterEndpoint]],
+    started: list[ManagedProcess],
+    timeout: float,
+) -> list[str]:
+    """Wait for every launched apiserver; return the names to retry (lost their port)."""
+    retry: list[str] = []
+    for name, (proc, endpoint) in launched.items():
+        wait_for(
+            _exited_or(proc, endpoint.ready),
+            timeout=timeout,
+            what=f"{proc.name} /readyz",
+        )
+        if proc.running():
+            continue
+        started.remove(proc)
+        proc.stop()
+        if "address already in use" not in proc.log_tail(200):
+            raise _fail(proc, "exited during start")
+        retry.append(name)
+    return retry
+
+
+def install_crds(endpoint: ClusterEndpoint, dirs: Sequence[Path], timeout: float = 60.0) -> None:
+    """Apply every `*.yaml` in `dirs` (missing/empty dirs are skipped); wait for Established."""
+    files = sorted(f for d in dirs if d.is_dir() for f in d.glob("*.yaml"))
+    if not files:
+        return
+    args = [arg for f in files for arg in ("-f", str(f))]
+    endpoint.kubectl("apply", "--server-side", "--force-conflicts", *args, timeout=timeout)
+    endpoint.kubectl(
+        "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", "crd", "--all",
+        timeout=timeout + 10,
+    )  # fmt: skip
