@@ -148,6 +148,11 @@ def load_generic(path: Path | str) -> LoadResult:
         return parse_generic(stream, jsonl=name.endswith((".jsonl", ".ndjson")))
 
 
+def _seconds(value: float) -> str:
+    """Shortest text that reads back as the same float (integral values without ``.0``)."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
 def _join(pairs: tuple[tuple[str, str], ...]) -> str:
     return ";".join(f"{k}={v}" for k, v in pairs)
 
@@ -163,8 +168,8 @@ def write_generic(pods: Iterable[TracePod], path: Path | str) -> int:
             writer.writerow(
                 [
                     pod.key,
-                    f"{pod.arrival_seconds:g}",
-                    f"{pod.duration_seconds:g}",
+                    _seconds(pod.arrival_seconds),
+                    _seconds(pod.duration_seconds),
                     ask.gpu_count,
                     "" if ask.memory_mib is None else ask.memory_mib,
                     "" if ask.memory_percent is None else ask.memory_percent,
