@@ -270,9 +270,10 @@ def plan_membership(inp: MembershipInput) -> MembershipPlan:
     remove = _removals(inp, live)
     replace, stall, message, requeue = _failed_decisions(inp, live, set(remove))
     guard = _creation_guard(inp)
-    if guard is not None:
+    if guard is not None and replace:
         # Nothing would be re-created: keep the failed VMs for inspection instead.
         replace, requeue = [], None
+        stall, message = stall or guard[0], message or guard[1]
     create: list[CellToCreate] = []
     if not remove:
         create, create_stall, create_message = _creations(inp, live)
