@@ -18,7 +18,6 @@ import ssl
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Protocol
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
@@ -33,48 +32,29 @@ from autoscaler.signals.hami_metrics import (
     usage_query,
 )
 from autoscaler.signals.hami_usage import interpret_usage
+from autoscaler.signals.ports import Clock, MetricsSource, PrometheusUnavailable
 from autoscaler.signals.promql import QueryResult, ResponseError, duration, parse_response
+
+__all__ = [
+    "Clock",
+    "MetricsSource",
+    "PrometheusSource",
+    "PrometheusUnavailable",
+    "WallClock",
+    "split_userinfo",
+    "tls_context",
+]
 
 log = logging.getLogger(__name__)
 _EXCERPT = 120
 _LOG_EVERY_SECONDS = 60.0
 
 
-class Clock(Protocol):
-    def now(self) -> float:
-        """Seconds since the Unix epoch (Prometheus sample timestamps use the same scale)."""
-        ...
-
-
 class WallClock:
+    """The production clock: Unix time, the scale of Prometheus sample timestamps."""
+
     def now(self) -> float:
         return time.time()
-
-
-class MetricsSource(Protocol):
-    """Prometheus (or anything answering like it) as the control loop sees it."""
-
-    async def query(self, promql: str) -> QueryResult:
-        """An instant query; raises :class:`PrometheusUnavailable` on any fault."""
-        ...
-
-    async def node_gpu_usage(self, node_names: Sequence[str]) -> MetricsReading:
-        """Per-node per-GPU HAMi allocations and a freshness verdict; never raises."""
-        ...
-
-
-class PrometheusUnavailable(Exception):
-    """A query did not produce a usable result.
-
-    ``kind``: ``timeout``, ``connect``, ``transport``, ``redirect`` (3xx: never followed, so
-    the token cannot travel elsewhere), ``http_4xx``, ``http_5xx``, ``too_large``,
-    ``malformed`` or ``status_error``. ``detail`` is safe to log and to put in a condition.
-    """
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
 
 
 def tls_context(

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from autoscaler.signals.prometheus import Clock, PrometheusSource
+from autoscaler.signals.ports import Clock
+from autoscaler.signals.prometheus import PrometheusSource
 from gpucellpool.api import PrometheusSource as PrometheusSpec
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,7 +21,8 @@ import respx
 
 from autoscaler.policy.types import GPUUsage
 from autoscaler.signals.hami_metrics import CURRENT, LEGACY, MIB, MetricFamily, Schema
-from autoscaler.signals.prometheus import PrometheusSource, PrometheusUnavailable, tls_context
+from autoscaler.signals.ports import MetricsSource, PrometheusUnavailable
+from autoscaler.signals.prometheus import PrometheusSource, tls_context
 from autoscaler.signals.prometheus_config import PrometheusSettings, source_from_settings
 
 URL = "http://prom.test:9090"
@@ -493,3 +495,11 @@ async def test_oversized_bodies_are_refused(router: respx.MockRouter) -> None:
     assert reading.health.detail == (
         "prometheus too_large: response body exceeds 1000 bytes (HTTP 200)"
     )
+
+
+async def test_satisfies_the_metrics_source_port() -> None:
+    # mypy checks the assignment; at runtime the port's methods must exist and be async.
+    src: MetricsSource = PrometheusSource(URL, clock=FakeClock())
+    assert inspect.iscoroutinefunction(src.node_gpu_usage)
+    assert inspect.iscoroutinefunction(src.query)
+    await src.aclose()  # type: ignore[attr-defined]
