@@ -101,7 +101,7 @@ def _check_required(template: Mapping[str, Any], ctx: GuestContext, found: Findi
         path = join(ctx.base, key)
         value = template.get(key)
         if value is None:
-            if not any(str(k).casefold() == key.casefold() for k in template):
+            if not any(str(k) != key and str(k).casefold() == key.casefold() for k in template):
                 found.error(path, f"is required; set {key}: {{name: ...}}")
             continue
         name = value.get("name") if isinstance(value, Mapping) else None

@@ -107,7 +107,9 @@ def _node_ip_from(spec: GPUCellPoolSpec, found: Findings) -> None:
     if not wanted:
         return
     raw = spec.cell.guest_template.get("interfaces")
-    names = [i.get("name") for i in raw if isinstance(i, Mapping)] if isinstance(raw, list) else []
+    if raw is not None and not isinstance(raw, list):
+        return  # the guestTemplate rules already refuse it
+    names = [i.get("name") for i in raw or [] if isinstance(i, Mapping)]
     if not names:
         found.error(
             f"{CELL}.nodeIPFrom",

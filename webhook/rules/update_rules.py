@@ -64,6 +64,8 @@ def _workload_secret_hint(old: Any, new: Any) -> tuple[str, str] | None:
 
 
 def _show(value: Any) -> str:
+    if value is None:
+        return "unset"
     return repr(value) if isinstance(value, str | int) and len(str(value)) <= 64 else "<value>"
 
 
