@@ -32,7 +32,7 @@ from gpucellpool.api.base import (
 )
 from gpucellpool.api.durations import Duration
 
-MAX_REPLICAS_LIMIT = 10000
+INT32_MAX = 2**31 - 1  # the original typed counts as int32 with no other upper bound
 
 
 class ScaleDownMode(StrEnum):
@@ -66,7 +66,7 @@ class ScalingPolicy(KubeModel):
 
     type: RatePolicyType
     """Cells (an absolute count, like HPA Pods) or Percent of the current cell count."""
-    value: int = Field(gt=0, le=MAX_REPLICAS_LIMIT)
+    value: int = Field(gt=0, le=INT32_MAX)
     """How many cells (or percent) the policy allows per period."""
     period_seconds: int = Field(gt=0, le=1800)
     """Length of the sliding window the policy counts over."""
@@ -228,9 +228,9 @@ class AutoscalingSpec(KubeModel):
 
     enabled: bool = False
     """Turn on demand-driven sizing; off means the pool has exactly spec.replicas cells."""
-    min_replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS_LIMIT)
+    min_replicas: int | None = Field(default=None, ge=0, le=INT32_MAX)
     """Floor (default: spec.replicas). Required when scaleDown is Auto."""
-    max_replicas: int | None = Field(default=None, ge=1, le=MAX_REPLICAS_LIMIT)
+    max_replicas: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Ceiling; required when enabled."""
     stabilization_window: Duration = Duration("10m")
     """Minimum time between two scale-ups (ignored when behavior.scaleUp is set)."""

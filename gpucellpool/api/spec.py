@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from gpucellpool.api.autoscaling import AutoscalingSpec
+from gpucellpool.api.autoscaling import INT32_MAX, AutoscalingSpec
 from gpucellpool.api.base import (
     NAME_MAX,
     KubeModel,
@@ -209,7 +209,7 @@ class HAMiSpec(KubeModel):
 
     mode: Literal["DevicePlugin", "DRA"] = "DevicePlugin"
     """Which HAMi accounting model to read."""
-    expected_devices_per_cell: int | None = Field(default=None, ge=1, le=64)
+    expected_devices_per_cell: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Devices HAMi must advertise on a cell Node before it is Ready (default: cell.gpu.count)."""
     device_class_name: str | None = Field(default=None, max_length=NAME_MAX)
     """HAMi DRA DeviceClass; required in DRA mode."""
@@ -266,7 +266,7 @@ class GPUCellPoolSpec(KubeModel):
         )
     )
 
-    replicas: int = Field(default=1, ge=0, le=10000)
+    replicas: int = Field(default=1, ge=0, le=INT32_MAX)
     """Cell count when autoscaling is off; the floor when it is on and minReplicas is unset."""
     cell: CellSpec
     """The shape of one cell."""
