@@ -67,6 +67,29 @@ def _split_fit(
     return tuple(fitting), tuple(unfit)
 
 
+def _stuck(
+    fitting: Sequence[PendingPod], cells: Sequence[CellView], config: PolicyConfig, now: float
+) -> dict[str, frozenset[str]]:
+    """Pods pending past ``stuck_pending_seconds``, and the Ready cells HAMi passed them over on
+    (Ready when the pod arrived)."""
+    if config.stuck_pending_seconds <= 0:
+        return {}
+    out: dict[str, frozenset[str]] = {}
+    for pod in fitting:
+        if now - pod.first_seen < config.stuck_pending_seconds:
+            continue
+        passed = frozenset(
+            c.name
+            for c in cells
+            if c.state == CellState.READY
+            and c.ready_at is not None
+            and c.ready_at <= pod.first_seen
+        )
+        if passed:
+            out[pod.key] = passed
+    return out
+
+
 def _removable(below: Sequence[CellView], packing: PackingResult, empty: int, headroom: int) -> int:
     """Candidates that could go while keeping ``headroom`` empty cells."""
     empty_below = sum(1 for c in below if is_empty(c, packing.usage.get(c.name, ())))
@@ -97,7 +120,8 @@ def _inputs(
     trusted = observation.metrics.fresh and observation.workload_cluster_reachable
     pending = observation.pending if observation.workload_cluster_reachable else ()
     fitting, unfit = _split_fit(pending, config)
-    packing = pack(fitting, cells, config.shape, config.packing_heuristic)
+    stuck = _stuck(fitting, cells, config, now)
+    packing = pack(fitting, cells, config.shape, config.packing_heuristic, excluded=stuck)
     live = [c for c in cells if c.state in (CellState.READY, CellState.BOOTING)]
     empty = sum(1 for c in live if is_empty(c, packing.usage.get(c.name, ())))
     below = tuple(candidates(cells, packing.utilisation, config.utilization_threshold))
@@ -118,6 +142,7 @@ def _inputs(
         forecast=forecast,
         forecast_target=forecast_target,
         trusted=trusted,
+        stuck=len(stuck),
     )
 
 

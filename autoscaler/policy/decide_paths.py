@@ -43,6 +43,7 @@ class Inputs:
     forecast: float | None
     forecast_target: int
     trusted: bool  # metrics fresh and workload cluster reachable
+    stuck: int = 0  # pending pods HAMi passed over on Ready cells (see _stuck in decide)
 
 
 def _decision(
@@ -75,6 +76,8 @@ def _up_bounds(
 def _up_driver(config: PolicyConfig, inp: Inputs) -> tuple[Reason, str]:
     if inp.packing.new_cells > 0:
         why = f"{len(inp.fitting)} pending pod(s) need {inp.packing.new_cells} new cell(s)"
+        if inp.stuck:
+            why += f" ({inp.stuck} pending too long to count on their Ready cells)"
         return Reason.SCALED_UP, why
     if config.min_replicas > inp.current:
         return Reason.BELOW_MIN_REPLICAS, f"below min replicas {config.min_replicas}"

@@ -19,7 +19,7 @@ docs/benchmarks.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.policy.fit import place_asks, resources_fit
@@ -110,7 +110,11 @@ def _order(pods: Sequence[PendingPod], heuristic: str, shape: CellShape) -> list
 
 
 def _choose(
-    bins: Sequence[_Bin], asks: Sequence[GPUAsk], shape: CellShape, heuristic: str
+    bins: Sequence[_Bin],
+    asks: Sequence[GPUAsk],
+    shape: CellShape,
+    heuristic: str,
+    excluded: Collection[str] = (),
 ) -> tuple[_Bin, tuple[GPUUsage, ...]] | None:
     """The bin the heuristic picks for one pod, and its usage afterwards; None if none fits."""
     best: tuple[_Bin, tuple[GPUUsage, ...]] | None = None
@@ -119,8 +123,8 @@ def _choose(
     for b in bins:
         if best is not None and b.tier > best[0].tier:
             break  # an earlier tier already fits: never spill into a later one
-        if b.max_free_mib < need_mib:
-            continue  # no GPU with a free slot has the memory: cannot fit
+        if b.max_free_mib < need_mib or b.name in excluded:
+            continue  # no GPU with a free slot has the memory, or the pod may not go there
         after, reason = place_asks(asks, b.gpus, shape)
         if reason is not None:
             continue
@@ -138,8 +142,13 @@ def pack(
     shape: CellShape,
     heuristic: str = DEFAULT_HEURISTIC,
     max_new_cells: int | None = None,
+    excluded: Mapping[str, Collection[str]] | None = None,
 ) -> PackingResult:
-    """Place ``pods`` into Ready cells, then Booting cells, then as few new cells as it can."""
+    """Place ``pods`` into Ready cells, then Booting cells, then as few new cells as it can.
+
+    ``excluded`` maps a pod key to cell names it must not be placed on.
+    """
+    excluded = excluded or {}
     if heuristic not in HEURISTICS:
         heuristic = DEFAULT_HEURISTIC
     bins = _bins(cells, shape)
@@ -148,7 +157,7 @@ def pack(
     new_count = 0
     for pod in _order(pods, heuristic, shape):
         asks = pod.asks()
-        chosen = _choose(bins, asks, shape, heuristic)
+        chosen = _choose(bins, asks, shape, heuristic, excluded.get(pod.key, ()))
         if chosen is None:
             can_open = max_new_cells is None or new_count < max_new_cells
             if not can_open or not resources_fit(asks, shape).ok:

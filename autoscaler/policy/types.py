@@ -269,6 +269,11 @@ class PolicyConfig:
     # ``scale_down_cooldown_seconds`` of any scaling action. 0 disables them.
     scale_up_cooldown_seconds: float = 0.0
     scale_down_cooldown_seconds: float = 0.0
+    # A pod pending this long is not packed onto Ready cells that were already Ready when it
+    # arrived: HAMi had the chance to place it there and did not (stale usage, cordoned GPU,
+    # node lock), so it needs other capacity. At most one extra cell per such pod: a cell that
+    # became Ready after the pod arrived still counts. 0 disables.
+    stuck_pending_seconds: float = 600.0
 
 
 # ---------------------------------------------------------------------------------------------

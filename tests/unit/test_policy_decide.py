@@ -298,3 +298,16 @@ def test_floor_is_not_paced_by_the_up_window() -> None:
     cfg = replace(CONFIG, min_replicas=1, scale_up=ScalingRules(60.0), max_cells_in_flight=0)
     d = run(memory=PolicyMemory(recommendations=((NOW - 1, 0),)), config=cfg)
     assert (d.reason, d.desired_replicas) == (Reason.BELOW_MIN_REPLICAS, 1)
+
+
+def test_pod_stuck_despite_free_ready_capacity_gets_one_new_cell() -> None:
+    old_pod = (PendingPod("ns/old", GPUAsk(1, 12000), NOW - 900),)
+    cells = (ready("a", 0, 12000, 1),)  # half free since t=0, yet HAMi did not place the pod
+    d = run(old_pod, cells)
+    assert (d.reason, d.desired_replicas, d.cells_needed) == (Reason.SCALED_UP, 2, 1)
+    assert "1 pending too long" in d.message
+    newer = (*cells, replace(ready("n", 1), ready_at=NOW - 60))
+    d = run(old_pod, newer)  # a cell that became Ready after the pod arrived still counts
+    assert (d.reason, d.desired_replicas) == (Reason.DEMAND_SATISFIED, 2)
+    off = run(old_pod, cells, config=replace(CONFIG, stuck_pending_seconds=0.0))
+    assert off.reason == Reason.DEMAND_SATISFIED
