@@ -77,7 +77,9 @@ class MembershipInput:
     best first. ``creation_adjustment``: extra (or, negative, fewer) cells the rollout wants
     created beyond ``desired_replicas``; it never causes removals. ``pool_ever_ready``: any
     cell of this pool was ever Ready (status memory). ``release_guard``: the user set the
-    release-guard annotation, lifting the hopeless-pool and credential guards."""
+    release-guard annotation, lifting the hopeless-pool and credential guards.
+    ``bootstrap_error``: the join template cannot be rendered (``bootstrap.RenderError``
+    message, which never quotes the template): no cell is created or replaced."""
 
     pool_name: str
     desired_replicas: int
@@ -92,6 +94,7 @@ class MembershipInput:
     provider_usable: bool = True
     pool_ever_ready: bool = False
     release_guard: bool = False
+    bootstrap_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +192,8 @@ def _failed_decisions(
 
 def _creation_guard(inp: MembershipInput) -> tuple[StallReason, str] | None:
     """Pool-wide reasons to create nothing at all."""
+    if inp.bootstrap_error:
+        return StallReason.BOOTSTRAP_TEMPLATE_INVALID, inp.bootstrap_error
     rows, limits = inp.rows, inp.limits
     ever_ready = inp.pool_ever_ready or any(r.ready_once for r in rows)
     total_failures = sum(h.failure_count for h in inp.history.values())

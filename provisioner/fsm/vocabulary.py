@@ -71,9 +71,6 @@ class CellReason(enum.StrEnum):
     CELL_READY = "CellReady"
     CELL_DELETING = "CellDeleting"
     EVICTING_PODS = "EvictingPods"
-    ROLLING_UPDATE = "RollingUpdate"
-    SCALE_DOWN = "ScaleDown"
-    POOL_DELETING = "PoolDeleting"
 
 
 class StallReason(enum.StrEnum):
@@ -84,5 +81,4 @@ class StallReason(enum.StrEnum):
     FAULT_NOT_IN_THE_CELL = "FaultNotInTheCell"
     BOOTSTRAP_CREDENTIAL_SUSPECT = "BootstrapCredentialSuspect"
     UNREACHABLE = "Unreachable"
-    MAX_IN_FLIGHT = "MaxInFlight"
     BOOTSTRAP_TEMPLATE_INVALID = "BootstrapTemplateInvalid"

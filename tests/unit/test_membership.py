@@ -206,6 +206,19 @@ def test_credential_guard_clears_when_the_join_template_changes() -> None:
     assert p.stall is None and [c.index for c in p.create] == [2]
 
 
+def test_unrenderable_join_template_creates_and_replaces_nothing() -> None:
+    error = "unknown template token {{ nodeName }} at line 3"
+    p = plan(
+        (cell(0, P.FAILED),), desired=3, history={0: IndexHistory(1, 0)}, bootstrap_error=error
+    )
+    assert (p.create, p.replace, p.stall, p.stall_message) == (
+        (),
+        (),
+        S.BOOTSTRAP_TEMPLATE_INVALID,
+        error,
+    )
+
+
 def test_credential_threshold_configurable() -> None:
     rows = (cell(0, P.FAILED, reason=R.NODE_NEVER_REGISTERED),)
     p = plan(
