@@ -16,7 +16,7 @@ from collections.abc import Sequence
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("gpucellpool.crdgen", "write (or --check) the generated CRD files"),
     "simulate": ("simulations.cli", "replay a GPU demand trace through scaling policies"),
-    "sweep": ("simulations.sweep", "sweep policy knobs on a trace; print the cost/wait Pareto front"),
+    "sweep": ("simulations.sweep", "sweep policy knobs; print the cost/wait Pareto front"),
     "trace": ("simulations.record", "record a trace from Prometheus (trace record ...)"),
 }
 
