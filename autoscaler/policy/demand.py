@@ -42,14 +42,19 @@ from autoscaler.policy.pod_constraints import MATCH_FIELDS_KEY_PREFIX, constrain
 from autoscaler.policy.types import GPUAsk, PendingPod
 
 __all__ = [
+    "HAMI_RESOURCES",
     "MATCH_FIELDS_KEY_PREFIX",
     "AskError",
+    "asks_hami_resource",
     "constraints_from_pod",
     "container_ask",
     "is_pending_hami_pod",
+    "parse_int_quantity",
     "pending_pod_from_manifest",
     "pod_ask",
     "pod_asks",
+    "pod_key",
+    "summarise",
 ]
 
 RES_GPU = "nvidia.com/gpu"

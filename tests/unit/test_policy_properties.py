@@ -147,3 +147,19 @@ def test_forecast_never_removes_a_cell(
 @given(obs=observations(), mem=memories(), cfg=configs())
 def test_decide_is_deterministic(obs: Observation, mem: PolicyMemory, cfg: PolicyConfig) -> None:
     assert decide(obs, mem, cfg, NOW) == decide(obs, mem, cfg, NOW)
+
+
+@SETTINGS
+@given(obs=observations(), mem=memories(), cfg=configs())
+def test_victims_are_ready_cells_within_budget_and_never_with_a_backlog(
+    obs: Observation, mem: PolicyMemory, cfg: PolicyConfig
+) -> None:
+    d = decide(obs, mem, cfg, NOW)
+    ready = {c.name for c in obs.cells if c.state == CellState.READY}
+    draining = sum(1 for c in obs.cells if c.state == CellState.DRAINING)
+    assert set(d.victims) <= ready
+    assert len(set(d.victims)) == len(d.victims)
+    assert len(d.victims) <= max(0, cfg.disruption_budget - draining)
+    if d.cells_needed > 0:
+        assert d.victims == ()
+        assert d.desired_replicas >= min(current(obs), max(cfg.max_replicas, cfg.min_replicas))
