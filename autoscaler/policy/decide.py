@@ -101,7 +101,8 @@ def _forecast(
 ) -> tuple[float | None, int]:
     if not config.prewarm:
         return None, 0
-    samples = (*memory.demand_samples, (now, float(used)))
+    window = config.forecast_window_seconds
+    samples = limits.add_sample(memory.demand_samples, now, float(used), window)
     value = forecast_demand(
         samples, now, config.boot_seconds, config.forecast_window_seconds, config.forecast_method
     )
@@ -168,12 +169,8 @@ def _remember(
     idle = update_idle_since(memory.idle_since, inp.below, now) if inp.trusted else {}
     samples = memory.demand_samples
     if inp.trusted:
-        samples = limits.trim(
-            (*samples, (now, float(inp.packing.cells_used()))),
-            now,
-            config.forecast_window_seconds,
-            limits.MAX_DEMAND_SAMPLES,
-        )
+        used = float(inp.packing.cells_used())
+        samples = limits.add_sample(samples, now, used, config.forecast_window_seconds)
     events = limits.trim(memory.scale_events, now, limits.event_horizon(config))
     return replace(
         memory, recommendations=recs, idle_since=idle, demand_samples=samples, scale_events=events

@@ -17,6 +17,7 @@ from autoscaler.policy.types import PolicyConfig, RatePolicyType, ScalingRules
 
 V = TypeVar("V", int, float)
 MAX_DEMAND_SAMPLES = 720
+SAMPLES_PER_WINDOW = 120  # the forecaster's resolution: one bucket per window / 120
 DEFAULT_EVENT_HORIZON_SECONDS = 1800.0  # HPA's periodSeconds maximum
 
 
@@ -93,3 +94,20 @@ def trim(
     """Pairs no older than ``horizon_seconds``, at most ``limit`` of the newest."""
     kept = tuple((t, v) for t, v in pairs if now - t <= horizon_seconds)
     return kept[-limit:] if limit else kept
+
+
+def add_sample(
+    samples: Sequence[tuple[float, float]], now: float, value: float, window_seconds: float
+) -> tuple[tuple[float, float], ...]:
+    """Append a demand sample, one per ``window_seconds / SAMPLES_PER_WINDOW`` bucket.
+
+    The loop may call ``decide`` many times a second; a sample inside the latest bucket merges
+    into it, keeping the bucket's peak, so the history spans the whole forecast window.
+    """
+    bucket = window_seconds / SAMPLES_PER_WINDOW
+    if samples and now - samples[-1][0] < bucket:
+        start, peak = samples[-1]
+        merged = (*samples[:-1], (start, max(peak, value)))
+    else:
+        merged = (*samples, (now, value))
+    return trim(merged, now, window_seconds, MAX_DEMAND_SAMPLES)

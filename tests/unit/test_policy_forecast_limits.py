@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.policy.forecast import HOLT, THEIL_SEN, forecast_demand
-from autoscaler.policy.limits import rate_allowance, stabilised_down, stabilised_up, trim
+from autoscaler.policy.limits import (
+    add_sample,
+    rate_allowance,
+    stabilised_down,
+    stabilised_up,
+    trim,
+)
 from autoscaler.policy.scale_down import choose_victims, drain_order, pods_to_move
 from autoscaler.policy.types import (
     CellShape,
@@ -103,3 +109,12 @@ def test_choose_victims_pins_receivers_and_respects_limits() -> None:
     full = cell("f", 3, GPUUsage(1000, 0, 1), 1)
     lonely = choose_victims([a], [a, full], {"a": a.gpus, "f": full.gpus}, SHAPE, 1, 1)
     assert (lonely.victims, lonely.blocked) == ((), ("a",))
+
+
+def test_add_sample_buckets_keep_the_peak_and_span_the_window() -> None:
+    samples: tuple[tuple[float, float], ...] = ()
+    for k in range(2000):  # 1 call per second for 2000 s, window 1200 s -> 10 s buckets
+        samples = add_sample(samples, float(k), float(k % 7), 1200.0)
+    assert 110 <= len(samples) <= 121
+    assert samples[0][0] >= 2000 - 1 - 1200
+    assert all(v == 6.0 for _, v in samples[:-1])  # every full bucket saw a 6
