@@ -135,6 +135,7 @@ class CellSpec(KubeModel):
             cel(
                 "(self.provisioner == 'ClusterAPI') == has(self.clusterAPI)",
                 "clusterAPI is required when provisioner is ClusterAPI and forbidden otherwise",
+                ".clusterAPI",
             )
         )
     )
@@ -262,6 +263,7 @@ class GPUCellPoolSpec(KubeModel):
                 " : has(self.bootstrap) && has(self.bootstrap.joinSecretRef)",
                 "bootstrap.joinSecretRef is required, unless"
                 " cell.clusterAPI.bootstrapConfigTemplateRef is set, which forbids it",
+                ".bootstrap.joinSecretRef",
             ),
         )
     )
