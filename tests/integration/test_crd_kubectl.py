@@ -310,3 +310,16 @@ def test_status_is_not_writable_through_the_main_resource(
     obj = variant(BASE, "nostatus", lambda o: o.update(status={"desiredReplicas": 9}))
     assert apply(infra, namespace, obj).returncode == 0
     assert "desiredReplicas" not in get(infra, namespace, "nostatus").get("status", {})
+
+
+def test_the_crd_is_established_and_reapplies_without_warnings(infra: ClusterEndpoint) -> None:
+    crd_file = ROOT / "crds" / "cells.kubeswift.io_gpucellpools.yaml"
+    proc = infra.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_file))
+    assert "Warning" not in proc.stderr, proc.stderr
+    served = json.loads(
+        infra.kubectl("get", "crd", "gpucellpools.cells.kubeswift.io", "-o", "json").stdout
+    )
+    conditions = {c["type"]: c["status"] for c in served["status"]["conditions"]}
+    assert conditions["Established"] == "True"
+    assert conditions.get("NonStructuralSchema", "False") == "False"
+    assert served["status"]["acceptedNames"]["shortNames"] == ["cellpool"]
