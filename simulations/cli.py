@@ -59,7 +59,12 @@ def add_world_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--boot-sigma", type=float, default=0.25, help="lognormal sigma of boot time")
     g.add_argument("--boot-failure", type=float, default=0.0, help="probability a boot fails")
     g.add_argument("--drain", choices=[m.value for m in DrainMode], default="wait-for-idle")
-    g.add_argument("--drain-timeout", type=float, default=600.0, help="then evict; <0: never")
+    g.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=-1.0,
+        help="wait-for-idle: abandon a drain after this many seconds (default: never)",
+    )
     g.add_argument("--node-policy", choices=(BINPACK, SPREAD), default=BINPACK)
     g.add_argument("--gpu-policy", choices=(BINPACK, SPREAD), default=SPREAD)
     g.add_argument("--seed", type=int, default=0)

@@ -46,6 +46,7 @@ class SimResult:
     reasons: tuple[tuple[str, int], ...]
     timeline: tuple[Sample, ...]
     boot_seconds: float  # the median boot time the run used (for "waited longer than a boot")
+    drains_abandoned: int = 0  # WaitForIdle drains that hit their timeout (cell kept)
 
 
 class Integrals:
@@ -78,6 +79,7 @@ class Counters:
     scale_up_cells: int = 0
     scale_down_cells: int = 0
     boot_failures: int = 0
+    drains_abandoned: int = 0
     events: int = 0
     decisions: int = 0
     reasons: Counter[str] | None = None

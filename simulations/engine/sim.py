@@ -32,7 +32,7 @@ END, BOOT, DRAIN, DRAIN_TIMEOUT, ARRIVAL, TICK, REACT, SAMPLE = range(8)
 
 
 class DrainMode(enum.StrEnum):
-    WAIT_FOR_IDLE = "wait-for-idle"  # cordon; the cell goes when its pods end (or at timeout)
+    WAIT_FOR_IDLE = "wait-for-idle"  # cordon; the cell goes when its pods end
     EVICT = "evict"  # cordon and evict now; evicted pods re-queue with their remaining time
 
 
@@ -63,7 +63,9 @@ class SimConfig:
     react_delay_seconds: float = 1.0
     boot: BootModel = field(default_factory=BootModel)
     drain_mode: DrainMode = DrainMode.WAIT_FOR_IDLE
-    drain_timeout_seconds: float | None = 600.0  # WaitForIdle then evicts (the product's Drain)
+    # WaitForIdle only: a drain not finished in time is abandoned, the cell uncordoned and kept
+    # (spec.autoscaling.drain.timeout); None waits for ever (the API default).
+    drain_timeout_seconds: float | None = None
     drain_seconds: float = 30.0  # cordon-to-gone once the cell is empty
     node_policy: str = hami.BINPACK
     gpu_policy: str = hami.SPREAD
@@ -251,8 +253,9 @@ class Simulation:
     def _drain_timeout(self, name: str, now: float) -> None:
         cell = self.world.cells.get(name)
         if cell is not None and cell.state is CellState.DRAINING and cell.pods:
-            self._evict_all(cell, now)
-            self.push(now + self.cfg.drain_seconds, DRAIN, name)
+            self.world.set_state(cell, CellState.READY, now)  # abandoned: uncordon, keep
+            self.counters.drains_abandoned += 1
+            self.capacity_up = self.dirty = True
 
     def _evict_all(self, cell: SimCell, now: float) -> None:
         for running in list(cell.pods.values()):
@@ -366,6 +369,7 @@ class Simulation:
             reasons=tuple(sorted((counters.reasons or {}).items())),
             timeline=tuple(self.timeline),
             boot_seconds=self.cfg.boot.median_seconds,
+            drains_abandoned=counters.drains_abandoned,
         )
 
 

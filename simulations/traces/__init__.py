@@ -10,6 +10,7 @@ from simulations.traces.generic import load_generic, write_generic
 from simulations.traces.model import LoadResult, Malformed, TracePod
 from simulations.traces.openb import load_bundled, load_openb, openb_ask
 from simulations.traces.rescale import RescaleSpec, rescale
+from simulations.traces.synthetic import synthetic
 
 __all__ = [
     "BUNDLED_OPENB_PATH",
@@ -22,5 +23,6 @@ __all__ = [
     "load_openb",
     "openb_ask",
     "rescale",
+    "synthetic",
     "write_generic",
 ]
