@@ -8,10 +8,12 @@ drift check. Pure text in, text out.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from gpucellpool.api import autoscaling
+from gpucellpool.api.autoscaling import INT32_MAX
 from gpucellpool.api.durations import DURATION_PATTERN
 
 _INTRO = """\
@@ -51,8 +53,10 @@ def _type(node: dict[str, Any]) -> str:
 def _bounds(node: dict[str, Any], required: bool) -> str:
     parts = ["**required**"] if required else []
     if "enum" in node:
-        parts.append("one of " + ", ".join(f"`{v}`" if v != "" else '`""`' for v in node["enum"]))
-    if "minimum" in node or "maximum" in node:
+        parts.append("one of " + ", ".join(_literal(v) for v in node["enum"]))
+    if node.get("maximum") == INT32_MAX:
+        parts.append(f">= {node['minimum']}")
+    elif "minimum" in node or "maximum" in node:
         parts.append(f"{node.get('minimum', '')}..{node.get('maximum', '')}")
     if "maxLength" in node:
         parts.append(f"length {node.get('minLength', 0)}..{node['maxLength']}")
@@ -65,6 +69,12 @@ def _bounds(node: dict[str, Any], required: bool) -> str:
     return "; ".join(parts)
 
 
+def _literal(value: object) -> str:
+    """A default as the YAML user would write it: `10m`, `false`, `""`."""
+    text = value if isinstance(value, str) and value else json.dumps(value)
+    return f"`{text}`"
+
+
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|")
 
@@ -74,7 +84,7 @@ def _rows(node: dict[str, Any], prefix: str) -> Iterator[str]:
     for name in sorted(node.get("properties", {})):
         sub = node["properties"][name]
         path = f"{prefix}.{name}" if prefix else name
-        default = f"`{sub['default']}`" if "default" in sub else ""
+        default = _literal(sub["default"]) if "default" in sub else ""
         yield (
             f"| `{path}` | {_type(sub)} | {_cell(default)} | "
             f"{_cell(_bounds(sub, name in required))} | {_cell(sub.get('description', ''))} |"
@@ -100,11 +110,12 @@ def _table(title: str, node: dict[str, Any], prefix: str) -> list[str]:
 def render_api_docs(schema: dict[str, Any]) -> str:
     """Markdown reference for the CRD's openAPIV3Schema."""
     precedence = (autoscaling.__doc__ or "").split("Precedence:", 1)[-1]
-    lines = [_INTRO.rstrip("\n"), "", "Precedence: " + " ".join(precedence.split())]
+    precedence = " ".join(precedence.split()).replace("``", "`")
+    lines = [_INTRO.rstrip("\n"), "", "Precedence: " + precedence]
     props = schema["properties"]
     lines += _table("Desired state.", props["spec"], "spec")
     lines += _table("Observed state (written by the operator).", props["status"], "status")
     lines += ["", "## Validation rules (CEL, enforced by the apiserver)", ""]
     lines += ["| Object | Rule | Message |", "|---|---|---|"]
     lines += list(_rules(schema, ""))
-    return "\n".join(lines).replace("``", "`") + "\n"
+    return "\n".join(lines) + "\n"
