@@ -19,6 +19,7 @@ from simulations.baselines import PEERS
 from simulations.baselines.oracle import BOUND, PACK
 from simulations.engine import BootModel, DrainMode, ProductionPolicy, ScalingPolicy, SimConfig
 from simulations.engine.hami import BINPACK, SPREAD
+from simulations.engine.policy import legacy_windows_policy
 from simulations.report import PlotUnavailable, markdown, plot_timelines, rich_table, write_json
 from simulations.report.compare import Comparison, compare
 from simulations.traces import (
@@ -33,6 +34,9 @@ from simulations.traces import (
 
 DAY = 86400.0
 POLICIES: dict[str, Callable[[], ScalingPolicy]] = {"gpucellpool": ProductionPolicy, **PEERS}
+EXTRA_POLICIES: dict[str, Callable[[], ScalingPolicy]] = {
+    "gpucellpool-legacy-windows": legacy_windows_policy
+}
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,8 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         action="append",
-        choices=sorted(POLICIES),
-        help="policy to run (repeatable; default: all, i.e. --compare)",
+        choices=sorted({**POLICIES, **EXTRA_POLICIES}),
+        help="policy to run (repeatable; default: --compare, every policy but the extras)",
     )
     parser.add_argument("--compare", action="store_true", help="run every policy (default)")
     add_output_arguments(parser)
@@ -185,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     config = sim_config(args, policy_config(args))
     comparison = compare(
         pods,
-        {name: POLICIES[name] for name in names},
+        {name: {**POLICIES, **EXTRA_POLICIES}[name] for name in names},
         config,
         oracle_method=args.oracle_method,
         show_progress=False if args.no_progress else None,

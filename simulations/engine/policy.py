@@ -10,7 +10,9 @@ reads them with defaults from ``SimConfig``.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Protocol, runtime_checkable
 
 from autoscaler.policy.decide import decide
 from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory
@@ -28,13 +30,32 @@ class ScalingPolicy(Protocol):
 
 
 class ProductionPolicy:
-    """gpucellpool's own policy: ``autoscaler.policy.decide.decide``, unchanged."""
+    """gpucellpool's own policy: ``autoscaler.policy.decide.decide``, unchanged.
 
-    name = "gpucellpool"
+    ``overrides`` replace ``PolicyConfig`` fields before each call (e.g. the legacy cooldowns a
+    spec without ``behavior`` maps to); the function itself is never altered.
+    """
+
     tick_seconds = 10.0
     react_on_arrival = True
+
+    def __init__(self, name: str = "gpucellpool", overrides: Mapping[str, Any] | None = None):
+        self.name = name
+        self.overrides = dict(overrides or {})
 
     def decide(
         self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
     ) -> Decision:
+        if self.overrides:
+            config = replace(config, **self.overrides)
         return decide(observation, memory, config, now)
+
+
+def legacy_windows_policy() -> ProductionPolicy:
+    """Our policy as a GPUCellPool without ``behavior`` configures it: the original's windows
+    become cooldowns (no scale-up within 10 min of the last, no scale-down within 30 min of
+    any action), see ``autoscaler.policy.config.policy_config_from_spec``."""
+    return ProductionPolicy(
+        "gpucellpool-legacy-windows",
+        {"scale_up_cooldown_seconds": 600.0, "scale_down_cooldown_seconds": 1800.0},
+    )
