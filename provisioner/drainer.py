@@ -1,0 +1,161 @@
+"""Carry out the pure drain decision for one leaving cell, one re-checked step at a time.
+
+Why this module exists: ``fsm.drain.decide_drain`` says what the next step is; somebody has to
+observe the cell freshly before each step (Node, cordon, GPU pods, finalizer, outer object),
+perform exactly that step and look again. A step never runs on an observation older than the
+step before it, so a pod landing on the Node after the cordon still blocks the Node's deletion.
+Foreign Nodes (same name, another owner) are treated as absent: never cordoned, never deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpucellpool.api.autoscaling import DrainMode
+from gpucellpool.api.pool import GPUCellPool
+from provisioner.backends.base import (
+    DRAIN_STARTED_ANNOTATION,
+    CellBackend,
+    CellObjects,
+    unmark_draining,
+)
+from provisioner.cells import identity
+from provisioner.fsm.drain import (
+    DrainAction,
+    DrainCause,
+    DrainInput,
+    DrainStep,
+    PodOnNode,
+    decide_drain,
+)
+from provisioner.fsm.identity import CELL_DRAIN_FINALIZER, is_owned_node
+from provisioner.fsm.observations import parse_time_s
+from provisioner.fsm.vocabulary import CellPhase
+from provisioner.kube import JSON, KINDS, KubeApi, KubeError
+from provisioner.workload import all_pods_on_node, gpu_pods_on_node
+
+MAX_STEPS_PER_PASS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class DrainPolicy:
+    cause: DrainCause
+    started_at_s: float
+    timeout_s: float | None
+    force: bool
+    mode: DrainMode
+
+
+def drain_policy(pool: GPUCellPool, cell: CellObjects, now: float) -> DrainPolicy:
+    causes = {str(c) for c in DrainCause}
+    cause = DrainCause(cell.drain_cause) if cell.drain_cause in causes else DrainCause.SCALE_DOWN
+    started = parse_time_s(cell.annotations.get(DRAIN_STARTED_ANNOTATION)) or now
+    if pool.metadata.deletion_timestamp is not None:
+        return DrainPolicy(
+            DrainCause.POOL_DELETION,
+            pool.metadata.deletion_timestamp.timestamp(),
+            pool.spec.deletion.drain_timeout.seconds,
+            pool.spec.deletion.policy == "Force",
+            DrainMode.WAIT_FOR_IDLE,
+        )
+    drain = pool.spec.autoscaling.drain
+    timeout = drain.timeout.seconds if drain.timeout is not None else None
+    return DrainPolicy(cause, started, timeout, False, drain.mode)
+
+
+def _pod(obj: JSON, uses_gpu: bool) -> PodOnNode:
+    meta = obj.get("metadata") or {}
+    owners = meta.get("ownerReferences") or []
+    return PodOnNode(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uses_gpu=uses_gpu,
+        daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
+        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
+        terminating=meta.get("deletionTimestamp") is not None,
+    )
+
+
+async def _observe(
+    pool: GPUCellPool, cell: CellObjects, workload: KubeApi | None, policy: DrainPolicy, now: float
+) -> tuple[DrainInput, JSON | None]:
+    node: JSON | None = None
+    known, allocations = False, 0
+    pods: tuple[PodOnNode, ...] = ()
+    if workload is not None:
+        node = await workload.get(KINDS["Node"], None, cell.name)
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        if node is not None and not is_owned_node(labels, identity(pool), frozenset({cell.uid})):
+            node = None  # foreign: never cordoned or deleted
+        if node is not None:
+            try:
+                gpu = await gpu_pods_on_node(workload, cell.name)
+                every = await all_pods_on_node(workload, cell.name)
+                gpu_names = {p["metadata"]["name"] for p in gpu}
+                pods = tuple(_pod(p, p["metadata"]["name"] in gpu_names) for p in every)
+                known, allocations = True, len(gpu)
+            except KubeError:
+                known = False
+    inp = DrainInput(
+        cause=policy.cause,
+        now_s=now,
+        started_at_s=policy.started_at_s,
+        mode=policy.mode,
+        timeout_s=policy.timeout_s,
+        force=policy.force,
+        workload_reachable=workload is not None,
+        node_exists=node is not None,
+        node_cordoned=bool(((node or {}).get("spec") or {}).get("unschedulable")),
+        allocations_known=known,
+        allocations=allocations,
+        pods=pods,
+        finalizer_present=CELL_DRAIN_FINALIZER in cell.finalizers,
+        outer_exists=True,
+        outer_deleting=cell.deleting,
+    )
+    return inp, node
+
+
+async def _perform(
+    step: DrainStep, cell: CellObjects, backend: CellBackend, workload: KubeApi | None
+) -> None:
+    action = step.action
+    if action is DrainAction.CORDON and workload is not None:
+        await workload.patch(KINDS["Node"], None, cell.name, {"spec": {"unschedulable": True}})
+    elif action is DrainAction.EVICT and workload is not None:
+        for pod in step.evict:
+            try:
+                await workload.evict(pod.namespace, pod.name)
+            except KubeError:
+                continue  # 429 (PDB) or gone: the next pass looks again
+    elif action is DrainAction.ABANDON:
+        if workload is not None:
+            await workload.patch(KINDS["Node"], None, cell.name, {"spec": {"unschedulable": None}})
+        await unmark_draining(backend.api, backend.outer_kind, cell)
+    elif action is DrainAction.DELETE_NODE and workload is not None:
+        await workload.delete(KINDS["Node"], None, cell.name)
+    elif action is DrainAction.RELEASE_FINALIZER:
+        await backend.release_finalizer(cell)
+    elif action is DrainAction.DELETE_OUTER:
+        await backend.delete_outer(cell)
+
+
+async def drive_drain(
+    pool: GPUCellPool,
+    cell: CellObjects,
+    backend: CellBackend,
+    workload: KubeApi | None,
+    clock_now: float,
+) -> DrainStep:
+    """Observe, decide, act; repeat until the cell has to wait. Returns the last step."""
+    policy = drain_policy(pool, cell, clock_now)
+    step = DrainStep(DrainAction.WAIT, CellPhase.DRAINING, "CellDraining", "")
+    for _ in range(MAX_STEPS_PER_PASS):
+        inp, _node = await _observe(pool, cell, workload, policy, clock_now)
+        step = decide_drain(inp)
+        if step.action in (DrainAction.WAIT, DrainAction.DONE):
+            return step
+        await _perform(step, cell, backend, workload)
+        if step.action in (DrainAction.DELETE_OUTER, DrainAction.ABANDON):
+            return step
+    return step

@@ -1,0 +1,130 @@
+"""Inputs of membership planning gathered from live state: the join template and the rows.
+
+Why this module exists: ``plan_membership`` is pure, but what it is fed is assembled from three
+places - live outer objects (including those marked Draining), this pass's state-machine rows,
+and the previous status (tombstones carry failure counts and backoff across restarts). The join
+template is read here too: it decides the bootstrap Secret's content, the template hash and
+whether any cell may be created at all (an unknown token stalls creation with
+``BootstrapTemplateInvalid`` instead of shipping a half-rendered join script).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+
+from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import CellPhase, CellStatus
+from provisioner.backends.base import CellObjects
+from provisioner.cells import identity
+from provisioner.fsm.bootstrap import RenderError, RenderInputs, render_template
+from provisioner.fsm.membership import MembershipInput, MembershipPlan, plan_membership
+from provisioner.fsm.rows import failure_history, member_row, tombstone
+from provisioner.fsm.vocabulary import StallReason
+from provisioner.kube import KINDS, KubeApi
+
+DIGEST_HEX_CHARS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class JoinTemplate:
+    """The user's join template (None when Cluster API owns bootstrap) or why it is unusable.
+
+    ``digest``: a hash of the template bytes (part of the template hash; never the content).
+    """
+
+    text: str | None
+    error: str = ""
+    digest: str = ""
+
+
+async def read_join_template(api: KubeApi, pool: GPUCellPool) -> JoinTemplate:
+    boot = pool.spec.bootstrap
+    if boot is None or boot.join_secret_ref is None:
+        return JoinTemplate(None)
+    name, key = boot.join_secret_ref.name, boot.join_secret_key
+    secret = await api.get(KINDS["Secret"], pool.metadata.namespace, name)
+    raw = ((secret or {}).get("data") or {}).get(key)
+    if raw is None:
+        return JoinTemplate(None, error=f"join Secret {name} has no key {key!r}")
+    try:
+        data = base64.b64decode(raw)
+        text = data.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return JoinTemplate(None, error=f"join Secret {name} key {key!r} is not UTF-8 text")
+    return JoinTemplate(text, digest=hashlib.sha256(data).hexdigest()[:DIGEST_HEX_CHARS])
+
+
+def render_inputs(pool: GPUCellPool, index: int) -> RenderInputs:
+    node = pool.spec.workload_cluster.node
+    return RenderInputs(
+        pool=identity(pool),
+        index=index,
+        node_labels=(node.labels if node else None) or {},
+        node_ip_interface=pool.spec.cell.node_ip_from,
+        expected_gpus=pool.spec.expected_devices_per_cell(),
+    )
+
+
+def render(pool: GPUCellPool, join: JoinTemplate, index: int) -> str | RenderError | None:
+    """The rendered join script of one cell; None when there is no template to render."""
+    if join.text is None:
+        return None
+    return render_template(join.text, render_inputs(pool, index))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInput:
+    pool: GPUCellPool
+    cells: dict[str, CellObjects]
+    rows: dict[str, CellStatus]
+    previous: dict[str, CellStatus]
+    desired: int
+    current_hash: str
+    join: JoinTemplate
+    reachable: bool
+    now: float
+
+
+def _template_error(inp: PlanInput) -> str:
+    if inp.join.error:
+        return inp.join.error
+    rendered = render(inp.pool, inp.join, 0)
+    return rendered.message if isinstance(rendered, RenderError) else ""
+
+
+def plan(inp: PlanInput) -> MembershipPlan:
+    """Membership over live cells (drain-marked ones count as Draining) and tombstones."""
+    members = []
+    for name, cell in inp.cells.items():
+        fallback = CellStatus(name=name, index=cell.index, phase=CellPhase.DRAINING)
+        row = inp.rows.get(name) or inp.previous.get(name) or fallback
+        if cell.drain_cause:
+            row = row.model_copy(update={"phase": CellPhase.DRAINING})
+        members.append(member_row(row, True, inp.current_hash))
+    for name, old in inp.previous.items():
+        if name not in inp.cells and (kept := tombstone(old)) is not None:
+            members.append(member_row(kept, False, inp.current_hash))
+    all_rows = [*inp.rows.values(), *(r for n, r in inp.previous.items() if n not in inp.rows)]
+    result = plan_membership(
+        MembershipInput(
+            pool_name=inp.pool.metadata.name,
+            desired_replicas=inp.desired,
+            rows=tuple(members),
+            history=failure_history(all_rows),
+            now_s=inp.now,
+            workload_reachable=inp.reachable,
+            pool_ever_ready=any(r.ready_once for r in all_rows),
+        )
+    )
+    error = _template_error(inp)
+    if error and result.create:
+        return MembershipPlan(
+            replace=result.replace,
+            remove=result.remove,
+            stall=StallReason.BOOTSTRAP_TEMPLATE_INVALID,
+            stall_message=error,
+        )
+    return result

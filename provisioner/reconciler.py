@@ -1,0 +1,288 @@
+"""One reconcile pass of one GPUCellPool: observe, decide (pure core), act, re-check, publish.
+
+Why this module exists: this is the provisioner's shell. ``Reconciler.reconcile_once(key)`` is
+the single entry point a watch-driven operator loop (or a test) calls; it keeps no state between
+passes except a cache of workload-cluster clients, so a crash at any point is recovered by
+simply calling it again: cells are rediscovered from live objects (the outer objects carry the
+drain mark), creation is idempotent server-side apply of deterministic names, and dependents a
+crash left behind are swept. Order of a pass:
+
+1. read the pool; deletion -> drain every cell, then release the pool finalizer;
+2. add the pool finalizer; connect to and probe the workload cluster (failure is state);
+3. list the cells through the backend and run the cell state machine on each;
+4. plan membership (pure); mark removals/replacements Draining on the outer object;
+5. drive every draining cell one re-checked step at a time; create new cells;
+6. sweep orphaned dependents and dead orphan Nodes; write status through the subresource.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.spec import Provisioner
+from gpucellpool.api.status import CellPhase, CellStatus
+from provisioner.backends.base import CellBackend, CellObjects, mark_draining, remove_finalizer
+from provisioner.backends.clusterapi import ClusterAPIBackend
+from provisioner.backends.swiftguest import SwiftGuestBackend
+from provisioner.cells import identity, observe_cell, sweep_orphan_nodes, teardown_row
+from provisioner.clock import Clock
+from provisioner.drainer import drive_drain
+from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
+from provisioner.fsm.drain import DrainAction, DrainCause
+from provisioner.fsm.identity import POOL_FINALIZER
+from provisioner.fsm.manifests import owner_reference
+from provisioner.fsm.membership import MembershipPlan
+from provisioner.fsm.rollout import template_hash
+from provisioner.fsm.rows import to_time, tombstone
+from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
+from provisioner.planning import JoinTemplate, PlanInput, read_join_template, render
+from provisioner.planning import plan as plan_cells
+from provisioner.status import PassSummary, conditions, status_patch, write_status
+from provisioner.workload import ApiFactory, Reachability, WorkloadClients
+
+BUSY_REQUEUE_S = 1.0
+IDLE_REQUEUE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolKey:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    """``requeue_after_s``: when the pool wants to be looked at again; ``gone``: no pool."""
+
+    requeue_after_s: float | None = None
+    gone: bool = False
+    ready: int = 0
+
+
+class Reconciler:
+    """The provisioner shell for every pool of one infrastructure cluster."""
+
+    def __init__(
+        self,
+        infra: KubeApi,
+        clock: Clock,
+        workload_factory: ApiFactory = api_from_kubeconfig,
+        backends: Mapping[Provisioner, CellBackend] | None = None,
+    ) -> None:
+        self.infra = infra
+        self.clock = clock
+        self.clients = WorkloadClients(infra, workload_factory)
+        self.backends: Mapping[Provisioner, CellBackend] = backends or {
+            Provisioner.SWIFT_GUEST: SwiftGuestBackend(infra),
+            Provisioner.CLUSTER_API: ClusterAPIBackend(infra),
+        }
+
+    async def close(self) -> None:
+        await self.clients.close()
+
+    async def reconcile_once(self, key: PoolKey) -> ReconcileResult:
+        raw = await self.infra.get(KINDS["GPUCellPool"], key.namespace, key.name)
+        if raw is None:
+            return ReconcileResult(gone=True)
+        pool = GPUCellPool.model_validate(raw)
+        backend = self.backends[pool.spec.cell.provisioner]
+        now = self.clock.now()
+        if pool.metadata.deletion_timestamp is not None:
+            return await self._delete_pool(pool, backend, now)
+        if POOL_FINALIZER not in pool.metadata.finalizers:
+            finalizers = [*pool.metadata.finalizers, POOL_FINALIZER]
+            patch = {
+                "metadata": {
+                    "resourceVersion": pool.metadata.resource_version,
+                    "finalizers": finalizers,
+                }
+            }
+            await self.infra.patch(KINDS["GPUCellPool"], key.namespace, key.name, patch)
+        return await self._converge(pool, backend, now)
+
+    async def _workload(self, pool: GPUCellPool) -> tuple[KubeApi | None, Reachability]:
+        wc = pool.spec.workload_cluster
+        link = await self.clients.connect(
+            pool.metadata.namespace, wc.kubeconfig_secret_ref.name, wc.key
+        )
+        return (link.api if link.state.reachable else None), link.state
+
+    async def _converge(
+        self, pool: GPUCellPool, backend: CellBackend, now: float
+    ) -> ReconcileResult:
+        workload, reach = await self._workload(pool)
+        cells = await backend.list_cells(pool)
+        prev = {r.name: r for r in pool.status.cells or []}
+        rows = await self._observe(pool, backend, cells, prev, workload, now)
+        join = await read_join_template(self.infra, pool)
+        current_hash = template_hash(pool, join.digest)
+        desired = self._desired(pool)
+        plan = plan_cells(
+            PlanInput(
+                pool, cells, rows, prev, desired, current_hash, join, workload is not None, now
+            )
+        )
+        await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)
+        await self._mark(backend, cells, plan.replace, DrainCause.REPLACE_FAILED, now)
+        for cell in cells.values():
+            if cell.drain_cause:
+                rows[cell.name] = await self._drain(
+                    pool, backend, cell, rows.get(cell.name) or prev.get(cell.name), workload, now
+                )
+        created = await self._create(pool, backend, plan, join, current_hash, prev, now)
+        rows.update(created)
+        await backend.sweep(pool, set(cells) | set(created))
+        if workload is not None:
+            await sweep_orphan_nodes(pool, workload, cells, now)
+        for name, old in prev.items():
+            if name not in rows:
+                kept = tombstone(old)
+                if kept is not None:
+                    rows[name] = kept
+        summary = PassSummary(
+            reach,
+            desired,
+            str(plan.stall) if plan.stall else None,
+            plan.stall_message,
+            len(created),
+        )
+        final = list(rows.values())
+        conds = conditions(pool, final, summary, now)
+        await write_status(self.infra, pool, status_patch(pool, final, conds, desired))
+        ready = sum(1 for r in final if r.phase is CellPhase.READY)
+        busy = (
+            bool(created) or any(r.phase is not CellPhase.READY for r in final) or ready != desired
+        )
+        return ReconcileResult(
+            requeue_after_s=BUSY_REQUEUE_S if busy else IDLE_REQUEUE_S, ready=ready
+        )
+
+    def _desired(self, pool: GPUCellPool) -> int:
+        scaling = pool.spec.autoscaling
+        if not scaling.enabled or pool.status.desired_replicas is None:
+            return pool.desired_floor()
+        wanted = pool.status.desired_replicas
+        return min(max(wanted, pool.desired_floor()), pool.desired_ceiling())
+
+    async def _observe(
+        self,
+        pool: GPUCellPool,
+        backend: CellBackend,
+        cells: dict[str, CellObjects],
+        prev: dict[str, CellStatus],
+        workload: KubeApi | None,
+        now: float,
+    ) -> dict[str, CellStatus]:
+        known = frozenset(c.uid for c in cells.values())
+        rows: dict[str, CellStatus] = {}
+        for name, cell in sorted(cells.items(), key=lambda kv: kv[1].index):
+            if cell.drain_cause:
+                continue  # the drain owns its row
+            result = await observe_cell(pool, backend, cell, prev.get(name), workload, known, now)
+            rows[name] = result.row
+        return rows
+
+    async def _mark(
+        self,
+        backend: CellBackend,
+        cells: dict[str, CellObjects],
+        names: tuple[str, ...],
+        cause: DrainCause,
+        now: float,
+    ) -> None:
+        for name in names:
+            cell = cells.get(name)
+            if cell is not None:
+                await mark_draining(backend.api, backend.outer_kind, cell, str(cause), now)
+
+    async def _drain(
+        self,
+        pool: GPUCellPool,
+        backend: CellBackend,
+        cell: CellObjects,
+        previous: CellStatus | None,
+        workload: KubeApi | None,
+        now: float,
+    ) -> CellStatus:
+        step = await drive_drain(pool, cell, backend, workload, now)
+        phase = step.phase
+        if (
+            cell.drain_cause == DrainCause.REPLACE_FAILED
+            and pool.metadata.deletion_timestamp is None
+        ):
+            phase = CellPhase.FAILED  # keep the failure (count, backoff) on the tombstone
+        message = step.message + (
+            " (Node left behind: workload unreachable)" if step.node_left_behind else ""
+        )
+        if step.action is DrainAction.ABANDON:
+            phase = previous.phase if previous else CellPhase.READY
+        return teardown_row(previous, cell, phase, str(step.reason), message, now)
+
+    async def _create(
+        self,
+        pool: GPUCellPool,
+        backend: CellBackend,
+        plan: MembershipPlan,
+        join: JoinTemplate,
+        current_hash: str,
+        prev: dict[str, CellStatus],
+        now: float,
+    ) -> dict[str, CellStatus]:
+        created: dict[str, CellStatus] = {}
+        owners = [owner_reference(pool, controller=True)]
+        for new in plan.create:
+            secret: JSON | None = None
+            rendered = render(pool, join, new.index)
+            if isinstance(rendered, RenderError):
+                break
+            if rendered is not None:
+                secret = bootstrap_secret(rendered, identity(pool), new.index, owners)
+            await backend.create(pool, new.index, current_hash, secret)
+            old = prev.get(new.name)
+            created[new.name] = CellStatus(
+                name=new.name,
+                index=new.index,
+                phase=CellPhase.PENDING,
+                reason="GuestNotCreated",
+                message="outer objects created this pass",
+                failure_count=(old.failure_count if old else None),
+                template_hash=current_hash,
+                last_transition_time=to_time(now),
+            )
+        return created
+
+    async def _delete_pool(
+        self, pool: GPUCellPool, backend: CellBackend, now: float
+    ) -> ReconcileResult:
+        """Drain every cell (the window runs from the deletionTimestamp), then let the pool go."""
+        workload, reach = await self._workload(pool)
+        cells = await backend.list_cells(pool)
+        prev = {r.name: r for r in pool.status.cells or []}
+        rows: dict[str, CellStatus] = {}
+        for cell in cells.values():
+            await mark_draining(
+                backend.api, backend.outer_kind, cell, str(DrainCause.POOL_DELETION), now
+            )
+            rows[cell.name] = await self._drain(
+                pool, backend, cell, prev.get(cell.name), workload, now
+            )
+        deleted = await backend.sweep(pool, set(cells))
+        meta = pool.metadata
+        if not cells and not deleted:
+            await self.clients.forget(
+                meta.namespace, pool.spec.workload_cluster.kubeconfig_secret_ref.name
+            )
+            raw = await self.infra.get(KINDS["GPUCellPool"], meta.namespace, meta.name)
+            if raw is not None:
+                await remove_finalizer(self.infra, KINDS["GPUCellPool"], raw, POOL_FINALIZER)
+            return ReconcileResult(gone=True)
+        final = list(rows.values())
+        summary = PassSummary(reach, 0, None, "", 0)
+        conds = conditions(pool, final, summary, now)
+        await write_status(self.infra, pool, status_patch(pool, final, conds, 0))
+        return ReconcileResult(requeue_after_s=BUSY_REQUEUE_S)
+
+
+__all__ = ["PoolKey", "ReconcileResult", "Reconciler"]

@@ -1,0 +1,173 @@
+"""Reaching a pool's workload cluster: credential, client cache, probe, Node-side reads and writes.
+
+Why this module exists: the workload cluster is reached through a kubeconfig stored in a Secret
+the user controls, so it can be missing, malformed, rotated or pointing at a dead server. This
+module turns all of that into one fact - reachable or not, with the original operator's reason
+(``Connected``, ``CredentialInvalid``, ``Forbidden``, ``Unreachable``) - caches one client per
+Secret resourceVersion, and wraps the Node, Lease and Pod calls the reconciler makes there.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from provisioner.kube import (
+    HTTP_FORBIDDEN,
+    HTTP_UNAUTHORIZED,
+    JSON,
+    KINDS,
+    KubeApi,
+    KubeError,
+    Unreachable,
+    api_from_kubeconfig,
+)
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+GPU_RESOURCE = "nvidia.com/gpu"
+HAMI_POD_ANNOTATION_PREFIX = "hami.io/"
+
+ApiFactory = Callable[[Mapping[str, Any]], Awaitable[KubeApi]]
+
+
+@dataclass(frozen=True, slots=True)
+class Reachability:
+    reachable: bool
+    reason: str
+    message: str = ""
+
+
+@dataclass(slots=True)
+class WorkloadLink:
+    """The outcome of connecting: a client (when reachable) and why not otherwise."""
+
+    api: KubeApi | None
+    state: Reachability
+
+
+@dataclass(slots=True)
+class _Entry:
+    version: str
+    api: KubeApi
+
+
+def _decode_kubeconfig(secret: JSON, key: str) -> Mapping[str, Any] | None:
+    raw = (secret.get("data") or {}).get(key)
+    if not raw:
+        return None
+    try:
+        parsed = yaml.safe_load(base64.b64decode(raw))
+    except (ValueError, yaml.YAMLError):
+        return None
+    return parsed if isinstance(parsed, Mapping) else None
+
+
+@dataclass
+class WorkloadClients:
+    """One cached client per kubeconfig Secret, rebuilt when its resourceVersion changes."""
+
+    infra: KubeApi
+    factory: ApiFactory = api_from_kubeconfig
+    _cache: dict[tuple[str, str], _Entry] = field(default_factory=dict)
+
+    async def connect(self, namespace: str, secret_name: str, key: str) -> WorkloadLink:
+        secret = await self.infra.get(KINDS["Secret"], namespace, secret_name)
+        if secret is None:
+            msg = f"kubeconfig Secret {secret_name} not found"
+            return WorkloadLink(None, Reachability(False, "CredentialInvalid", msg))
+        version = str(secret["metadata"].get("resourceVersion", ""))
+        cache_key = (namespace, secret_name)
+        entry = self._cache.get(cache_key)
+        if entry is None or entry.version != version:
+            kubeconfig = _decode_kubeconfig(secret, key)
+            if kubeconfig is None:
+                msg = f"Secret {secret_name} key {key!r} holds no parseable kubeconfig"
+                return WorkloadLink(None, Reachability(False, "CredentialInvalid", msg))
+            if entry is not None:
+                await entry.api.close()
+            try:
+                api = await self.factory(kubeconfig)
+            except Exception as exc:  # a malformed kubeconfig raises many types
+                msg = f"kubeconfig in Secret {secret_name} unusable: {type(exc).__name__}"
+                return WorkloadLink(None, Reachability(False, "CredentialInvalid", msg))
+            entry = self._cache[cache_key] = _Entry(version, api)
+        return WorkloadLink(entry.api, await probe(entry.api))
+
+    async def forget(self, namespace: str, secret_name: str) -> None:
+        entry = self._cache.pop((namespace, secret_name), None)
+        if entry is not None:
+            await entry.api.close()
+
+    async def close(self) -> None:
+        for entry in self._cache.values():
+            with contextlib.suppress(Exception):
+                await entry.api.close()
+        self._cache.clear()
+
+
+async def probe(api: KubeApi) -> Reachability:
+    """``/version`` as the reachability test (the original's ``ServerVersion``)."""
+    try:
+        await api.version()
+    except Unreachable as exc:
+        return Reachability(False, "Unreachable", str(exc))
+    except KubeError as exc:
+        if exc.status == HTTP_UNAUTHORIZED:
+            return Reachability(False, "CredentialInvalid", str(exc))
+        if exc.status == HTTP_FORBIDDEN:
+            return Reachability(False, "Forbidden", str(exc))
+        return Reachability(False, "Unreachable", str(exc))
+    return Reachability(True, "Connected")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A Node, its kubelet Lease, and whether the Lease could be read at all."""
+
+    node: JSON | None
+    lease: JSON | None
+    lease_read: bool
+
+
+async def read_node(api: KubeApi, name: str) -> NodeView:
+    node = await api.get(KINDS["Node"], None, name)
+    if node is None:
+        return NodeView(None, None, lease_read=False)
+    try:
+        lease = await api.get(KINDS["Lease"], NODE_LEASE_NAMESPACE, name)
+    except KubeError:
+        return NodeView(node, None, lease_read=False)
+    return NodeView(node, lease, lease_read=True)
+
+
+def _uses_gpu(pod: Mapping[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if any(k.startswith(HAMI_POD_ANNOTATION_PREFIX) for k in annotations):
+        return True
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        for section in ("limits", "requests"):
+            if GPU_RESOURCE in (resources.get(section) or {}):
+                return True
+    return False
+
+
+def _active(pod: Mapping[str, Any]) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed")
+
+
+async def gpu_pods_on_node(api: KubeApi, node_name: str) -> list[JSON]:
+    """Pods bound to the Node that hold (or are about to hold) a HAMi GPU allocation."""
+    pods = await api.list(KINDS["Pod"], None, field_selector=f"spec.nodeName={node_name}")
+    return [p for p in pods if _active(p) and _uses_gpu(p)]
+
+
+async def all_pods_on_node(api: KubeApi, node_name: str) -> list[JSON]:
+    pods = await api.list(KINDS["Pod"], None, field_selector=f"spec.nodeName={node_name}")
+    return [p for p in pods if _active(p)]

@@ -1,0 +1,65 @@
+"""Small shared pieces of the simulated controllers: time stamps, conditions, the poll loop.
+
+Why this module exists: every simulated controller stamps metav1 times and conditions the same
+way and runs the same "one pass, sleep, repeat" loop; a controller pass that fails (the harness
+apiserver restarting, a conflict) is logged and retried on the next tick, like a real
+controller's requeue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from provisioner.kube import KubeError
+
+log = logging.getLogger("simulations.twin")
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(int(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(seconds: float) -> str:
+    """metav1.MicroTime (Lease renewTime)."""
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def condition(type_: str, status: bool, reason: str, message: str, now: float) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": rfc3339(now),
+    }
+
+
+def same_conditions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    """Equal ignoring transition times (only rewrite status when something changed)."""
+
+    def strip(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in items
+        )
+
+    return strip(a) == strip(b)
+
+
+class PollingController:
+    """``step()`` once per ``poll_s`` until cancelled."""
+
+    poll_s: float = 0.1
+
+    async def step(self) -> None:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except KubeError as exc:
+                log.debug("%s pass failed: %s", type(self).__name__, exc)
+            await asyncio.sleep(self.poll_s)

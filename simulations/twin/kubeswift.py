@@ -1,0 +1,227 @@
+"""Simulated KubeSwift controller: turns SwiftGuests into "booted VMs" on the status subresource.
+
+Why this module exists: the provisioner reads only what KubeSwift publishes on a SwiftGuest, so
+the twin publishes exactly that (kubeswift-facts.md §3 and §7 "suggested fidelity"), in the real
+order and after configurable delays:
+
+1. resolve: ``Resolved=True`` (or ``Failed`` + ``Resolved=False/ResolutionFailed`` when the
+   seed profile is missing), ``phase=Scheduling``, ``PodScheduled=False/PodNotScheduled``, the
+   ``kubeswift.io/gpu-allocation`` finalizer, ``GPUClaimPending=True/AwaitingScheduler`` (DRA);
+2. allocate: ``status.gpu{devices, partitionId:-1, nodeName, hypervisor}``, ``nodeName``,
+   ``podRef``, ``GPUAllocated=True/Allocated``, ``GPUClaimPending=False/Allocated``;
+3. run: ``phase=Running``, ``PodScheduled=True``, ``GuestRunning=True/VmRunning``, ``runtime``;
+4. address: ``network{primaryIP, interface, ready, interfaces[]}`` (only the primary NIC has
+   an ip), ``NetworkReady=True/IPAcquired``.
+
+Failure knobs per guest name: never an address (optionally ``NetworkReady=False/DHCPTimeout``
+after ``dhcp_timeout_s``), launcher Failed (``phase=Failed``, ``GuestRunning=False/VmFailed``,
+restarts exhausted), stuck in Scheduling. On deletion the gpu-allocation finalizer is released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from provisioner.clock import Clock
+from provisioner.kube import JSON, KINDS, KubeApi
+from simulations.twin.common import PollingController, condition, same_conditions
+
+GPU_FINALIZER = "kubeswift.io/gpu-allocation"
+RESTARTS_WHEN_FAILED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class GuestTimings:
+    """Seconds from first sight to each stage (cumulative: allocate, then run, then address)."""
+
+    allocate_s: float = 0.2
+    run_s: float = 0.3
+    address_s: float = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class GuestFault:
+    never_address: bool = False
+    dhcp_timeout_s: float | None = None
+    fail: bool = False
+    stuck_scheduling: bool = False
+
+
+@dataclass
+class SimulatedKubeSwift(PollingController):
+    api: KubeApi
+    clock: Clock
+    namespace: str | None = None
+    timings: GuestTimings = GuestTimings()
+    faults: dict[str, GuestFault] = field(default_factory=dict)
+    poll_s: float = 0.1
+    hosts: tuple[str, ...] = ("gpu-host-a", "gpu-host-b")
+    _first_seen: dict[str, float] = field(default_factory=dict)
+    _slots: dict[str, int] = field(default_factory=dict)
+    fault_for: Callable[[str], GuestFault] | None = None
+
+    def _fault(self, name: str) -> GuestFault:
+        if self.fault_for is not None:
+            return self.fault_for(name)
+        return self.faults.get(name, GuestFault())
+
+    async def step(self) -> None:
+        for guest in await self.api.list(KINDS["SwiftGuest"], self.namespace):
+            await self._reconcile(guest)
+
+    async def _reconcile(self, guest: JSON) -> None:
+        meta = guest["metadata"]
+        if meta.get("deletionTimestamp") is not None:
+            await self._release(guest)
+            return
+        uid = str(meta["uid"])
+        now = self.clock.now()
+        first = self._first_seen.setdefault(uid, now)
+        if GPU_FINALIZER not in (meta.get("finalizers") or []) and self._wants_gpu(guest):
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "finalizers": [*(meta.get("finalizers") or []), GPU_FINALIZER],
+                }
+            }
+            guest = await self.api.patch(
+                KINDS["SwiftGuest"], meta["namespace"], meta["name"], patch
+            )
+        seed_ok = await self._seed_exists(guest)
+        status = self._status(guest, uid, now - first, seed_ok, now)
+        await self._write(guest, status)
+
+    @staticmethod
+    def _wants_gpu(guest: JSON) -> bool:
+        spec = guest.get("spec") or {}
+        return bool(spec.get("gpuResourceClaim") or spec.get("gpuProfileRef"))
+
+    async def _seed_exists(self, guest: JSON) -> bool:
+        ref = ((guest.get("spec") or {}).get("seedProfileRef") or {}).get("name")
+        if not ref:
+            return True
+        found = await self.api.get(KINDS["SwiftSeedProfile"], guest["metadata"]["namespace"], ref)
+        return found is not None
+
+    def _slot(self, uid: str) -> int:
+        return self._slots.setdefault(uid, len(self._slots))
+
+    def _status(
+        self, guest: JSON, uid: str, age: float, seed_ok: bool, now: float
+    ) -> dict[str, Any]:
+        name = guest["metadata"]["name"]
+        fault, t = self._fault(name), self.timings
+        dra = bool((guest.get("spec") or {}).get("gpuResourceClaim"))
+        if not seed_ok:
+            msg = "SwiftSeedProfile not found"
+            return {
+                "phase": "Failed",
+                "conditions": [condition("Resolved", False, "ResolutionFailed", msg, now)],
+            }
+        conds = [
+            condition("Resolved", True, "Resolved", "", now),
+            condition("StorageReady", True, "StorageReady", "", now),
+        ]
+        status: dict[str, Any] = {"phase": "Scheduling"}
+        if age < t.allocate_s or fault.stuck_scheduling:
+            conds.append(condition("PodScheduled", False, "PodNotScheduled", "Scheduling", now))
+            if dra:
+                conds.append(condition("GPUClaimPending", True, "AwaitingScheduler", "", now))
+            return {**status, "conditions": conds}
+        slot = self._slot(uid)
+        host = self.hosts[slot % len(self.hosts)]
+        status.update(self._placement(guest, host, slot))
+        conds.append(
+            condition("GPUAllocated", True, "Allocated", f"allocated 1 GPU(s) on node {host}", now)
+        )
+        if dra:
+            conds.append(condition("GPUClaimPending", False, "Allocated", "", now))
+        if age < t.allocate_s + t.run_s:
+            conds.append(condition("PodScheduled", False, "PodNotScheduled", "Scheduling", now))
+            return {**status, "conditions": conds}
+        if fault.fail:
+            conds.append(
+                condition("PodScheduled", False, "PodNotScheduled", "Error: launcher exited 1", now)
+            )
+            conds.append(condition("GuestRunning", False, "VmFailed", "VmFailed", now))
+            return {
+                **status,
+                "phase": "Failed",
+                "restartCount": RESTARTS_WHEN_FAILED,
+                "conditions": conds,
+            }
+        status["phase"] = "Running"
+        status["runtime"] = {"pid": 1000 + slot, "hypervisor": "cloud-hypervisor"}
+        conds.append(condition("PodScheduled", True, "PodScheduled", "", now))
+        conds.append(condition("GuestRunning", True, "VmRunning", "VmRunning", now))
+        booted = age >= t.allocate_s + t.run_s + t.address_s
+        if booted and not fault.never_address:
+            status["network"] = self._network(guest, slot)
+            conds.append(condition("NetworkReady", True, "IPAcquired", "", now))
+        elif (
+            fault.dhcp_timeout_s is not None
+            and age >= t.allocate_s + t.run_s + fault.dhcp_timeout_s
+        ):
+            conds.append(condition("NetworkReady", False, "DHCPTimeout", "no DHCP lease", now))
+        return {**status, "conditions": conds}
+
+    @staticmethod
+    def _placement(guest: JSON, host: str, slot: int) -> dict[str, Any]:
+        meta = guest["metadata"]
+        bdf = f"0000:{(slot % 8) + 1:02x}:00.0"
+        return {
+            "nodeName": host,
+            "podRef": {
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": f"pod-{meta['uid']}",
+            },
+            "gpu": {
+                "devices": [bdf],
+                "partitionId": -1,
+                "nodeName": host,
+                "hypervisor": "cloud-hypervisor",
+            },
+        }
+
+    @staticmethod
+    def _network(guest: JSON, slot: int) -> dict[str, Any]:
+        ip = f"10.77.{slot // 250}.{slot % 250 + 2}"
+        interfaces: list[dict[str, Any]] = []
+        for i, iface in enumerate(
+            (guest.get("spec") or {}).get("interfaces") or [{"name": "eth0"}]
+        ):
+            entry = {
+                "name": iface.get("name", f"eth{i}"),
+                "mac": f"52:54:00:00:{slot % 256:02x}:{i:02x}",
+            }
+            if i == 0 or iface.get("primary"):
+                entry["ip"] = ip
+            interfaces.append(entry)
+        return {"primaryIP": ip, "interface": "eth0", "ready": True, "interfaces": interfaces}
+
+    async def _write(self, guest: JSON, status: dict[str, Any]) -> None:
+        current = guest.get("status") or {}
+        unchanged = all(
+            current.get(k) == v for k, v in status.items() if k != "conditions"
+        ) and same_conditions(current.get("conditions") or [], status.get("conditions") or [])
+        if unchanged:
+            return
+        meta = guest["metadata"]
+        await self.api.patch(
+            KINDS["SwiftGuest"], meta["namespace"], meta["name"], {"status": status}, status=True
+        )
+
+    async def _release(self, guest: JSON) -> None:
+        meta = guest["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if GPU_FINALIZER in finalizers:
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "finalizers": [f for f in finalizers if f != GPU_FINALIZER],
+                }
+            }
+            await self.api.patch(KINDS["SwiftGuest"], meta["namespace"], meta["name"], patch)

@@ -1,0 +1,241 @@
+"""Simulated kubelet + HAMi device plugin: a booted guest becomes a workload Node with GPUs.
+
+Why this module exists: the third and second layers of a Ready cell live in the workload
+cluster. For every SwiftGuest that is Running with an address, this agent plays what happens
+inside the VM:
+
+* kubelet: reads the cloud-init the guest boots from (its SwiftSeedProfile, inline ``userData``
+  or ``userDataFrom`` Secret) and registers the Node named by ``local-hostname`` (else the guest
+  name) with the labels rendered into ``node-labels=...``; sets ``Ready=True`` with heartbeats
+  and renews a Lease in ``kube-node-lease``. It registers once per guest incarnation (a deleted
+  Node is not re-created, as a running kubelet does not re-register) and stops renewing when
+  the guest goes away; a Node that was deleted also loses its Lease (garbage collection);
+* HAMi device plugin: after a delay sets ``gpu=on``, the ``hami.io/node-nvidia-register``
+  annotation (v2.8+ JSON) and allocatable ``nvidia.com/gpu = gpus x split count``.
+
+Failure knobs per cell: never registers, GPU never advertised, NotReady after a delay.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from provisioner.clock import Clock
+from provisioner.kube import JSON, KINDS, KubeApi
+from simulations.twin.common import PollingController, micro_time, rfc3339
+
+LEASE_NAMESPACE = "kube-node-lease"
+REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+_LABELS_RE = re.compile(r"node-labels[=:]\s*\"?([^\s\"']+)")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFault:
+    never_register: bool = False
+    never_advertise: bool = False
+    not_ready_after_s: float | None = None
+
+
+@dataclass
+class _Registered:
+    node: str
+    guest_uid: str
+    gpus: int
+    at: float
+    advertised: bool = False
+    gone: bool = False
+    last_renew: float = 0.0
+    ready: bool = True
+
+
+def parse_user_data(user_data: str) -> dict[str, str]:
+    """The labels the rendered join template asks the kubelet for (``node-labels=k=v,...``)."""
+    match = _LABELS_RE.search(user_data)
+    if match is None:
+        return {}
+    labels: dict[str, str] = {}
+    for pair in match.group(1).split(","):
+        key, sep, value = pair.partition("=")
+        if sep:
+            labels[key] = value
+    return labels
+
+
+def hostname_from_meta(meta_data: str) -> str | None:
+    try:
+        parsed = yaml.safe_load(meta_data or "")
+    except yaml.YAMLError:
+        return None
+    if isinstance(parsed, dict) and parsed.get("local-hostname"):
+        return str(parsed["local-hostname"])
+    return None
+
+
+@dataclass
+class SimulatedNodeAgent(PollingController):
+    infra: KubeApi
+    workload: KubeApi
+    clock: Clock
+    namespace: str | None = None
+    faults: dict[str, NodeFault] = field(default_factory=dict)
+    join_s: float = 0.2
+    advertise_s: float = 0.2
+    lease_renew_s: float = 1.0
+    split_count: int = 10
+    device_memory_mib: int = 8192
+    poll_s: float = 0.1
+    _booted_at: dict[str, float] = field(default_factory=dict)
+    _nodes: dict[str, _Registered] = field(default_factory=dict)
+
+    async def step(self) -> None:
+        now = self.clock.now()
+        live: set[str] = set()
+        for guest in await self.infra.list(KINDS["SwiftGuest"], self.namespace):
+            uid = str(guest["metadata"]["uid"])
+            if guest["metadata"].get("deletionTimestamp") is not None or not _booted(guest):
+                continue
+            live.add(uid)
+            booted = self._booted_at.setdefault(uid, now)
+            if uid not in self._nodes and now - booted >= self.join_s:
+                await self._register(guest, now)
+        for uid, reg in list(self._nodes.items()):
+            if reg.gone:
+                continue
+            if uid not in live:
+                reg.gone = True  # VM off: the kubelet stops renewing
+                continue
+            await self._tend(reg, now)
+
+    async def _register(self, guest: JSON, now: float) -> None:
+        name = str(guest["metadata"]["name"])
+        uid = str(guest["metadata"]["uid"])
+        if self.faults.get(name, NodeFault()).never_register:
+            return
+        user_data, meta_data = await self._cloud_init(guest)
+        node_name = hostname_from_meta(meta_data) or name
+        gpus = len(((guest.get("status") or {}).get("gpu") or {}).get("devices") or []) or 1
+        reg = _Registered(node_name, uid, gpus, now)
+        self._nodes[uid] = reg
+        existing = await self.workload.get(KINDS["Node"], None, node_name)
+        if existing is not None:
+            reg.gone = True  # name taken by another Node: registration fails
+            return
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node_name,
+                "labels": {"kubernetes.io/hostname": node_name, **parse_user_data(user_data)},
+            },
+        }
+        await self.workload.create(node)
+        ip = ((guest.get("status") or {}).get("network") or {}).get("primaryIP", "")
+        await self._node_status(reg, now, ip)
+        await self._renew(reg, now)
+
+    async def _cloud_init(self, guest: JSON) -> tuple[str, str]:
+        ns = guest["metadata"]["namespace"]
+        ref = ((guest.get("spec") or {}).get("seedProfileRef") or {}).get("name")
+        seed = await self.infra.get(KINDS["SwiftSeedProfile"], ns, ref) if ref else None
+        spec: dict[str, Any] = (seed or {}).get("spec") or {}
+        user_data = str(spec.get("userData") or "")
+        secret_ref = (spec.get("userDataFrom") or {}).get("secretKeyRef")
+        if secret_ref:
+            secret = await self.infra.get(KINDS["Secret"], ns, secret_ref["name"])
+            raw = ((secret or {}).get("data") or {}).get(secret_ref.get("key", "user-data"))
+            user_data = base64.b64decode(raw).decode() if raw else ""
+        return user_data, str(spec.get("metaData") or "")
+
+    async def _node_status(self, reg: _Registered, now: float, ip: str | None = None) -> None:
+        ready = reg.ready
+        cond = {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "reason": "KubeletReady" if ready else "KubeletNotReady",
+            "message": "kubelet is posting ready status" if ready else "container runtime is down",
+            "lastHeartbeatTime": rfc3339(now),
+            "lastTransitionTime": rfc3339(reg.at),
+        }
+        status: dict[str, Any] = {"conditions": [cond]}
+        base = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+        gpu = {"nvidia.com/gpu": str(reg.gpus * self.split_count)} if reg.advertised else {}
+        status["capacity"] = {**base, **gpu}
+        status["allocatable"] = {**base, **gpu}
+        if ip:
+            status["addresses"] = [
+                {"type": "InternalIP", "address": ip},
+                {"type": "Hostname", "address": reg.node},
+            ]
+        await self.workload.patch(KINDS["Node"], None, reg.node, {"status": status}, status=True)
+
+    async def _renew(self, reg: _Registered, now: float) -> None:
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": reg.node, "namespace": LEASE_NAMESPACE},
+            "spec": {
+                "holderIdentity": reg.node,
+                "leaseDurationSeconds": 40,
+                "renewTime": micro_time(now),
+            },
+        }
+        await self.workload.apply(lease)
+        reg.last_renew = now
+
+    async def _tend(self, reg: _Registered, now: float) -> None:
+        node = await self.workload.get(KINDS["Node"], None, reg.node)
+        if node is None:  # deleted by the operator: GC takes the Lease with it
+            reg.gone = True
+            await self.workload.delete(KINDS["Lease"], LEASE_NAMESPACE, reg.node)
+            return
+        fault = self.faults.get(reg.node, NodeFault())
+        changed = False
+        if (
+            fault.not_ready_after_s is not None
+            and reg.ready
+            and now - reg.at >= fault.not_ready_after_s
+        ):
+            reg.ready, changed = False, True
+        if not reg.advertised and not fault.never_advertise and now - reg.at >= self.advertise_s:
+            await self._advertise(reg)
+            changed = True
+        if changed or now - reg.last_renew >= self.lease_renew_s:
+            await self._node_status(reg, now)
+            await self._renew(reg, now)
+
+    async def _advertise(self, reg: _Registered) -> None:
+        devices = [
+            {
+                "id": f"GPU-{reg.guest_uid[:8]}-{i}",
+                "index": i,
+                "count": self.split_count,
+                "devmem": self.device_memory_mib,
+                "devcore": 100,
+                "type": "NVIDIA GeForce GTX 1080",
+                "mode": "hami-core",
+                "health": True,
+            }
+            for i in range(reg.gpus)
+        ]
+        for d in devices:
+            if d["index"] == 0:
+                del d["index"]  # omit-if-empty, as HAMi writes it
+        patch = {
+            "metadata": {
+                "labels": {"gpu": "on"},
+                "annotations": {REGISTER_ANNOTATION: json.dumps(devices)},
+            }
+        }
+        await self.workload.patch(KINDS["Node"], None, reg.node, patch)
+        reg.advertised = True
+
+
+def _booted(guest: JSON) -> bool:
+    status = guest.get("status") or {}
+    return status.get("phase") == "Running" and bool((status.get("network") or {}).get("primaryIP"))

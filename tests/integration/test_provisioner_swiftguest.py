@@ -1,0 +1,223 @@
+"""The SwiftGuest provisioner end to end on the two real apiservers with the twin controllers.
+
+What these prove: a pool becomes Ready only when all three layers agree (VM running with an
+address, Node Ready, HAMi advertising the GPU); scaling 1 -> 3 -> 1 creates and drains cells
+(cordon, wait for idle, Node deleted, finalizer released, guest + seed + Secret gone); pool
+deletion drains everything and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from provisioner.clock import SystemClock
+from provisioner.fsm.identity import (
+    CELL_DRAIN_FINALIZER,
+    INSTANCE_LABEL,
+    POOL_FINALIZER,
+    PoolIdentity,
+)
+from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.reconciler import PoolKey, Reconciler
+from simulations.harness import ClusterEndpoint
+from simulations.twin.scenario import (
+    Twin,
+    api_for,
+    converge,
+    join_secret,
+    kubeconfig_secret,
+    swiftguest_pool,
+)
+
+
+@pytest.fixture
+async def apis(
+    infra: ClusterEndpoint, workload: ClusterEndpoint
+) -> AsyncIterator[tuple[KubeApi, KubeApi]]:
+    infra_api = await api_for(infra.kubeconfig_path)
+    workload_api = await api_for(workload.kubeconfig_path)
+    yield infra_api, workload_api
+    await infra_api.close()
+    await workload_api.close()
+
+
+async def setup_pool(infra_api: KubeApi, workload: ClusterEndpoint, pool: JSON) -> PoolKey:
+    ns = pool["metadata"]["namespace"]
+    await infra_api.apply(kubeconfig_secret(ns, workload.kubeconfig_path.read_text()))
+    await infra_api.apply(join_secret(ns))
+    await infra_api.apply(pool)
+    return PoolKey(ns, pool["metadata"]["name"])
+
+
+def status(pool: JSON | None) -> dict[str, Any]:
+    return (pool or {}).get("status") or {}
+
+
+def cond(pool: JSON | None, type_: str) -> dict[str, Any]:
+    return next((c for c in status(pool).get("conditions") or [] if c["type"] == type_), {})
+
+
+def ready_with(n: int) -> Any:
+    def check(pool: JSON | None) -> bool:
+        s = status(pool)
+        cells = s.get("cells") or []
+        return (
+            s.get("readyCells") == n
+            and len(cells) == n
+            and cond(pool, "Ready").get("status") == "True"
+            and (pool or {}).get("metadata", {}).get("generation") == s.get("observedGeneration")
+        )
+
+    return check
+
+
+async def names(api: KubeApi, kind: str, ns: str | None, selector: str = "") -> set[str]:
+    return {o["metadata"]["name"] for o in await api.list(KINDS[kind], ns, label_selector=selector)}
+
+
+async def cell_nodes(workload_api: KubeApi, ident: PoolIdentity) -> set[str]:
+    return await names(workload_api, "Node", None, f"cells.kubeswift.io/pool-id={ident.pool_id}")
+
+
+async def test_pool_reaches_ready_through_all_three_layers(
+    apis: tuple[KubeApi, KubeApi], workload: ClusterEndpoint, namespace: str
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    key = await setup_pool(infra_api, workload, swiftguest_pool("ready", namespace, replicas=1))
+    reconciler = Reconciler(infra_api, clock)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
+    finally:
+        await reconciler.close()
+    assert POOL_FINALIZER in pool["metadata"]["finalizers"]
+    guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "ready-0")
+    assert guest is not None
+    assert CELL_DRAIN_FINALIZER in guest["metadata"]["finalizers"]
+    owner = guest["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "GPUCellPool",
+        pool["metadata"]["uid"],
+        True,
+    )
+    assert guest["spec"]["seedProfileRef"] == {"name": "ready-0-seed"}
+    # Layer 1: the VM runs with an address (as KubeSwift reports it).
+    assert guest["status"]["phase"] == "Running" and guest["status"]["network"]["primaryIP"]
+    # Layer 2 + 3: the Node is Ready and HAMi advertises the GPU.
+    node = await workload_api.get(KINDS["Node"], None, "ready-0")
+    assert node is not None
+    labels = node["metadata"]["labels"]
+    assert labels[INSTANCE_LABEL] == guest["metadata"]["uid"]
+    assert labels["team"] == "ml" and labels["gpu"] == "on"
+    assert labels["cells.kubeswift.io/pool-id"] == PoolIdentity(namespace, "ready").pool_id
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "10"
+    assert "hami.io/node-nvidia-register" in node["metadata"]["annotations"]
+    # The rendered join template carried the identity labels the kubelet registered with.
+    secret = await infra_api.get(KINDS["Secret"], namespace, "ready-0-bootstrap")
+    assert secret is not None
+    rendered = base64.b64decode(secret["data"]["user-data"]).decode()
+    assert "cells.kubeswift.io/cell=ready-0" in rendered and "{{" not in rendered
+    assert secret["data"]["user-data"] == secret["data"]["value"]
+    row = status(pool)["cells"][0]
+    assert row["name"] == "ready-0" and row["phase"] == "Ready" and row["reason"] == "CellReady"
+    assert row["guestUID"] == guest["metadata"]["uid"]
+    assert row["nodeName"] == "ready-0" and row["nodeReady"] is True and row["capacityDevices"] == 1
+    assert row["devices"] == guest["status"]["gpu"]["devices"] and row["hostNode"]
+    assert row["readyOnce"] is True and row["templateHash"]
+    assert cond(pool, "WorkloadClusterReachable")["reason"] == "Connected"
+    assert cond(pool, "Ready")["reason"] == "AllCellsReady"
+    assert cond(pool, "Progressing")["reason"] == "Idle"
+    assert status(pool)["desiredReplicas"] == 1 and status(pool)["replicas"] == 1
+
+
+async def _scale(infra_api: KubeApi, key: PoolKey, replicas: int) -> None:
+    await infra_api.patch(
+        KINDS["GPUCellPool"], key.namespace, key.name, {"spec": {"replicas": replicas}}
+    )
+
+
+async def test_scale_one_three_one_drains_removed_cells(
+    apis: tuple[KubeApi, KubeApi], workload: ClusterEndpoint, namespace: str
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    key = await setup_pool(infra_api, workload, swiftguest_pool("scale", namespace, replicas=1))
+    ident = PoolIdentity(namespace, "scale")
+    reconciler = Reconciler(infra_api, clock)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            await converge(reconciler, key, ready_with(1), timeout_s=30)
+            first_uid = (await infra_api.get(KINDS["SwiftGuest"], namespace, "scale-0"))[
+                "metadata"
+            ]["uid"]  # type: ignore[index]
+            await _scale(infra_api, key, 3)
+            pool = await converge(reconciler, key, ready_with(3), timeout_s=40)
+            assert {c["name"] for c in status(pool)["cells"]} == {"scale-0", "scale-1", "scale-2"}
+            assert await cell_nodes(workload_api, ident) == {"scale-0", "scale-1", "scale-2"}
+            # A GPU pod on scale-2 keeps it from being deleted: the drain waits for idle.
+            pod = _gpu_pod(namespace, "busy", "scale-2")
+            await workload_api.create(pod)
+            await _scale(infra_api, key, 1)
+
+            def draining_busy(p: JSON | None) -> bool:
+                rows = {c["name"]: c for c in status(p).get("cells") or []}
+                return rows.get("scale-2", {}).get("reason") == "WaitingForAllocations"
+
+            await converge(reconciler, key, draining_busy, timeout_s=20)
+            node2 = await workload_api.get(KINDS["Node"], None, "scale-2")
+            assert node2 is not None and node2["spec"].get("unschedulable") is True  # cordoned
+            assert await infra_api.get(KINDS["SwiftGuest"], namespace, "scale-2") is not None
+            # No kubelet runs here: remove the pod at once, as a finished pod would be.
+            workload.kubectl(
+                "delete", "pod", "busy", "-n", namespace, "--grace-period=0", "--force"
+            )
+            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
+    finally:
+        await reconciler.close()
+    assert [c["name"] for c in status(pool)["cells"]] == ["scale-0"]
+    guest0 = await infra_api.get(KINDS["SwiftGuest"], namespace, "scale-0")
+    assert guest0 is not None and guest0["metadata"]["uid"] == first_uid  # the survivor untouched
+    sel = f"cells.kubeswift.io/pool-id={ident.pool_id}"
+    assert await names(infra_api, "SwiftGuest", namespace) == {"scale-0"}
+    assert await names(infra_api, "SwiftSeedProfile", namespace, sel) == {"scale-0-seed"}
+    assert await names(infra_api, "Secret", namespace, sel) == {"scale-0-bootstrap"}
+    assert await cell_nodes(workload_api, ident) == {"scale-0"}
+
+
+def _gpu_pod(namespace: str, name: str, node: str) -> JSON:
+    container = {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"nodeName": node, "containers": [container]},
+    }
+
+
+async def test_pool_deletion_drains_and_leaves_nothing_behind(
+    apis: tuple[KubeApi, KubeApi], workload: ClusterEndpoint, namespace: str
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    key = await setup_pool(infra_api, workload, swiftguest_pool("gone", namespace, replicas=2))
+    ident = PoolIdentity(namespace, "gone")
+    reconciler = Reconciler(infra_api, clock)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            await converge(reconciler, key, ready_with(2), timeout_s=40)
+            await infra_api.delete(KINDS["GPUCellPool"], namespace, "gone")
+            await converge(reconciler, key, lambda p: p is None, timeout_s=30)
+    finally:
+        await reconciler.close()
+    sel = f"cells.kubeswift.io/pool-id={ident.pool_id}"
+    assert await names(infra_api, "SwiftGuest", namespace) == set()
+    assert await names(infra_api, "SwiftSeedProfile", namespace) == set()
+    assert await names(infra_api, "Secret", namespace, sel) == set()
+    assert await cell_nodes(workload_api, ident) == set()
+    leases = await names(workload_api, "Lease", "kube-node-lease")
+    assert not {"gone-0", "gone-1"} & leases
