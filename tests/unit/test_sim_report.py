@@ -73,3 +73,20 @@ def test_simulate_cli_on_a_small_generic_trace(
     policies = json.loads(out.read_text())["policies"]
     assert policies[0]["policy"] == "oracle" and len(policies) == 5
     assert all(p["cost_cell_hours"] >= policies[0]["cost_cell_hours"] for p in policies)
+
+
+def test_sweep_cli_prints_points_and_the_pareto_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    rows = [
+        f"{i * 300},{1200 + 40 * i},1,,{20 + 10 * (i % 5)},{20 + 10 * (i % 5)}" for i in range(20)
+    ]
+    header = "arrival_seconds,duration_seconds,gpu_count,memory_mib,memory_percent,cores_percent"
+    trace.write_text(header + "\n" + "\n".join(rows) + "\n")
+    argv = ["sweep", "--trace", str(trace), "--window", "300", "--threshold", "0.5"]
+    argv += ["--headroom", "0,1", "--prewarm", "off", "--in-flight", "2"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "all 2 points" in printed and "Pareto front" in printed
+    assert "gpucellpool w=300s u=0.5 h=1 prewarm=off inflight=2" in printed
