@@ -198,21 +198,28 @@ def fetch_prometheus() -> float:
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    pin = f"prometheus={versions.PROMETHEUS_DEB_VERSION}"
     with tempfile.TemporaryDirectory(prefix=".deb-", dir=directory) as tmp:
-        pin = f"prometheus={versions.PROMETHEUS_DEB_VERSION}"
-        download = ["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", pin]
-        if subprocess.run(download, cwd=tmp, check=False).returncode != 0:
-            # A fresh machine may have empty package lists.
-            subprocess.run(["apt-get", "update", "-qq"], check=True)
-            subprocess.run(download, cwd=tmp, check=True)
-        deb = next(Path(tmp).glob("prometheus_*.deb"))
-        subprocess.run(["dpkg-deb", "-x", str(deb), f"{tmp}/root"], check=True)
-        for name in ("prometheus", "promtool"):
-            os.replace(Path(tmp) / "root" / "usr" / "bin" / name, directory / name)
+        try:
+            _unpack_deb(pin, Path(tmp), directory)
+        except (subprocess.CalledProcessError, StopIteration, FileNotFoundError) as exc:
+            raise BinaryError(f"could not fetch {pin} from apt: {exc}") from exc
     seconds = round(time.monotonic() - started, 1)
     source = f"apt-get download {pin}"
     _record(directory, {n: _entry(n, source, seconds) for n in ("prometheus", "promtool")})
     return seconds
+
+
+def _unpack_deb(pin: str, tmp: Path, directory: Path) -> None:
+    download = ["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", pin]
+    if subprocess.run(download, cwd=tmp, check=False).returncode != 0:
+        # A fresh machine may have empty package lists.
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(download, cwd=tmp, check=True)
+    deb = next(tmp.glob("prometheus_*.deb"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp / "root")], check=True)
+    for name in ("prometheus", "promtool"):
+        os.replace(tmp / "root" / "usr" / "bin" / name, directory / name)
 
 
 def adopt(name: str, path: Path, source: str) -> Path:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simulations.harness import ApiError, ClusterEndpoint, Harness, HarnessError
-from simulations.harness.binaries import ensure
+from simulations.harness import ApiError, ClusterEndpoint, Harness, HarnessError, binaries, versions
+from simulations.harness.binaries import REPO_ROOT, ensure, go_output_name
 from simulations.harness.procs import pid_alive, port_is_free, wait_for
-from simulations.harness.versions import KUBE_BINARIES, KUBERNETES_VERSION
 
 # (group, version, plural, kind, namespaced, has status subresource)
 THIRD_PARTY = [
@@ -63,7 +62,7 @@ def test_both_apiservers_ready_and_report_the_pinned_version(harness: Harness) -
     assert harness.infra.url != harness.workload.url
     for endpoint in harness.endpoints:
         assert endpoint.ready()
-        assert endpoint.request("GET", "/version")["gitVersion"] == KUBERNETES_VERSION
+        assert endpoint.request("GET", "/version")["gitVersion"] == versions.KUBERNETES_VERSION
     assert {harness.infra.etcd_prefix, harness.workload.etcd_prefix} == {
         "/infrastructure",
         "/workload",
@@ -181,7 +180,9 @@ def test_apply_file_and_kubectl_against_the_workload_cluster(
 
 
 def test_stop_leaves_no_process_or_port_behind(tmp_path: Path) -> None:
-    second = Harness.start(tmp_path / "second", binaries=ensure(KUBE_BINARIES), crd_dirs=[])
+    second = Harness.start(
+        tmp_path / "second", binaries=ensure(versions.KUBE_BINARIES), crd_dirs=[]
+    )
     pids, ports = second.pids, second.ports
     assert len(pids) == 3
     assert all(pid_alive(pid) for pid in pids)
@@ -195,7 +196,55 @@ def test_stop_leaves_no_process_or_port_behind(tmp_path: Path) -> None:
 
 
 def test_failed_start_cleans_up(tmp_path: Path) -> None:
-    paths = {**ensure(KUBE_BINARIES), "kube-apiserver": Path("/bin/false")}
+    paths = {**ensure(versions.KUBE_BINARIES), "kube-apiserver": Path("/bin/false")}
     with pytest.raises(HarnessError, match="exited during start"):
         Harness.start(tmp_path / "broken", binaries=paths, crd_dirs=[], timeout=30)
     assert _processes_mentioning(str(tmp_path)) == []
+
+
+# --- binary lookup (no servers needed) ---------------------------------------------------
+
+
+def test_go_tools_modules_pin_the_versions_in_versions_py() -> None:
+    k8s = (REPO_ROOT / "tools" / "k8s" / "go.mod").read_text()
+    assert f"k8s.io/kubernetes {versions.KUBERNETES_VERSION}\n" in k8s
+    assert f"go.etcd.io/etcd/server/v3 {versions.ETCD_VERSION}\n" in k8s
+    staging = versions.KUBERNETES_VERSION.replace("v1.", "v0.", 1)
+    replaces = [line for line in k8s.splitlines() if "=>" in line]
+    assert replaces
+    assert all(line.rstrip().endswith(staging) for line in replaces)
+    helm = (REPO_ROOT / "tools" / "helm" / "go.mod").read_text()
+    assert f"helm.sh/helm/v3 {versions.HELM_VERSION}\n" in helm
+
+
+def test_go_output_names() -> None:
+    assert go_output_name("go.etcd.io/etcd/server/v3") == "server"
+    assert go_output_name("k8s.io/kubernetes/cmd/kube-apiserver") == "kube-apiserver"
+    assert go_output_name("helm.sh/helm/v3/cmd/helm") == "helm"
+
+
+def _fake_binary(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_kubebuilder_assets_come_first_then_a_versioned_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets, cache = tmp_path / "assets", tmp_path / "cache"
+    monkeypatch.setenv("GPUCELLPOOL_CACHE", str(cache))
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    assert binaries.find("etcd") is None
+    cached = _fake_binary(cache / "etcd")
+    assert binaries.find("etcd") is None  # no versions.json entry: not trusted
+    (cache / "versions.json").write_text(json.dumps({"etcd": {"version": "v0.0.1"}}))
+    assert binaries.find("etcd") is None  # wrong version: rebuilt by ensure()
+    binaries.adopt("etcd", cached, "test")
+    assert binaries.find("etcd") == cache / "etcd"
+    assert binaries.find("etcd") == binaries.ensure(["etcd"])["etcd"]
+    envtest = _fake_binary(assets / "etcd")
+    assert binaries.find("etcd") == envtest
+    with pytest.raises(binaries.BinaryError):
+        binaries.find("kube-scheduler")
