@@ -35,6 +35,7 @@ from autoscaler.policy.packing import PackingResult, pack
 from autoscaler.policy.scale_down import (
     candidates,
     is_empty,
+    pods_to_move,
     update_idle_since,
 )
 from autoscaler.policy.types import (
@@ -90,6 +91,17 @@ def _stuck(
     return out
 
 
+def _displaced(cells: Sequence[CellView]) -> list[PendingPod]:
+    """Pods still running on Draining cells: they will need a home once evicted, so they are
+    packed like pending pods (capacity is found, or started, before the eviction)."""
+    out: list[PendingPod] = []
+    for cell in cells:
+        if cell.state == CellState.DRAINING:
+            moved = pods_to_move(cell, cell.gpus)
+            out += [replace(p, key=f"draining:{p.key}") for p in moved]
+    return out
+
+
 def _removable(below: Sequence[CellView], packing: PackingResult, empty: int, headroom: int) -> int:
     """Candidates that could go while keeping ``headroom`` empty cells."""
     empty_below = sum(1 for c in below if is_empty(c, packing.usage.get(c.name, ())))
@@ -117,12 +129,15 @@ def _inputs(
     cells = observation.cells
     current = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
     booting = sum(1 for c in cells if c.state == CellState.BOOTING)
-    draining = sum(1 for c in cells if c.state == CellState.DRAINING)
+    draining = sum(1 for c in cells if c.state == CellState.DRAINING and not is_empty(c, c.gpus))
     trusted = observation.metrics.fresh and observation.workload_cluster_reachable
     pending = observation.pending if observation.workload_cluster_reachable else ()
     fitting, unfit = _split_fit(pending, config)
     stuck = _stuck(fitting, cells, config, now)
-    packing = pack(fitting, cells, config.shape, config.packing_heuristic, excluded=stuck)
+    displaced = _displaced(cells) if observation.workload_cluster_reachable else []
+    packing = pack(
+        (*fitting, *displaced), cells, config.shape, config.packing_heuristic, excluded=stuck
+    )
     live = [c for c in cells if c.state in (CellState.READY, CellState.BOOTING)]
     empty = sum(1 for c in live if is_empty(c, packing.usage.get(c.name, ())))
     below = tuple(candidates(cells, packing.utilisation, config.utilization_threshold))
@@ -144,6 +159,7 @@ def _inputs(
         forecast_target=forecast_target,
         trusted=trusted,
         stuck=len(stuck),
+        displaced=len(displaced),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from autoscaler.policy import limits
 from autoscaler.policy.packing import PackingResult
-from autoscaler.policy.scale_down import choose_victims, drain_order, idle_for
+from autoscaler.policy.scale_down import VictimLimits, choose_victims, drain_order, idle_for
 from autoscaler.policy.types import (
     CellState,
     CellView,
@@ -32,7 +32,7 @@ class Inputs:
 
     current: int  # Ready + Booting cells
     booting: int
-    draining: int
+    draining: int  # Draining cells that still hold pods (they spend the disruption budget)
     fitting: tuple[PendingPod, ...]
     unschedulable: tuple[Unschedulable, ...]
     packing: PackingResult
@@ -44,6 +44,7 @@ class Inputs:
     forecast_target: int
     trusted: bool  # metrics fresh and workload cluster reachable
     stuck: int = 0  # pending pods HAMi passed over on Ready cells (see _stuck in decide)
+    displaced: int = 0  # pods (or GPU blocks) on Draining cells, packed like pending pods
 
 
 def _decision(
@@ -78,6 +79,8 @@ def _up_driver(config: PolicyConfig, inp: Inputs) -> tuple[Reason, str]:
         why = f"{len(inp.fitting)} pending pod(s) need {inp.packing.new_cells} new cell(s)"
         if inp.stuck:
             why += f" ({inp.stuck} pending too long to count on their Ready cells)"
+        if inp.displaced:
+            why += f" (with {inp.displaced} pod(s) to re-home from draining cells)"
         return Reason.SCALED_UP, why
     if config.min_replicas > inp.current:
         return Reason.BELOW_MIN_REPLICAS, f"below min replicas {config.min_replicas}"
@@ -138,7 +141,6 @@ def _down_guard(
     target = limits.stabilised_down(mem.recommendations, now, config.scale_down, raw)
     window = config.scale_down.stabilization_window_seconds
     rate = limits.rate_allowance(config.scale_down, mem.scale_events, now, inp.current, -1)
-    budget = config.disruption_budget
     actions = [t for t in (mem.last_scale_up_at, mem.last_scale_down_at) if t is not None]
     quiet = now - max(actions) if actions else None
     cooldown = config.scale_down_cooldown_seconds
@@ -174,11 +176,6 @@ def _down_guard(
                 Reason.STABILIZING,
                 f"highest recommendation in the last {window:g}s is {target}",
             ),
-            (
-                budget - inp.draining <= 0,
-                Reason.DISRUPTION_BUDGET,
-                f"{inp.draining} cell(s) draining, disruption budget {budget}",
-            ),
             (rate == 0, Reason.RATE_LIMITED, "scale-down rate policy allows 0 cells now"),
         ]
     )
@@ -198,17 +195,20 @@ def scale_down(
         return _decision(inp.current, Reason.STABILIZING, msg, mem)
     target = limits.stabilised_down(mem.recommendations, now, config.scale_down, raw)
     rate = limits.rate_allowance(config.scale_down, mem.scale_events, now, inp.current, -1)
-    limit = min(inp.current - target, config.disruption_budget - inp.draining)
-    limit = limit if rate is None else min(limit, rate)
+    limit = inp.current - target if rate is None else min(inp.current - target, rate)
+    busy_limit = max(0, config.disruption_budget - inp.draining)
     ready = [c for c in obs.cells if c.state == CellState.READY]
     choice = choose_victims(
         drain_order(eligible, inp.packing.utilisation),
         ready,
         inp.packing.usage,
         config.shape,
-        limit,
-        max(0, inp.empty_cells - config.headroom_cells),
+        VictimLimits(limit, busy_limit, max(0, inp.empty_cells - config.headroom_cells)),
     )
+    if not choice.victims and choice.over_budget:
+        budget = config.disruption_budget
+        msg = f"{inp.draining} cell(s) with pods draining, disruption budget {budget}"
+        return _decision(inp.current, Reason.DISRUPTION_BUDGET, msg, mem)
     if not choice.victims:
         msg = f"{len(eligible)} idle cell(s), none removable: pods of {choice.blocked} fit nowhere"
         return _decision(inp.current, Reason.NO_IDLE_CELL, msg, mem)

@@ -20,10 +20,27 @@ from autoscaler.policy.types import CellShape, CellState, CellView, GPUAsk, GPUU
 
 @dataclass(frozen=True, slots=True)
 class VictimChoice:
-    """Victims in drain order, and candidates kept because their pods fit nowhere else."""
+    """Victims in drain order, and candidates kept because their pods fit nowhere else.
+
+    ``over_budget`` is True when a cell with pods could have gone but the disruption budget
+    was spent.
+    """
 
     victims: tuple[str, ...]
     blocked: tuple[str, ...]
+    over_budget: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VictimLimits:
+    """At most ``total`` victims; at most ``busy`` with pods (the disruption budget left) and
+    at most ``empty`` empty ones (keeping headroom). Removing an empty cell disrupts nothing,
+    so empty cells do not spend the disruption budget (like Cluster Autoscaler's bulk removal
+    of empty nodes)."""
+
+    total: int
+    busy: int
+    empty: int
 
 
 def candidates(
@@ -87,10 +104,9 @@ def choose_victims(
     ready: Sequence[CellView],
     usage: Mapping[str, tuple[GPUUsage, ...]],
     shape: CellShape,
-    limit: int,
-    empty_limit: int,
+    limits: VictimLimits,
 ) -> VictimChoice:
-    """Up to ``limit`` victims (at most ``empty_limit`` empty ones) whose pods re-pack.
+    """Victims within ``limits`` whose pods re-pack, in ``ordered`` (drain) order.
 
     Pods of a victim are packed into the other Ready cells (never into new or Booting cells).
     A cell that receives moved pods is pinned: it cannot become a victim in the same decision.
@@ -99,30 +115,50 @@ def choose_victims(
     victims: list[str] = []
     blocked: list[str] = []
     pinned: set[str] = set()
-    empties = 0
+    empties = busy = 0
+    over_budget = False
     for cell in ordered:
-        if len(victims) >= limit:
+        if len(victims) >= limits.total:
             break
+        gpus = working.get(cell.name, ())
         if cell.name in pinned:
             continue
-        gpus = working.get(cell.name, ())
         if is_empty(cell, gpus):
-            if empties < empty_limit:
+            if empties < limits.empty:
                 victims.append(cell.name)
                 empties += 1
             continue
-        targets = [
-            CellView(c.name, c.index, CellState.READY, c.created_at, gpus=working[c.name])
-            for c in ready
-            if c.name != cell.name and c.name not in victims and c.name in working
-        ]
-        result = pack(pods_to_move(cell, gpus), targets, shape, max_new_cells=0)
-        if result.unplaced:
+        if busy >= limits.busy:
+            over_budget = True
+            continue
+        if not _repack(cell, gpus, ready, victims, working, pinned, shape):
             blocked.append(cell.name)
             continue
         victims.append(cell.name)
-        for name, after in result.usage.items():
-            if after != working[name]:
-                pinned.add(name)
-                working[name] = after
-    return VictimChoice(tuple(victims), tuple(blocked))
+        busy += 1
+    return VictimChoice(tuple(victims), tuple(blocked), over_budget and not victims)
+
+
+def _repack(
+    cell: CellView,
+    gpus: Sequence[GPUUsage],
+    ready: Sequence[CellView],
+    victims: Sequence[str],
+    working: dict[str, tuple[GPUUsage, ...]],
+    pinned: set[str],
+    shape: CellShape,
+) -> bool:
+    """Pack ``cell``'s pods into the other Ready cells; on success commit to ``working``."""
+    targets = [
+        CellView(c.name, c.index, CellState.READY, c.created_at, gpus=working[c.name])
+        for c in ready
+        if c.name != cell.name and c.name not in victims and c.name in working
+    ]
+    result = pack(pods_to_move(cell, gpus), targets, shape, max_new_cells=0)
+    if result.unplaced:
+        return False
+    for name, after in result.usage.items():
+        if after != working[name]:
+            pinned.add(name)
+            working[name] = after
+    return True

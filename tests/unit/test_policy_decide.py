@@ -100,14 +100,16 @@ def test_scale_down_repacks_a_lightly_used_cell() -> None:
     assert (d.reason, d.victims) == (Reason.SCALED_DOWN, ("a",))
 
 
-def test_victims_cheapest_first_and_budget_bounds_them() -> None:
+def test_victims_cheapest_first_and_budget_bounds_busy_ones() -> None:
     cells = (ready("a", 0, 2400, 1), ready("c", 2), ready("d", 3), ready("e", 4, 19200, 2))
     mem = PolicyMemory(idle_since={"a": 0.0, "c": 0.0, "d": 0.0})
-    cfg = replace(CONFIG, disruption_budget=2)
-    d = run(cells=cells, memory=mem, config=cfg)
-    # empty cells first, newest (highest index) first; a (1 pod) waits
-    assert d.victims == ("d", "c")
-    assert d.desired_replicas == 2
+    d = run(cells=cells, memory=mem)
+    # empty cells first, newest (highest index) first; then a, whose pod re-packs onto e
+    assert d.victims == ("d", "c", "a")
+    assert d.desired_replicas == 1
+    busy_drain = CellView("z", 9, CellState.DRAINING, 0.0, gpus=(GPUUsage(1, 0, 1),), pods=1)
+    d = run(cells=(*cells, busy_drain), memory=mem)
+    assert d.victims == ("d", "c")  # the budget (1) is spent by z: a waits
 
 
 def test_no_idle_cell_when_pods_cannot_be_repacked() -> None:
@@ -249,10 +251,22 @@ def test_scale_down_delayed_after_scale_up() -> None:
     assert (d.reason, d.desired_replicas) == (Reason.SCALE_DOWN_DELAYED, 2)
 
 
-def test_disruption_budget_counts_draining_cells() -> None:
-    cells = (ready("a", 0), BUSY_B, CellView("z", 5, CellState.DRAINING, 0.0))
-    d = run(cells=cells, memory=IDLE_A)
-    assert (d.reason, d.desired_replicas) == (Reason.DISRUPTION_BUDGET, 2)
+def test_disruption_budget_counts_draining_cells_with_pods() -> None:
+    busy_drain = CellView("z", 5, CellState.DRAINING, 0.0, gpus=(GPUUsage(100, 0, 1),), pods=1)
+    light = ready("a", 0, 2400, 1)  # 10 %: would go, but its eviction needs budget
+    roomy = ready("c", 2, 4800, 1)
+    mem = PolicyMemory(idle_since={"a": 0.0, "c": 0.0})
+    d = run(cells=(light, roomy, BUSY_B, busy_drain), memory=mem)
+    assert (d.reason, d.desired_replicas) == (Reason.DISRUPTION_BUDGET, 3)
+    # an empty cell disrupts nothing: it goes even while the budget is spent
+    empty = ready("e", 3)
+    mem = PolicyMemory(idle_since={"a": 0.0, "c": 0.0, "e": 0.0})
+    d = run(cells=(light, roomy, BUSY_B, empty, busy_drain), memory=mem)
+    assert (d.reason, d.victims) == (Reason.SCALED_DOWN, ("e",))
+    # a Draining cell with nothing left on it does not spend the budget
+    done = CellView("y", 6, CellState.DRAINING, 0.0)
+    d = run(cells=(light, roomy, BUSY_B, done), memory=PolicyMemory(idle_since={"a": 0.0}))
+    assert (d.reason, d.victims) == (Reason.SCALED_DOWN, ("a",))
 
 
 def test_workload_cluster_unreachable_holds() -> None:
@@ -311,3 +325,17 @@ def test_pod_stuck_despite_free_ready_capacity_gets_one_new_cell() -> None:
     assert (d.reason, d.desired_replicas) == (Reason.DEMAND_SATISFIED, 2)
     off = run(old_pod, cells, config=replace(CONFIG, stuck_pending_seconds=0.0))
     assert off.reason == Reason.DEMAND_SATISFIED
+
+
+def test_pods_on_draining_cells_get_capacity_before_eviction() -> None:
+    draining = CellView("z", 5, CellState.DRAINING, 0.0, gpus=(GPUUsage(20000, 0, 2),), pods=2)
+    d = run(cells=(BUSY_B, draining))
+    assert (d.reason, d.desired_replicas, d.cells_needed, d.pending_asks) == (
+        Reason.SCALED_UP,
+        2,
+        1,
+        0,
+    )
+    assert "re-home" in d.message
+    roomy = run(cells=(ready("a", 0, 0, 0), BUSY_B, draining), memory=IDLE_A)
+    assert (roomy.desired_replicas, roomy.victims) == (2, ())  # a now hosts them: not removable

@@ -12,7 +12,7 @@ from autoscaler.policy.limits import (
     stabilised_up,
     trim,
 )
-from autoscaler.policy.scale_down import choose_victims, drain_order, pods_to_move
+from autoscaler.policy.scale_down import VictimLimits, choose_victims, drain_order, pods_to_move
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -101,13 +101,20 @@ def test_choose_victims_pins_receivers_and_respects_limits() -> None:
     usage = {x.name: x.gpus for x in (a, b, c)}
     order = drain_order([a, b, c], {"a": 0.4, "b": 0.4, "c": 0.0})
     assert [x.name for x in order] == ["c", "b", "a"]
-    choice = choose_victims(order, [a, b, c], usage, SHAPE, limit=3, empty_limit=1)
+    choice = choose_victims(order, [a, b, c], usage, SHAPE, VictimLimits(3, 3, 1))
     # c is empty; b's pod moves to a (c is already a victim), which pins a
     assert choice.victims == ("c", "b")
-    assert choose_victims(order, [a, b, c], usage, SHAPE, 3, 0).victims == ("b",)
-    assert choose_victims(order, [a, b, c], usage, SHAPE, 1, 1).victims == ("c",)
+    assert choose_victims(order, [a, b, c], usage, SHAPE, VictimLimits(3, 3, 0)).victims == ("b",)
+    assert choose_victims(order, [a, b, c], usage, SHAPE, VictimLimits(1, 3, 1)).victims == ("c",)
+    # the disruption budget binds cells with pods only
+    no_budget = choose_victims(order, [a, b, c], usage, SHAPE, VictimLimits(3, 0, 1))
+    assert (no_budget.victims, no_budget.over_budget) == (("c",), False)
+    spent = choose_victims([a, b], [a, b, c], usage, SHAPE, VictimLimits(3, 0, 1))
+    assert (spent.victims, spent.over_budget) == ((), True)
     full = cell("f", 3, GPUUsage(1000, 0, 1), 1)
-    lonely = choose_victims([a], [a, full], {"a": a.gpus, "f": full.gpus}, SHAPE, 1, 1)
+    lonely = choose_victims(
+        [a], [a, full], {"a": a.gpus, "f": full.gpus}, SHAPE, VictimLimits(1, 1, 1)
+    )
     assert (lonely.victims, lonely.blocked) == ((), ("a",))
 
 
