@@ -87,8 +87,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("gpucellpool_scale_decisions_total", C, "Decisions that changed the outcome, by "
                "machine-readable reason", ("reason",)),
     MetricSpec("gpucellpool_desired_cells", G, "Cells the last decision wants"),
-    MetricSpec("gpucellpool_min_cells", G, "spec.autoscaling.minReplicas (or spec.replicas)"),
-    MetricSpec("gpucellpool_max_cells", G, "spec.autoscaling.maxReplicas (or spec.replicas)"),
+    MetricSpec("gpucellpool_min_cells", G, "Lower bound (minReplicas, or replicas)"),
+    MetricSpec("gpucellpool_max_cells", G, "Upper bound (maxReplicas, or replicas)"),
     MetricSpec("gpucellpool_cells", G, "Cells by the policy's phase: Booting, Ready, Draining, "
                "Failed (every phase written)", ("phase",)),
     MetricSpec("gpucellpool_demand_cells", G, "Packed demand (allocated plus pending asks) in "
