@@ -179,3 +179,16 @@ async def converge(
         await asyncio.sleep(pass_interval_s)  # the reconcile cadence, not a synchronisation
     status = (pool or {}).get("status") or {}
     raise TimeoutError(f"pool {key} did not converge in {timeout_s}s; status: {status}")
+
+
+async def poll_until(
+    check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0, interval_s: float = 0.1
+) -> None:
+    """Wait for a condition the twin (not the reconciler) brings about, with a deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(interval_s)
+    raise TimeoutError(f"condition not reached in {timeout_s}s")
