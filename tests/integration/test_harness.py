@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from kubernetes_asyncio import client, config
 
 from simulations.harness import ApiError, ClusterEndpoint, Harness, HarnessError, binaries, versions
 from simulations.harness.binaries import REPO_ROOT, ensure, go_output_name
@@ -177,6 +178,15 @@ def test_apply_file_and_kubectl_against_the_workload_cluster(
     workload.apply_file(manifest)
     got = workload.kubectl("get", "configmap", "applied", "-n", namespace, "-o", "json")
     assert json.loads(got.stdout)["data"] == {"k": "v"}
+
+
+async def test_kubeconfig_works_with_kubernetes_asyncio(
+    workload: ClusterEndpoint, namespace: str
+) -> None:
+    api = await config.new_client_from_config(str(workload.kubeconfig_path), persist_config=False)
+    async with api:
+        got = await client.CoreV1Api(api).read_namespace(namespace)
+    assert got.metadata.name == namespace
 
 
 def test_stop_leaves_no_process_or_port_behind(tmp_path: Path) -> None:
