@@ -81,6 +81,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--json", type=Path, help="also write the summaries as JSON")
     g.add_argument("--plot", type=Path, help="also write a PNG of demand vs cells")
     g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--jobs", type=int, default=1, help="run policies in parallel processes")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -193,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         config,
         oracle_method=args.oracle_method,
         show_progress=False if args.no_progress else None,
+        jobs=args.jobs,
     )
     span_days = max(p.arrival_seconds for p in pods) / DAY
     title = f"{len(pods)} pods over {span_days:.1f} days, {args.cell_gpus}-GPU cells"
