@@ -98,7 +98,8 @@ def test_throughput_synthetic_month() -> None:
         "Diurnal Poisson arrivals, lognormal durations (median 30 min), openb-like asks "
         "(`simulations.traces.synthetic`, seed 1); 10 s ticks (30 s for the original, 15 s "
         "for HPA). The four policies run in parallel processes on a shared, busy 2-core VM, so "
-        "wall time overstates the cost; per-CPU-second rates are the comparable figure. Pod events = "
+        "wall time overstates the cost; per-CPU-second rates are the comparable figure. "
+        "Pod events = "
         "arrivals + ends + evictions.\n\n" + "\n".join(rows),
     )
 
