@@ -146,7 +146,7 @@ def test_label_keys_inside_selectors_are_data_not_fields() -> None:
 
 
 def test_strict_mode_admits_every_allowlisted_shape() -> None:
-    template = {
+    template: dict[str, Any] = {
         "guestClassRef": {"name": "c"},
         "imageRef": {"name": "i"},
         "osType": "linux",
@@ -313,7 +313,8 @@ def test_scale_without_autoscaling_is_free_and_floor_is_warned() -> None:
 
 
 def test_non_object_inputs_are_refused_not_raised() -> None:
-    for junk in (None, [], "pool", 3):
+    junks: tuple[Any, ...] = (None, [], "pool", 3)
+    for junk in junks:
         assert validate_create(junk).paths() == ("(root)",)
         assert not validate_update(POOL, junk).allowed
         assert not validate_scale(junk, junk).allowed

@@ -93,8 +93,14 @@ def check_scale_request(pool: Any, scale: Any, found: Findings) -> None:
             f"({replicas}) is below spec.autoscaling.minReplicas "
             f"({floor}), which sets the floor; lower minReplicas on the pool instead",
         )
-    if enabled and floor is None and not found.errors:
-        found.warn("spec.replicas", "is the autoscaling floor while minReplicas is unset")
+    if enabled and not found.errors:
+        found.warn(
+            "spec.replicas",
+            "is the autoscaling floor while minReplicas is unset"
+            if floor is None
+            else "has no effect while autoscaling is enabled with "
+            "minReplicas set; the autoscaler sizes the pool between min and max",
+        )
     claim = get(pool, "spec", "cell", "gpu", "dra", "resourceClaimName")
     if isinstance(claim, str) and claim and replicas > 1:
         found.error(
