@@ -13,14 +13,19 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import CellObjects
 from provisioner.cells import identity
 from provisioner.fsm.bootstrap import RenderError, RenderInputs, render_template
-from provisioner.fsm.membership import MembershipInput, MembershipPlan, plan_membership
+from provisioner.fsm.membership import (
+    MembershipInput,
+    MembershipLimits,
+    MembershipPlan,
+    plan_membership,
+)
 from provisioner.fsm.rows import failure_history, member_row, tombstone
 from provisioner.fsm.vocabulary import StallReason
 from provisioner.kube import KINDS, KubeApi
@@ -86,6 +91,7 @@ class PlanInput:
     join: JoinTemplate
     reachable: bool
     now: float
+    limits: MembershipLimits = field(default_factory=MembershipLimits)
 
 
 def _template_error(inp: PlanInput) -> str:
@@ -116,6 +122,7 @@ def plan(inp: PlanInput) -> MembershipPlan:
             history=failure_history(all_rows),
             now_s=inp.now,
             workload_reachable=inp.reachable,
+            limits=inp.limits,
             pool_ever_ready=any(r.ready_once for r in all_rows),
         )
     )

@@ -33,7 +33,7 @@ from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
 from provisioner.fsm.drain import DrainAction, DrainCause
 from provisioner.fsm.identity import POOL_FINALIZER
 from provisioner.fsm.manifests import owner_reference
-from provisioner.fsm.membership import MembershipPlan
+from provisioner.fsm.membership import MembershipLimits, MembershipPlan
 from provisioner.fsm.rollout import template_hash
 from provisioner.fsm.rows import to_time, tombstone
 from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
@@ -70,8 +70,12 @@ class Reconciler:
         clock: Clock,
         workload_factory: ApiFactory = api_from_kubeconfig,
         backends: Mapping[Provisioner, CellBackend] | None = None,
+        limits: MembershipLimits | None = None,
     ) -> None:
+        """``limits``: churn limits (in-flight cap, replacement backoff); defaults as the
+        earlier implementation (2 in flight, 30 s doubling backoff, 5 failures per index)."""
         self.infra = infra
+        self.limits = limits or MembershipLimits()
         self.clock = clock
         self.clients = WorkloadClients(infra, workload_factory)
         self.backends: Mapping[Provisioner, CellBackend] = backends or {
