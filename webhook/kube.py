@@ -27,7 +27,16 @@ SECRET_TYPE = "kubernetes.io/tls"
 
 
 async def _json(response: Any) -> dict[str, Any]:
-    raw = await response.read()
+    """Body of a raw (``_preload_content=False``) response; non-2xx raises ``ApiException``.
+
+    Without preloading the client returns the aiohttp response as is, errors included.
+    """
+    try:
+        raw = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        raise ApiException(status=response.status, reason=raw.decode(errors="replace")[:500])
     parsed = json.loads(raw)
     return parsed if isinstance(parsed, dict) else {}
 
@@ -42,14 +51,15 @@ class KubeSecretStore:
     async def read(self) -> tuple[dict[str, bytes], str] | None:
         """(decoded data, resourceVersion) or None when absent."""
         try:
-            resp = await self.core.read_namespaced_secret(
-                self.name, self.namespace, _preload_content=False
+            doc = await _json(
+                await self.core.read_namespaced_secret(
+                    self.name, self.namespace, _preload_content=False
+                )
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        doc = await _json(resp)
         data = {k: base64.b64decode(v) for k, v in (doc.get("data") or {}).items()}
         return data, str(doc["metadata"]["resourceVersion"])
 
@@ -88,14 +98,15 @@ class KubeWebhookCABundle:
 
     async def _read(self) -> dict[str, Any] | None:
         try:
-            resp = await self.admission.read_validating_webhook_configuration(
-                self.name, _preload_content=False
+            return await _json(
+                await self.admission.read_validating_webhook_configuration(
+                    self.name, _preload_content=False
+                )
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return await _json(resp)
 
     async def ca_bundles(self) -> list[bytes] | None:
         """Decoded caBundle per webhook entry."""
@@ -130,14 +141,15 @@ class KubePoolReader:
     async def get_pool(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The stored pool, or None when absent."""
         try:
-            resp = await self.custom.get_namespaced_custom_object(
-                api.GROUP, api.VERSION, namespace, api.PLURAL, name, _preload_content=False
+            return await _json(
+                await self.custom.get_namespaced_custom_object(
+                    api.GROUP, api.VERSION, namespace, api.PLURAL, name, _preload_content=False
+                )
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return await _json(resp)
 
 
 class KubeCrdReader:
@@ -149,7 +161,9 @@ class KubeCrdReader:
     async def get_crd(self, name: str) -> Mapping[str, Any] | None:
         """The served CRD; None when absent; PermissionError when RBAC forbids the read."""
         try:
-            resp = await self.ext.read_custom_resource_definition(name, _preload_content=False)
+            return await _json(
+                await self.ext.read_custom_resource_definition(name, _preload_content=False)
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -158,7 +172,6 @@ class KubeCrdReader:
                     "forbidden: the operator needs get on customresourcedefinitions"
                 ) from exc
             raise
-        return await _json(resp)
 
 
 class KubeEventSink:

@@ -5,7 +5,9 @@ webhooks go wrong (a missing ``uid``, a 500 on odd input, a message that hides t
 Here a request body is parsed into a small ``ReviewRequest`` (or a ``BadReview`` with a message
 for a 400), routed to the right ``webhook.rules`` entry point, and the ``Verdict`` becomes a
 response whose ``status.message`` names every reason with its field path, whose
-``status.details.causes`` list them one by one, and whose ``warnings`` pass through. No I/O:
+``status.details.causes`` list them one by one (reason ``Invalid``, code 422: kubectl then
+prints one "field: message" line per cause, like a schema error), and whose ``warnings``
+pass through. No I/O:
 the stored pool a scale request needs is fetched by the server and passed in.
 """
 
@@ -131,7 +133,7 @@ def response(req: ReviewRequest, verdict: Verdict) -> dict[str, Any]:
     body: dict[str, Any] = {"uid": req.uid, "allowed": verdict.allowed}
     if not verdict.allowed:
         body["status"] = {
-            "code": 403,
+            "code": 422,
             "reason": "Invalid",
             "message": denial_message(req, verdict),
             "details": {

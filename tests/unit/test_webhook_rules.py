@@ -318,3 +318,25 @@ def test_non_object_inputs_are_refused_not_raised() -> None:
         assert validate_create(junk).paths() == ("(root)",)
         assert not validate_update(POOL, junk).allowed
         assert not validate_scale(junk, junk).allowed
+
+
+@pytest.mark.parametrize(
+    ("spelled", "field"),
+    [
+        ("\u017feedProfileRef", "seedProfileRef"),  # LONG S folds to s in Go
+        ("\u212aernelRef", "kernelRef"),  # KELVIN SIGN folds to k
+        ("kernelCmdl\u0131ne", "kernelCmdline"),  # DOTLESS I folds to i
+        ("\u0130mageRef", "imageRef"),  # DOTTED CAPITAL I folds to i (Go's simple mapping)
+        ("NODENAME", "nodeName"),
+    ],
+)
+def test_keys_fold_like_go_encoding_json(spelled: str, field: str) -> None:
+    assert gf.fold(spelled) == gf.fold(field)
+    assert f"{G}[{spelled}]" in reasons(pool(**{spelled: {"name": "x"}})) or f"{G}.{spelled}" in (
+        reasons(pool(**{spelled: {"name": "x"}}))
+    )
+
+
+def test_fold_keeps_distinct_names_apart() -> None:
+    assert gf.fold("stra\u00dfe") != gf.fold("strasse")  # Go has no single-rune fold for sharp s
+    assert gf.fold("nodeName") != gf.fold("nodeNames")

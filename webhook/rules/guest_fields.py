@@ -11,6 +11,27 @@ from __future__ import annotations
 
 from typing import Union
 
+_SPECIAL_LOWER = {"\u0130": "i"}  # Go's simple lower-case of U+0130 (Python's is two chars)
+
+
+def fold(text: str) -> str:
+    """Fold a key the way Go's encoding/json matches field names: upper(lower(rune)).
+
+    So U+017F (long s) and s, U+212A (Kelvin sign) and k, U+0131 (dotless i) and i all fold
+    alike: a key that Go would decode into a field is recognised however it is spelled.
+    """
+    out = []
+    for char in text:
+        if char.isascii():
+            out.append(char.upper())
+            continue
+        lower = char.lower()
+        lower = lower if len(lower) == 1 else _SPECIAL_LOWER.get(char, char)
+        upper = lower.upper()
+        out.append(upper if len(upper) == 1 else lower)
+    return "".join(out)
+
+
 OPERATOR_OWNED: dict[str, str] = {
     "seedProfileRef": "is operator-owned: the operator renders each cell's cloud-init seed "
     "itself (a user seed profile can pull any Secret or ConfigMap of the namespace into the VM); "
@@ -59,16 +80,16 @@ ALLOWED: frozenset[str] = frozenset(
 KNOWN: frozenset[str] = (
     ALLOWED | frozenset(OPERATOR_OWNED) | frozenset(DENIED) | frozenset(DISCOURAGED)
 )
-KNOWN_BY_FOLD: dict[str, str] = {k.casefold(): k for k in KNOWN}
+KNOWN_BY_FOLD: dict[str, str] = {fold(k): k for k in KNOWN}
 """Go's encoding/json matches keys case-insensitively (with Unicode folding), so lookups fold."""
 
 CLUSTER_API_ALLOWED: frozenset[str] = frozenset({"imageRef", "guestClassRef", "interfaces"})
 """Under ClusterAPI the KubeSwiftMachine carries only these (reference §5 rule 2)."""
 
 _HOST = "reaches the host from the privileged launcher pod"
-DEEP_DENIED: dict[str, str] = {
-    **{k.casefold(): v for k, v in OPERATOR_OWNED.items()},
-    **{k.casefold(): v for k, v in DENIED.items()},
+_DEEP_DENIED: dict[str, str] = {
+    **OPERATOR_OWNED,
+    **DENIED,
     "hostpath": f"is not allowed anywhere in a guestTemplate: it {_HOST}; remove it",
     "socket": "is not allowed: vhost-user sockets are hostPath-mounted into the privileged "
     "launcher pod; remove it",
@@ -90,11 +111,17 @@ DEEP_DENIED: dict[str, str] = {
     "hostpid": "is not allowed: there is no launcher-pod override; remove it",
     "hostipc": "is not allowed: there is no launcher-pod override; remove it",
 }
+DEEP_DENIED: dict[str, str] = {fold(k): v for k, v in _DEEP_DENIED.items()}
 """Keys refused at any depth below the top level (folded), whatever object they sit in."""
 
-DENIED_KEY_PREFIXES: tuple[str, ...] = ("snapshot.kubeswift.io/",)
+DENIED_KEY_PREFIXES: tuple[str, ...] = (fold("snapshot.kubeswift.io/"),)
 DENIED_KEYS_EXACT: frozenset[str] = frozenset(
-    {"kubeswift.io/hypervisor-override", "kubeswift.io/drain-requested", "swift.kubeswift.io/pool"}
+    fold(k)
+    for k in (
+        "kubeswift.io/hypervisor-override",
+        "kubeswift.io/drain-requested",
+        "swift.kubeswift.io/pool",
+    )
 )
 ANNOTATION_REASON = (
     "is a KubeSwift control annotation or label (restore mode mounts a node directory, "
@@ -160,10 +187,10 @@ NESTED_KNOWN: frozenset[str] = frozenset(
         "labelSelector",
     }
 )
-NESTED_BY_FOLD: dict[str, str] = {k.casefold(): k for k in NESTED_KNOWN}
+NESTED_BY_FOLD: dict[str, str] = {fold(k): k for k in NESTED_KNOWN}
 """Field names inside SwiftGuestSpec objects; a re-cased spelling is refused like at the top."""
 
 MAP_FIELDS: frozenset[str] = frozenset(
-    {"matchlabels", "serviceannotations", "annotations", "labels"}
+    fold(k) for k in ("matchLabels", "serviceAnnotations", "annotations", "labels")
 )
 """Folded names of fields whose keys are user data (label keys), not field names."""

@@ -21,6 +21,11 @@ from webhook.rules.settings import RuleSettings
 from webhook.rules.verdict import Findings
 
 MAC = re.compile(r"^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$")
+INTERFACE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+"""No quotes, spaces, slashes or newlines: the name reaches the Multus annotation and, through
+nodeIPFrom, the rendered cloud-init template."""
+OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+"""A NAD name: a DNS-1123 subdomain, so no ``namespace/name`` or ``name@ifname`` smuggling."""
 MAX_DATA_DISKS = 8
 MAX_NODES = 10000
 """A guestTemplate with more values than this is refused rather than partly checked."""
@@ -46,6 +51,12 @@ def check_interfaces(
         name = item.get("name")
         if not isinstance(name, str) or not name:
             found.error(join(item_path, "name"), "is required; name the interface")
+        elif not INTERFACE_NAME.match(name):
+            found.error(
+                join(item_path, "name"),
+                "must be letters, digits, '-', '_' or '.' (at "
+                "most 63, no spaces, quotes or slashes); rename the interface",
+            )
         elif name in seen:
             found.error(join(item_path, "name"), f"duplicates interface {name!r}; rename one")
         else:
@@ -70,7 +81,7 @@ def _interface_type(
         pass
     elif not isinstance(kind, str):
         f.error(type_path, f"must be a string (got {type_name(kind)}); use bridge or omit it")
-    elif kind.casefold() == "sriov":
+    elif gf.fold(kind) == "SRIOV":
         if kind != "sriov" or resource not in settings.allowed_sriov_resources:
             f.error(
                 type_path,
@@ -79,7 +90,7 @@ def _interface_type(
                 "(allowedSriovResources) may be used; use bridge",
             )
         return
-    elif kind.casefold().replace("-", "").replace("_", "") == "vhostuser":
+    elif gf.fold(kind).replace("-", "").replace("_", "") == "VHOSTUSER":
         f.error(
             type_path,
             "vhost-user hostPath-mounts a socket directory into the privileged "
@@ -97,8 +108,15 @@ def _network_ref(ref: Any, path: str, namespace: str, found: Findings) -> None:
     if not isinstance(ref, Mapping):
         found.error(path, f"must be an object {{name: ...}} (got {type_name(ref)}); fix it")
         return
-    if not isinstance(ref.get("name"), str) or not ref.get("name"):
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
         found.error(join(path, "name"), "is required; name the NetworkAttachmentDefinition")
+    elif not OBJECT_NAME.match(name):
+        found.error(
+            join(path, "name"),
+            "must be a plain object name (a DNS-1123 subdomain, no "
+            "'/' or '@'); name a NetworkAttachmentDefinition in the pool's namespace",
+        )
     other = ref.get("namespace")
     if other not in (None, "") and other != namespace:
         where = f"the pool's namespace {namespace!r}" if namespace else "the pool's namespace"
@@ -209,12 +227,12 @@ def deep_scan(template: Mapping[str, Any], base: str, found: Findings) -> None:
                 child = join(path, key)
                 if found.covers(child) or _refused(key, child, depth, in_map, found):
                     continue
-                map_child = key.casefold() in gf.MAP_FIELDS
+                map_child = gf.fold(key) in gf.MAP_FIELDS
                 stack.append((child, value, depth + 1, map_child))
 
 
 def _refused(key: str, path: str, depth: int, in_map: bool, found: Findings) -> bool:
-    folded = key.casefold()
+    folded = gf.fold(key)
     if folded.startswith(gf.DENIED_KEY_PREFIXES) or folded in gf.DENIED_KEYS_EXACT:
         found.error(path, gf.ANNOTATION_REASON)
         return True

@@ -57,7 +57,7 @@ def _check_top_level(template: Mapping[str, Any], ctx: GuestContext, found: Find
     for raw_key in template:
         key = str(raw_key)
         path = join(ctx.base, key)
-        canonical = gf.KNOWN_BY_FOLD.get(key.casefold())
+        canonical = gf.KNOWN_BY_FOLD.get(gf.fold(key))
         spelled = "" if canonical in (None, key) else f" (spelled {key!r}; KubeSwift reads it)"
         if canonical in gf.OPERATOR_OWNED:
             found.error(path, f"{canonical} {gf.OPERATOR_OWNED[canonical]}{spelled}")
@@ -91,7 +91,8 @@ def _discouraged(key: str, path: str, ctx: GuestContext, found: Findings) -> Non
 def _unknown(key: str, path: str, ctx: GuestContext, found: Findings) -> None:
     if ctx.settings.strict_guest_template:
         return  # the allowlist walk reports it
-    if key.startswith(gf.DENIED_KEY_PREFIXES) or key in gf.DENIED_KEYS_EXACT:
+    folded = gf.fold(key)
+    if folded.startswith(gf.DENIED_KEY_PREFIXES) or folded in gf.DENIED_KEYS_EXACT:
         return  # the deep scan reports it
     found.warn(path, "is not a SwiftGuestSpec field; KubeSwift drops or rejects it, remove it")
 
@@ -101,7 +102,7 @@ def _check_required(template: Mapping[str, Any], ctx: GuestContext, found: Findi
         path = join(ctx.base, key)
         value = template.get(key)
         if value is None:
-            if not any(str(k) != key and str(k).casefold() == key.casefold() for k in template):
+            if not any(str(k) != key and gf.fold(str(k)) == gf.fold(key) for k in template):
                 found.error(path, f"is required; set {key}: {{name: ...}}")
             continue
         name = value.get("name") if isinstance(value, Mapping) else None
@@ -116,7 +117,7 @@ def _check_os_type(template: Mapping[str, Any], ctx: GuestContext, found: Findin
     value = template["osType"]
     if not isinstance(value, str):
         found.error(path, f"must be a string (got {type_name(value)}); use linux or omit it")
-    elif value.casefold() == "windows":
+    elif gf.fold(value) == "WINDOWS":
         found.error(path, "windows guests cannot have a GPU in KubeSwift; use linux or omit it")
     elif value != "linux":
         found.error(path, "must be linux; use linux or omit it")
