@@ -58,11 +58,11 @@ class Scripted:
         return Decision(desired, Reason.IDLE, "", memory, victims=victims, act=self.act)
 
 
-def random_trace(seed: int, count: int = 150) -> tuple[TracePod, ...]:
+def random_trace(seed: int, count: int = 150, span: float = 20000.0) -> tuple[TracePod, ...]:
     rng = random.Random(seed)
     asks = [WHOLE, HALF, GPUAsk(memory_percent=20, cores_percent=20), GPUAsk(memory_mib=4096)]
     pods = [
-        TracePod(f"p{i}", rng.uniform(0, 20000), rng.uniform(30, 3000), rng.choice(asks))
+        TracePod(f"p{i}", rng.uniform(0, span), rng.uniform(30, 3000), rng.choice(asks))
         for i in range(count)
     ]
     return tuple(sorted(pods, key=lambda p: (p.arrival_seconds, p.key)))
@@ -80,7 +80,7 @@ def config(**kwargs: object) -> SimConfig:
 
 @pytest.mark.parametrize("factory", [ProductionPolicy, PEERS["cluster-autoscaler"]])
 def test_same_seed_same_result_other_seed_differs(factory: type[ScalingPolicy]) -> None:
-    pods = random_trace(1, count=60)
+    pods = random_trace(1, count=60, span=6000.0)
     first = simulate(pods, factory(), config(seed=3))
     again = simulate(pods, factory(), config(seed=3))
     other = simulate(pods, factory(), config(seed=4))
