@@ -274,6 +274,10 @@ class PolicyConfig:
     # node lock), so it needs other capacity. At most one extra cell per such pod: a cell that
     # became Ready after the pod arrived still counts. 0 disables.
     stuck_pending_seconds: float = 600.0
+    # Whether scale-down drains evict (spec drain.mode Evict): pods on Draining cells will then
+    # need a home, so they are packed like pending pods and capacity is started before the
+    # eviction. With WaitForIdle drains (the default) they finish where they are.
+    rehome_draining_pods: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
