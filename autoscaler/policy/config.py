@@ -22,7 +22,7 @@ from autoscaler.policy.types import (
     ScalingRules,
     Taint,
 )
-from gpucellpool.api.autoscaling import EffectiveRules
+from gpucellpool.api.autoscaling import DrainMode, EffectiveRules
 from gpucellpool.api.spec import GPUCellPoolSpec
 
 SELECT_POLICIES = ("Max", "Min", "Disabled")
@@ -137,4 +137,5 @@ def policy_config_from_spec(
         mode=Mode.ACTIVE if auto.acts() else Mode.SHADOW,
         scale_up_cooldown_seconds=up.cooldown_seconds,
         scale_down_cooldown_seconds=down.cooldown_seconds,
+        rehome_draining_pods=auto.drain.mode == DrainMode.EVICT,
     )

@@ -134,7 +134,8 @@ def _inputs(
     pending = observation.pending if observation.workload_cluster_reachable else ()
     fitting, unfit = _split_fit(pending, config)
     stuck = _stuck(fitting, cells, config, now)
-    displaced = _displaced(cells) if observation.workload_cluster_reachable else []
+    rehome = config.rehome_draining_pods and observation.workload_cluster_reachable
+    displaced = _displaced(cells) if rehome else []
     packing = pack(
         (*fitting, *displaced), cells, config.shape, config.packing_heuristic, excluded=stuck
     )

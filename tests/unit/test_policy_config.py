@@ -93,6 +93,7 @@ def test_mapping_of_the_autoscaling_sample() -> None:
     assert config.prewarm and config.boot_seconds == 300.0
     assert config.utilization_threshold == 0.5
     assert (config.scale_up_cooldown_seconds, config.scale_down_cooldown_seconds) == (0.0, 0.0)
+    assert config.rehome_draining_pods  # the sample drains with mode Evict
     assert policy_config_from_spec(pool.spec, CellShape(gpus=1, memory_mib=81920)).shape == (
         CellShape(gpus=1, memory_mib=81920)
     )
@@ -120,6 +121,8 @@ def test_legacy_windows_become_cooldowns_and_taints_map() -> None:
     assert config.mode == Mode.SHADOW
     assert config.shape == CellShape(gpus=1)
     assert config.node_template.taints == (Taint("dedicated", "gpu", "NoSchedule"),)
+    del auto["drain"]
+    assert not policy_config_from_spec(GPUCellPool.model_validate(body).spec).rehome_draining_pods
 
 
 def test_cooldowns_are_enforced_by_decide() -> None:

@@ -329,7 +329,9 @@ def test_pod_stuck_despite_free_ready_capacity_gets_one_new_cell() -> None:
 
 def test_pods_on_draining_cells_get_capacity_before_eviction() -> None:
     draining = CellView("z", 5, CellState.DRAINING, 0.0, gpus=(GPUUsage(20000, 0, 2),), pods=2)
-    d = run(cells=(BUSY_B, draining))
+    assert run(cells=(BUSY_B, draining)).reason == Reason.NO_IDLE_CELL  # WaitForIdle: stay put
+    evicting = replace(CONFIG, rehome_draining_pods=True)
+    d = run(cells=(BUSY_B, draining), config=evicting)
     assert (d.reason, d.desired_replicas, d.cells_needed, d.pending_asks) == (
         Reason.SCALED_UP,
         2,
@@ -337,5 +339,5 @@ def test_pods_on_draining_cells_get_capacity_before_eviction() -> None:
         0,
     )
     assert "re-home" in d.message
-    roomy = run(cells=(ready("a", 0, 0, 0), BUSY_B, draining), memory=IDLE_A)
+    roomy = run(cells=(ready("a", 0, 0, 0), BUSY_B, draining), memory=IDLE_A, config=evicting)
     assert (roomy.desired_replicas, roomy.victims) == (2, ())  # a now hosts them: not removable
