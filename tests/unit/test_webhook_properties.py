@@ -29,6 +29,7 @@ from webhook.rules import (
     validate_update,
 )
 from webhook.rules.guest_fields import KNOWN, NESTED_KNOWN
+from webhook.rules.paths import get
 from webhook.rules.verdict import MAX_REASONS
 
 BASE: dict[str, Any] = {
@@ -176,9 +177,38 @@ def _check_all(old: Any, new: Any, scale: Any, strict: int) -> None:
     assert repr((old, new, scale)) == before, "rules must not mutate their input"
 
 
+def _shaped(rng: random.Random) -> dict[str, Any]:
+    """guestTemplate fields with the right shape and random contents (where rules look)."""
+
+    def pick(*options: Any) -> Any:
+        return rng.choice([*options, _rand_json(rng)])
+
+    interface = {
+        "name": pick("node", "a b", "x/y"),
+        "type": pick("sriov", "SRIOV", "vhost-user", "bridge", None),
+        "resourceName": pick("intel.com/sriov_netdevice", None),
+        "networkRef": pick({"name": pick("n", "ns/n"), "namespace": pick("cells", "kube-system")}),
+        "primary": pick(True, False),
+        "mac": pick("02:00:00:00:00:01", "x;reboot"),
+    }
+    return {
+        "interfaces": [{k: v for k, v in interface.items() if rng.random() < 0.7}],
+        "dataDiskRefs": [
+            {"name": pick("d"), rng.choice(["imageRef", "pvcRef", "blank"]): _rand_json(rng)}
+        ],
+        "network": {"ports": [{"expose": pick("NodePort", "ClusterIP")}], "binding": pick("nat")},
+        "osType": pick("linux", "Windows"),
+    }
+
+
 def _case(seed: int, junk: bool, edits: int, mutate_old: bool, strict: int) -> tuple[Any, ...]:
     rng = random.Random(seed)
     new = _rand_json(rng) if junk else _mutate(json.loads(BASE_JSON), rng, edits)
+    template = get(new, "spec", "cell", "guestTemplate")
+    if isinstance(template, dict) and rng.random() < 0.5:
+        shaped = _shaped(rng)
+        for key in rng.sample(sorted(shaped), rng.randrange(1, len(shaped) + 1)):
+            template[key] = shaped[key]
     old = _mutate(json.loads(BASE_JSON), rng, edits) if mutate_old else BASE
     scale = {"spec": {"replicas": _rand_scalar(rng)}} if rng.random() < 0.7 else _rand_json(rng)
     return old, new, scale, strict

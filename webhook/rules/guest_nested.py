@@ -82,7 +82,8 @@ def _interface_type(
     elif not isinstance(kind, str):
         f.error(type_path, f"must be a string (got {type_name(kind)}); use bridge or omit it")
     elif gf.fold(kind) == "SRIOV":
-        if kind != "sriov" or resource not in settings.allowed_sriov_resources:
+        allowed = isinstance(resource, str) and resource in settings.allowed_sriov_resources
+        if kind != "sriov" or not allowed:
             f.error(
                 type_path,
                 "sriov requests an extended resource and mounts /dev/vfio into the "
