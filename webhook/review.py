@@ -107,9 +107,26 @@ def decide(req: ReviewRequest, settings: RuleSettings, stored_pool: Any = None) 
     return validate_update(req.old_object, req.object, settings)
 
 
+def scale_as_sent(scale: Any) -> Any:
+    """The Scale with Go's ``omitempty`` undone: autoscaling/v1 drops ``spec.replicas: 0``.
+
+    ``kubectl scale --replicas=0`` reaches the webhook as ``spec: {}``; read literally, the
+    rules would refuse it as "not an integer". Only an absent field is filled in, so a Scale
+    that really carries a wrong value (a string, a negative number) is still judged as sent.
+    """
+    if not isinstance(scale, Mapping):
+        return scale
+    spec = scale.get("spec")
+    if spec is None:
+        spec = {}
+    if isinstance(spec, Mapping) and "replicas" not in spec:
+        return {**scale, "spec": {**spec, "replicas": 0}}
+    return scale
+
+
 def _decide_scale(req: ReviewRequest, settings: RuleSettings, stored_pool: Any) -> Verdict:
     if isinstance(stored_pool, Mapping):
-        return validate_scale(stored_pool, req.object, settings)
+        return validate_scale(stored_pool, scale_as_sent(req.object), settings)
     why = "the webhook could not read the pool to check this scale request; retry in a moment"
     return Verdict(allowed=False, reasons=(FieldError("spec.replicas", why),))
 

@@ -132,7 +132,7 @@ async def test_denial_lists_every_reason_with_its_path(running: Running) -> None
     status, answer = await running.post(request)
     resp = answer["response"]
     assert status == 200 and resp["uid"] == request["request"]["uid"]
-    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    assert resp["allowed"] is False and resp["status"]["code"] == 422
     expected = review.decide(review.parse_review(json.dumps(request).encode()), case.settings)
     assert len(expected.reasons) >= 1
     for reason in expected.reasons:
@@ -217,3 +217,20 @@ async def test_a_broken_pair_is_refused_and_the_old_one_keeps_serving(running: R
 async def test_start_without_a_certificate_is_refused() -> None:
     with pytest.raises(RuntimeError, match="certificate"):
         await WebhookServer(ServingTLS(), Pools(), host="127.0.0.1", port=0).start()
+
+
+async def test_scale_to_zero_arrives_without_replicas_and_is_judged_as_zero(
+    running: Running,
+) -> None:
+    """autoscaling/v1 omits ``replicas: 0``; the apiserver sends ``spec: {}`` for scale-to-0."""
+    case = CASES["bad-scale-down-unreachable"]
+    meta = case.old["metadata"]
+    running.pools.pools[(meta["namespace"], meta["name"])] = case.old
+    as_sent = {**case.object, "spec": {}}
+    _, answer = await running.post(admission(as_sent, "UPDATE", case.object, "scale", "Scale"))
+    assert answer["response"]["allowed"] is False
+    assert "unreachable" in answer["response"]["status"]["message"]
+    assert "integer" not in answer["response"]["status"]["message"]
+    stringly = {**case.object, "spec": {"replicas": "0"}}
+    _, answer = await running.post(admission(stringly, "UPDATE", case.object, "scale", "Scale"))
+    assert "must be an integer" in answer["response"]["status"]["message"]
