@@ -340,3 +340,14 @@ def test_keys_fold_like_go_encoding_json(spelled: str, field: str) -> None:
 def test_fold_keeps_distinct_names_apart() -> None:
     assert gf.fold("stra\u00dfe") != gf.fold("strasse")  # Go has no single-rune fold for sharp s
     assert gf.fold("nodeName") != gf.fold("nodeNames")
+
+
+def test_integers_too_big_to_print_are_refused_not_raised() -> None:
+    huge = 10**5000  # str() refuses it (CPython's 4300-digit limit)
+    old = _live("False", replicas=huge)
+    new = copy.deepcopy(old)
+    new["spec"]["replicas"] = 1
+    new["spec"]["cell"]["provisioner"] = huge
+    assert not validate_create(new).allowed
+    assert not validate_update(old, new).allowed
+    assert not validate_scale(old, {"spec": {"replicas": huge}}).allowed

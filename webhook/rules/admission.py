@@ -20,7 +20,7 @@ from webhook.rules.names import check_name
 from webhook.rules.paths import get, parse
 from webhook.rules.settings import DEFAULT_SETTINGS, RuleSettings
 from webhook.rules.spec_rules import check_spec
-from webhook.rules.state import reachability, spec_replicas
+from webhook.rules.state import int_at, reachability, spec_replicas
 from webhook.rules.update_rules import check_immutable, check_scale_request
 from webhook.rules.verdict import Findings, Verdict
 
@@ -65,8 +65,8 @@ def validate_scale(
     del settings
     found = Findings()
     check_scale_request(pool_old, scale_new, found)
-    replicas = get(scale_new, "spec", "replicas")
-    if not found.errors and isinstance(replicas, int) and replicas < spec_replicas(pool_old):
+    replicas = int_at(scale_new, "spec", "replicas")
+    if not found.errors and replicas is not None and replicas < spec_replicas(pool_old):
         _check_scale_down(pool_old, spec_replicas(pool_old), replicas, found)
     return found.verdict()
 

@@ -14,13 +14,16 @@ from typing import Any
 from webhook.rules.paths import get
 
 DEFAULT_REPLICAS = 1
+INT64_MAX = 2**63 - 1
 REACHABLE = "WorkloadClusterReachable"
 
 
 def int_at(obj: Any, *keys: str) -> int | None:
     """An integer (never a bool) at the path, else None."""
     value = get(obj, *keys)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > INT64_MAX:
+        return None  # beyond int64 nothing Kubernetes stores (and str() may refuse it)
+    return value
 
 
 def spec_replicas(pool: Any) -> int:

@@ -66,14 +66,18 @@ def _workload_secret_hint(old: Any, new: Any) -> tuple[str, str] | None:
 def _show(value: Any) -> str:
     if value is None:
         return "unset"
-    return repr(value) if isinstance(value, str | int) and len(str(value)) <= 64 else "<value>"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**18:
+        return str(value)
+    return repr(value) if isinstance(value, str) and len(value) <= 64 else "<value>"
 
 
 def check_scale_request(pool: Any, scale: Any, found: Findings) -> None:
     """Bounds of a Scale's spec.replicas against the stored pool's autoscaling and GPU claim."""
-    replicas = get(scale, "spec", "replicas")
-    if not isinstance(replicas, int) or isinstance(replicas, bool):
-        found.error("spec.replicas", "must be an integer; set the number of cells")
+    replicas = int_at(scale, "spec", "replicas")
+    if replicas is None:
+        found.error(
+            "spec.replicas", f"must be an integer from 0 to {MAX_REPLICAS}; set the number of cells"
+        )
         return
     if not 0 <= replicas <= MAX_REPLICAS:
         found.error("spec.replicas", f"must be between 0 and {MAX_REPLICAS}; change it")
