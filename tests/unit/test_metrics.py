@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -216,3 +217,9 @@ def test_startup_is_observed_in_both_families() -> None:
     for name in ("gpucell_cell_startup_seconds", "gpucellpool_cell_startup_seconds"):
         assert _value(reg, f"{name}_bucket", namespace="n", pool="p", le="300.0") == 1
         assert _value(reg, f"{name}_bucket", namespace="n", pool="p", le="180.0") == 0
+
+
+def test_every_metric_is_documented() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    missing = [spec.name for spec in CATALOGUE if f"`{spec.name}`" not in docs]
+    assert not missing, f"not in docs/observability.md: {missing}"
