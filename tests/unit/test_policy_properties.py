@@ -169,3 +169,21 @@ def test_victims_are_ready_cells_within_budget_and_never_with_a_backlog(
     if d.cells_needed > 0:
         assert d.victims == ()
         assert d.desired_replicas >= min(current(obs), max(cfg.max_replicas, cfg.min_replicas))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    obs=observations(),
+    mem=memories(),
+    cfg=configs(),
+    gpus=st.integers(1, 3),
+    extra=st.lists(usages, max_size=4),
+)
+def test_decide_tolerates_cells_that_disagree_with_the_shape(
+    obs: Observation, mem: PolicyMemory, cfg: PolicyConfig, gpus: int, extra: list[GPUUsage]
+) -> None:
+    odd = tuple(replace(c, gpus=tuple(extra)) for c in obs.cells)
+    config = replace(cfg, shape=replace(cfg.shape, gpus=gpus))
+    d = decide(replace(obs, cells=odd), mem, config, NOW)
+    assert d.desired_replicas >= config.min_replicas
+    assert d.reason.value
