@@ -5,7 +5,9 @@ loop and the simulator call (ARCHITECTURE §3-4). Order of work:
 
 1. Pool fit: pods no fresh cell could host are reported as ``unschedulable``; they never count
    as demand and never block scale-down.
-2. Pack the rest into Ready cells, then Booting cells, then new cells (``packing``).
+2. Pack the rest into Ready cells, then Booting cells, then new cells (``packing``). A pod
+   pending past ``stuck_pending_seconds`` may not count on Ready cells HAMi already passed it
+   over on; with evicting drains, pods on Draining cells are packed too (they need a home).
 3. Raw recommendation = max(min replicas, current + cells the packed backlog needs + missing
    headroom, forecast) when that is above the current count; else current minus the cells that
    could go (below threshold, keeping headroom), never below min or the forecast.
@@ -13,12 +15,14 @@ loop and the simulator call (ARCHITECTURE §3-4). Order of work:
    in-flight limit (Booting cells count) and rate policies; the lowest recommendation over the
    up window wins (HPA). Scale down only when metrics are fresh, the workload cluster is
    reachable, scale-down is enabled, the post-scale-up delay has passed, the highest
-   recommendation over the down window allows it, within the disruption budget and rate
-   policies, and only cells idle for the whole window whose pods re-pack elsewhere.
-5. ``Shadow`` mode returns the same decision with ``act=False``.
+   recommendation over the down window allows it, within rate policies and (for cells with
+   pods) the disruption budget, and only cells idle for the whole window whose pods re-pack
+   elsewhere. Legacy cooldowns (``scale_*_cooldown_seconds``) pace both directions; the
+   min-replicas floor is never paced.
+5. ``Shadow`` mode returns the same decision, memory included, with ``act=False``.
 
 "Current" counts Ready and Booting cells; Draining and Failed cells count toward nothing
-(Draining ones only toward the disruption budget).
+(Draining ones that still hold pods only toward the disruption budget).
 """
 
 from __future__ import annotations
