@@ -68,14 +68,17 @@ def validate_config(config: PolicyConfig) -> tuple[str, ...]:
 
 
 def with_replicas(config: PolicyConfig, min_replicas: int, max_replicas: int) -> PolicyConfig:
+    """``config`` with a new floor and ceiling."""
     return replace(config, min_replicas=min_replicas, max_replicas=max_replicas)
 
 
 def with_shape(config: PolicyConfig, shape: CellShape) -> PolicyConfig:
+    """``config`` with a learned or declared cell shape."""
     return replace(config, shape=shape)
 
 
 def shadow(config: PolicyConfig) -> PolicyConfig:
+    """``config`` in Shadow mode: decisions are published, not acted on."""
     return replace(config, mode=Mode.SHADOW)
 
 

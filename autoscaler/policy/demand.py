@@ -304,6 +304,7 @@ def pod_ask(pod: Mapping[str, Any], *, apply_webhook: bool = False) -> GPUAsk | 
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a manifest (namespace ``default`` when unset)."""
     meta = pod.get("metadata") if isinstance(pod, Mapping) else None
     if not isinstance(meta, Mapping):
         return "/"

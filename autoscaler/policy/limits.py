@@ -81,6 +81,7 @@ def recommendation_horizon(config: PolicyConfig) -> float:
 
 
 def event_horizon(config: PolicyConfig) -> float:
+    """How long scale events must be remembered: the longest rate-policy period."""
     periods = [p.period_seconds for p in config.scale_up.policies + config.scale_down.policies]
     return max([DEFAULT_EVENT_HORIZON_SECONDS, *periods])
 

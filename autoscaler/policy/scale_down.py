@@ -76,6 +76,7 @@ def drain_order(cells: Sequence[CellView], utilisation: Mapping[str, float]) -> 
 
 
 def is_empty(cell: CellView, usage: Sequence[GPUUsage]) -> bool:
+    """No pods and nothing allocated on any GPU: removing it disrupts nothing."""
     return cell.pods == 0 and not cell.pod_asks and all(g.slots == 0 for g in usage)
 
 
