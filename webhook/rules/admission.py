@@ -23,6 +23,7 @@ from webhook.rules.spec_rules import check_spec
 from webhook.rules.state import int_at, reachability, spec_replicas
 from webhook.rules.update_rules import check_immutable, check_scale_request
 from webhook.rules.verdict import Findings, Verdict
+from webhook.rules.workload_rules import check_node_settings
 
 RATCHET_WARNINGS = 3
 
@@ -94,6 +95,7 @@ def check_object(obj: Any, settings: RuleSettings, found: Findings) -> GPUCellPo
         check_guest_template(template, ctx, found)
     if spec is not None:
         check_spec(spec, found)
+        check_node_settings(spec, found)
         raw_auto = raw_spec.get("autoscaling")
         raw_auto = raw_auto if isinstance(raw_auto, Mapping) else {}
         check_autoscaling(spec.autoscaling, spec.replicas, raw_auto, found)

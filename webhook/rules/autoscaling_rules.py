@@ -123,7 +123,9 @@ def _prometheus(auto: AutoscalingSpec, found: Findings) -> None:
         found.warn(
             f"{path}.authSecretRef", "sends the bearer token in clear over http://; use https://"
         )
-    if prom.insecure_skip_verify:
+    if prom.insecure_skip_verify and prom.tls_secret_ref is not None:
+        found.error(f"{path}.insecureSkipVerify", "contradicts tlsSecretRef; remove one of them")
+    elif prom.insecure_skip_verify:
         found.warn(
             f"{path}.insecureSkipVerify",
             "disables TLS verification; set tlsSecretRef instead outside of tests",
