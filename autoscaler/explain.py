@@ -1,0 +1,143 @@
+"""Turn a ``Decision`` into what the autoscaler publishes: status fields, a condition, memory.
+
+Why this module exists: "why did it scale?" must be answerable from ``kubectl describe``. The
+exact shape of what we write - ``status.desiredReplicas`` (omitted in Shadow mode, so the
+provisioner keeps acting on the previous target), ``status.lastDecision`` (``act: false`` in
+Shadow), ``status.demand`` and the ``ScalingActive`` condition (transition time kept while its
+status does not change) - is decided here, purely, so it is unit-tested without a server.
+``PolicyMemory`` is serialised to a compact JSON annotation so stabilisation windows and
+cooldowns survive an operator restart (the API has no status field for it yet).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from autoscaler.policy.types import Decision, PolicyMemory, Reason
+from gpucellpool.api.conditions import ConditionType
+from gpucellpool.api.pool import GPUCellPool
+
+JSON = dict[str, Any]
+MEMORY_ANNOTATION = "autoscaler.cells.kubeswift.io/policy-memory"
+MEMORY_VERSION = 1
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(int(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The published part of a decision; two equal outcomes need no second write."""
+
+    desired: int
+    reason: str
+    message: str
+    act: bool
+    cells_needed: int
+    pending_asks: int
+    condition_status: str
+    condition_reason: str
+
+
+def outcome(decision: Decision, reachable: bool) -> Outcome:
+    if not reachable:
+        cond = ("False", Reason.WORKLOAD_CLUSTER_UNREACHABLE.value)
+    elif not decision.act:
+        cond = ("False", "ShadowMode")
+    else:
+        cond = ("True", decision.reason.value)
+    return Outcome(
+        decision.desired_replicas,
+        decision.reason.value,
+        decision.message[:4000],
+        decision.act,
+        decision.cells_needed,
+        decision.pending_asks,
+        *cond,
+    )
+
+
+def _condition(pool: GPUCellPool, out: Outcome, now: float) -> JSON:
+    old = pool.status.condition(ConditionType.SCALING_ACTIVE)
+    moved = old is None or old.status.value != out.condition_status
+    since = rfc3339(now) if moved or old is None else rfc3339(old.last_transition_time.timestamp())
+    message = out.message if out.act else f"Shadow mode, not acted on: {out.reason}: {out.message}"
+    return {
+        "type": ConditionType.SCALING_ACTIVE.value,
+        "status": out.condition_status,
+        "reason": out.condition_reason,
+        "message": message[:4000],
+        "lastTransitionTime": since,
+        "observedGeneration": pool.metadata.generation,
+    }
+
+
+def status_apply_body(pool: GPUCellPool, out: Outcome, raw_status: JSON, now: float) -> JSON:
+    """The server-side-apply body for our status fields (field manager gpucellpool-autoscaler).
+
+    In Shadow mode ``desiredReplicas`` is re-applied at its current value (so our ownership of
+    the field does not lapse and remove it) or left out when it was never set.
+    """
+    status: JSON = {
+        "lastDecision": {
+            "reason": out.reason,
+            "message": out.message,
+            "time": rfc3339(now),
+            "desiredReplicas": out.desired,
+            "act": out.act,
+            "cellsNeeded": out.cells_needed,
+            "pendingAsks": out.pending_asks,
+        },
+        "demand": {"pendingRequests": out.pending_asks, "lastObserved": rfc3339(now)},
+        "conditions": [_condition(pool, out, now)],
+    }
+    if out.act:
+        status["desiredReplicas"] = out.desired
+    elif "desiredReplicas" in raw_status:
+        status["desiredReplicas"] = raw_status["desiredReplicas"]
+    meta = pool.metadata
+    return {
+        "apiVersion": pool.api_version,
+        "kind": pool.kind,
+        "metadata": {"name": meta.name, "namespace": meta.namespace},
+        "status": status,
+    }
+
+
+def encode_memory(memory: PolicyMemory) -> str:
+    return json.dumps(
+        {
+            "v": MEMORY_VERSION,
+            "up": memory.last_scale_up_at,
+            "down": memory.last_scale_down_at,
+            "rec": [list(r) for r in memory.recommendations],
+            "idle": dict(memory.idle_since),
+            "dem": [list(d) for d in memory.demand_samples],
+            "ev": [list(e) for e in memory.scale_events],
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_memory(text: str | None) -> PolicyMemory:
+    """The stored memory, or a fresh one when absent or unreadable (never raises)."""
+    if not text:
+        return PolicyMemory()
+    try:
+        data = json.loads(text)
+        if data.get("v") != MEMORY_VERSION:
+            return PolicyMemory()
+        return PolicyMemory(
+            last_scale_up_at=data.get("up"),
+            last_scale_down_at=data.get("down"),
+            recommendations=tuple((float(t), int(n)) for t, n in data.get("rec") or ()),
+            idle_since={str(k): float(v) for k, v in (data.get("idle") or {}).items()},
+            demand_samples=tuple((float(t), float(n)) for t, n in data.get("dem") or ()),
+            scale_events=tuple((float(t), int(n)) for t, n in data.get("ev") or ()),
+        )
+    except (ValueError, TypeError, AttributeError):
+        return PolicyMemory()

@@ -1,0 +1,268 @@
+"""Build the policy's ``Observation`` of one pool from cached workload objects (pure).
+
+Why this module exists: ``decide`` speaks in plain values; the caches hold raw manifests. This
+module is the translation, kept free of I/O and clocks so the loop's unit tests and the live
+loop build observations identically:
+
+* pending pods: hami-facts §3.3 (``is_pending_hami_pod``) plus the pool's demand selection
+  (schedulerName, podSelector, namespaceSelector); ``first_seen`` per pod UID is remembered by
+  the caller and passed in, so a pod's wait survives across decisions;
+* cells: the pool's status rows (the provisioner's truth about lifecycle) joined with the
+  workload Nodes; per-GPU usage of Ready cells from the ``hami.io/vgpu-devices-allocated``
+  annotation of the pods bound to the Node (hami-facts §2.2, HAMi's own source of truth), or
+  from Prometheus when the pool configures it. A Ready cell whose usage is unknown makes the
+  metrics unfresh: unknown never reads as zero.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.policy.demand import is_pending_hami_pod, pending_pod_from_manifest
+from autoscaler.policy.errors import AskError
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    CellView,
+    GPUUsage,
+    MetricsHealth,
+    Observation,
+    PendingPod,
+)
+from gpucellpool.api.autoscaling import DemandSelection
+from gpucellpool.api.base import LabelSelector
+from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import CellPhase
+
+JSON = dict[str, Any]
+ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
+_TERMINAL = ("Succeeded", "Failed")
+_BOOTING = {
+    CellPhase.PENDING,
+    CellPhase.ALLOCATING_GPU,
+    CellPhase.GUEST_PROVISIONING,
+    CellPhase.BOOTING,
+    CellPhase.JOINING,
+    CellPhase.AWAITING_GPU_CAPACITY,
+}
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelector semantics; None matches everything."""
+    if selector is None:
+        return True
+    for key, value in (selector.match_labels or {}).items():
+        if labels.get(key) != value:
+            return False
+    return all(
+        _requirement(str(r.operator), r.key, set(r.values or ()), labels)
+        for r in selector.match_expressions or []
+    )
+
+
+def _requirement(op: str, key: str, values: set[str], labels: Mapping[str, str]) -> bool:
+    present = key in labels
+    inside = present and labels[key] in values
+    return {"In": inside, "NotIn": not inside, "Exists": present, "DoesNotExist": not present}.get(
+        op, False
+    )
+
+
+def counts_as_demand(
+    pod: Mapping[str, Any], selection: DemandSelection, namespace_labels: Mapping[str, str] | None
+) -> bool:
+    """Pending for HAMi and inside the pool's demand selection."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    scheduler = selection.scheduler_name or str((spec or {}).get("schedulerName", ""))
+    if not is_pending_hami_pod(pod, scheduler):
+        return False
+    if not selector_matches(selection.pod_selector, _meta(pod).get("labels") or {}):
+        return False
+    if selection.namespace_selector is not None:
+        return namespace_labels is not None and selector_matches(
+            selection.namespace_selector, namespace_labels
+        )
+    return True
+
+
+def pending_for_pool(
+    pool: GPUCellPool,
+    pods: Iterable[JSON],
+    namespace_labels: Mapping[str, Mapping[str, str]],
+    first_seen: Mapping[str, float],
+) -> tuple[tuple[PendingPod, ...], tuple[tuple[str, AskError], ...]]:
+    """The pool's pending pods (with remembered first-seen times) and the malformed ones."""
+    selection = pool.spec.autoscaling.demand
+    out: list[PendingPod] = []
+    bad: list[tuple[str, AskError]] = []
+    for pod in pods:
+        meta = _meta(pod)
+        ns_labels = namespace_labels.get(str(meta.get("namespace", "")))
+        if not counts_as_demand(pod, selection, ns_labels):
+            continue
+        seen = first_seen.get(str(meta.get("uid", "")))
+        if seen is None:
+            continue  # the caller records first_seen before building; never guess "now"
+        parsed = pending_pod_from_manifest(pod, seen)
+        if isinstance(parsed, AskError):
+            bad.append((f"{meta.get('namespace')}/{meta.get('name')}", parsed))
+        else:
+            out.append(parsed)
+    out.sort(key=lambda p: (p.first_seen, p.key))
+    return tuple(out), tuple(bad)
+
+
+def remember_first_seen(
+    previous: Mapping[str, float], pending_uids: Iterable[str], now: float
+) -> dict[str, float]:
+    """Keep the first time each still-pending UID was seen; forget pods no longer pending."""
+    return {uid: previous.get(uid, now) for uid in pending_uids}
+
+
+def _plan_usage(plan: str) -> dict[str, tuple[int, int]]:
+    """``UUID,NVIDIA,mem,cores:...;`` -> {uuid: (mem MiB, cores)} summed over containers."""
+    usage: dict[str, tuple[int, int]] = {}
+    for container in plan.split(";"):
+        for device in container.split(":"):
+            fields = device.strip().split(",")
+            if len(fields) < 4 or not fields[0]:
+                continue
+            try:
+                mem, cores = int(fields[2]), int(fields[3])
+            except ValueError:
+                continue
+            old = usage.get(fields[0], (0, 0))
+            usage[fields[0]] = (old[0] + mem, old[1] + cores)
+    return usage
+
+
+def usage_from_pods(pods: Iterable[Mapping[str, Any]], gpus: int) -> tuple[GPUUsage, ...]:
+    """Per-GPU usage of one node from its running pods' HAMi allocation annotations.
+
+    GPUs are ordered busiest first; GPUs no pod is allocated on are empty (a GPU with no
+    allocation really is empty: the annotation is HAMi's source of truth).
+    """
+    per_gpu: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for pod in pods:
+        status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+        if (status or {}).get("phase") in _TERMINAL:
+            continue
+        plan = (_meta(pod).get("annotations") or {}).get(ALLOCATED_ANNOTATION)
+        for uuid, (mem, cores) in _plan_usage(str(plan or "")).items():
+            entry = per_gpu[uuid]
+            entry[0] += mem
+            entry[1] += cores
+            entry[2] += 1
+    used = sorted(per_gpu.values(), key=lambda e: (-e[0], -e[1]))
+    usages = [GPUUsage(m, c, s) for m, c, s in used[:gpus]]
+    return tuple(usages + [GPUUsage()] * (gpus - len(usages)))
+
+
+def pods_by_node(pods: Iterable[JSON]) -> dict[str, list[JSON]]:
+    out: dict[str, list[JSON]] = defaultdict(list)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            out[str(node)].append(pod)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CellInputs:
+    """What ``cells_for_pool`` needs besides the pool."""
+
+    shape: CellShape
+    nodes: Mapping[str, JSON]
+    node_pods: Mapping[str, Sequence[JSON]]
+    prometheus_usage: Mapping[str, tuple[GPUUsage, ...]] | None = None  # None: use annotations
+
+
+def _state(phase: CellPhase) -> CellState:
+    if phase is CellPhase.READY:
+        return CellState.READY
+    if phase in (CellPhase.DRAINING, CellPhase.DELETING):
+        return CellState.DRAINING
+    if phase in _BOOTING:
+        return CellState.BOOTING
+    return CellState.FAILED
+
+
+def cells_for_pool(
+    pool: GPUCellPool, inputs: CellInputs, now: float
+) -> tuple[tuple[CellView, ...], list[str]]:
+    """Cell views from status rows + Nodes, and the names of Ready cells with unknown usage."""
+    views: list[CellView] = []
+    unknown: list[str] = []
+    for row in pool.status.cells or []:
+        state = _state(row.phase)
+        since = row.last_transition_time.timestamp() if row.last_transition_time else now
+        node_name = row.node_name or row.name
+        pods = [
+            p
+            for p in inputs.node_pods.get(node_name, ())
+            if (p.get("status") or {}).get("phase") not in _TERMINAL
+        ]
+        gpus: tuple[GPUUsage, ...] = ()
+        if state is CellState.READY:
+            if inputs.prometheus_usage is not None:
+                found = inputs.prometheus_usage.get(node_name)
+                if found is None:
+                    unknown.append(row.name)
+                gpus = found or ()
+            elif node_name in inputs.nodes:
+                gpus = usage_from_pods(pods, inputs.shape.gpus)
+            else:
+                unknown.append(row.name)
+        views.append(
+            CellView(
+                name=row.name,
+                index=row.index,
+                state=state,
+                created_at=since,
+                gpus=gpus,
+                pods=len(pods),
+                evictable_pods=len(pods),
+                ready_at=since if state is CellState.READY else None,
+            )
+        )
+    return tuple(views), unknown
+
+
+def with_requested(
+    cells: tuple[CellView, ...], requested: int, since: float
+) -> tuple[CellView, ...]:
+    """Cells the provisioner was asked for but has not created yet, as Booting placeholders.
+
+    Without them the policy would see the pre-scale-up count until the provisioner writes its
+    rows, and (with a cooldown running) publish that smaller count, undoing its own scale-up.
+    """
+    live = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
+    top = max((c.index for c in cells), default=-1)
+    extra = tuple(
+        CellView(f"requested-{i}", top + 1 + i, CellState.BOOTING, since)
+        for i in range(max(0, requested - live))
+    )
+    return cells + extra
+
+
+def observation(
+    pending: tuple[PendingPod, ...],
+    cells: tuple[CellView, ...],
+    unknown_usage: Sequence[str],
+    metrics: MetricsHealth,
+    reachable: bool,
+) -> Observation:
+    """The snapshot; any Ready cell with unknown usage makes the metrics unfresh."""
+    if unknown_usage and metrics.fresh:
+        metrics = MetricsHealth(
+            False, metrics.age_seconds, f"usage unknown for {', '.join(unknown_usage)}"
+        )
+    return Observation(pending, cells, metrics, None, reachable)

@@ -1,0 +1,1 @@
+"""Watch caches (list + watch with bookmarks, relist on 410 Gone) and their REST adapter."""

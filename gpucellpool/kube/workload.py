@@ -1,0 +1,150 @@
+"""One set of watch caches (Pods, Nodes, Namespaces) per workload cluster, shared by its pools.
+
+Why this module exists: several pools usually point at the same workload cluster through the
+same kubeconfig Secret; watching its Pods once per pool would multiply the load on that
+apiserver. A ``WorkloadCluster`` is keyed by the Secret (namespace, name, key). It watches that
+one Secret (field selector on its name, so namespace-scoped RBAC suffices) and, whenever the
+kubeconfig bytes change, closes the old client and caches and builds new ones: a rotated
+credential takes effect without a restart. Every change in any of its caches calls ``on_change``
+with the cluster key so the loop can wake exactly the pools of that cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import yaml
+
+from gpucellpool.kube.cache import JSON, ListWatch, Query, WatchCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterKey:
+    namespace: str
+    secret: str
+    key: str = "value"
+
+
+class WorkloadClient(ListWatch, Protocol):
+    async def close(self) -> None: ...
+
+
+ClientFactory = Callable[[Mapping[str, Any]], Awaitable[WorkloadClient]]
+WakeFn = Callable[[ClusterKey, str, JSON], None]
+
+
+class WorkloadCluster:
+    """The Secret watch plus (once a kubeconfig is read) the Pods/Nodes/Namespaces caches."""
+
+    def __init__(self, key: ClusterKey, infra: ListWatch, factory: ClientFactory, wake: WakeFn):
+        self.key = key
+        self._factory = factory
+        self._wake = wake
+        self.pods: WatchCache | None = None
+        self.nodes: WatchCache | None = None
+        self.namespaces: WatchCache | None = None
+        self.error = "kubeconfig Secret not read yet"
+        self._digest = ""
+        self._client: WorkloadClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.rebuilds = 0
+        query = Query(
+            f"/api/v1/namespaces/{key.namespace}/secrets",
+            field_selector=f"metadata.name={key.secret}",
+        )
+        self.secret = WatchCache(infra, query, self._secret_changed)
+
+    def synced(self) -> bool:
+        caches = (self.pods, self.nodes, self.namespaces)
+        return all(c is not None and c.synced.is_set() for c in caches)
+
+    def _secret_changed(self, kind: str, secret: JSON) -> None:
+        raw = None if kind == "DELETED" else (secret.get("data") or {}).get(self.key.key)
+        digest = hashlib.sha256(str(raw).encode()).hexdigest()
+        if digest != self._digest:
+            self._digest = digest
+            self._tasks.append(asyncio.create_task(self._rebuild(raw)))
+
+    async def _rebuild(self, raw: str | None) -> None:
+        await self._stop_caches()
+        if raw is None:
+            self.error = f"Secret {self.key.namespace}/{self.key.secret} key {self.key.key} missing"
+            self._wake(self.key, "SECRET", {})
+            return
+        try:
+            kubeconfig = yaml.safe_load(base64.b64decode(raw))
+            self._client = await self._factory(kubeconfig)
+        except Exception as exc:  # a bad credential is state, not a crash
+            self.error = f"kubeconfig unusable: {type(exc).__name__}"  # never the content
+            self._wake(self.key, "SECRET", {})
+            return
+        self.error = ""
+        self.rebuilds += 1
+        client = self._client
+
+        def on_change(kind: str, obj: JSON) -> None:
+            self._wake(self.key, kind, obj)
+
+        self.pods = WatchCache(client, Query("/api/v1/pods"), on_change)
+        self.nodes = WatchCache(client, Query("/api/v1/nodes"), on_change)
+        self.namespaces = WatchCache(client, Query("/api/v1/namespaces"), on_change)
+        for cache in (self.pods, self.nodes, self.namespaces):
+            self._tasks.append(asyncio.create_task(cache.run()))
+
+    async def _stop_caches(self) -> None:
+        running = [t for t in self._tasks if t is not asyncio.current_task() and not t.done()]
+        for task in running:
+            task.cancel()
+        for task in running:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = [t for t in self._tasks if t is asyncio.current_task()]
+        self.pods = self.nodes = self.namespaces = None
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = None
+
+    def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self.secret.run()))
+
+    async def stop(self) -> None:
+        await self._stop_caches()
+        for task in self._tasks:
+            task.cancel()
+
+
+class WorkloadClusters:
+    """The registry: ``ensure(key)`` returns the shared cluster, starting it on first use."""
+
+    def __init__(self, infra: ListWatch, factory: ClientFactory, wake: WakeFn) -> None:
+        self._infra = infra
+        self._factory = factory
+        self._wake = wake
+        self.clusters: dict[ClusterKey, WorkloadCluster] = {}
+
+    def ensure(self, key: ClusterKey) -> WorkloadCluster:
+        cluster = self.clusters.get(key)
+        if cluster is None:
+            cluster = WorkloadCluster(key, self._infra, self._factory, self._wake)
+            self.clusters[key] = cluster
+            cluster.start()
+        return cluster
+
+    async def release_unused(self, used: set[ClusterKey]) -> None:
+        for key in [k for k in self.clusters if k not in used]:
+            await self.clusters.pop(key).stop()
+
+    async def close(self) -> None:
+        for cluster in self.clusters.values():
+            await cluster.stop()
+        self.clusters.clear()

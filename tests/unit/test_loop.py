@@ -1,0 +1,202 @@
+"""The autoscaling loop on in-memory ports and a virtual clock.
+
+What these prove: a burst of watch events inside the debounce becomes one decision that packs
+the whole burst; the periodic tick decides with no event; one pool's failing writes do not stop
+another pool (and the failing pool keeps retrying); Shadow mode publishes without touching
+desiredReplicas; the ScalingActive transition time is kept while its status is unchanged; an
+Event is posted only when the reason changes; a standby (non-leader) writes nothing; the policy
+memory survives a restart through the pool annotation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from autoscaler.explain import MEMORY_ANNOTATION, decode_memory, encode_memory
+from autoscaler.loop import Autoscaler, LoopSettings
+from autoscaler.policy.types import PolicyMemory, Reason
+from tests.unit.test_loop_fakes import (
+    FakeWorkload,
+    FakeWriter,
+    VirtualClock,
+    pending_pod,
+    pool_manifest,
+    settle,
+)
+
+SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, memory_persist_s=30.0)
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[tuple[Autoscaler, FakeWorkload, FakeWriter, VirtualClock]]:
+    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
+    scaler = Autoscaler(workload, writer, clock, settings=SETTINGS)
+    yield scaler, workload, writer, clock
+    await scaler.close()
+
+
+def last_decision(writer: FakeWriter, name: str) -> dict[str, object]:
+    return writer.for_pool(name)[-1]["status"]["lastDecision"]  # type: ignore[no-any-return]
+
+
+async def test_burst_inside_debounce_is_one_decision_packing_everything(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    scaler.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.2)
+    assert scaler.pools[("ns", "a")].decisions == 1  # the first look
+    for i in range(30):
+        workload.pods[f"p{i}"] = pending_pod(f"p{i}")
+        scaler.cluster_event("wl")
+        await clock.advance(0.003)  # 30 events over 90 ms, all inside one debounce
+    assert scaler.pools[("ns", "a")].decisions == 1, "decided before the debounce elapsed"
+    await clock.advance(0.15)
+    state = scaler.pools[("ns", "a")]
+    assert state.decisions == 2
+    decision = last_decision(writer, "a")
+    # 8000 MiB each on 24576 MiB GPUs, 10 slots: 3 per cell -> 10 cells in one decision.
+    assert decision["reason"] == "ScaledUp" and decision["desiredReplicas"] == 10
+    assert writer.for_pool("a")[-1]["status"]["desiredReplicas"] == 10
+
+
+async def test_tick_decides_without_events(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, _, _, clock = world
+    scaler.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.2)
+    assert scaler.pools[("ns", "a")].decisions == 1
+    await clock.advance(9.0)
+    assert scaler.pools[("ns", "a")].decisions == 1
+    await clock.advance(1.5)
+    assert scaler.pools[("ns", "a")].decisions == 2
+
+
+async def test_one_pool_failing_does_not_stop_another(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    writer.fail_for.add("bad")
+    scaler.pool_event("ADDED", pool_manifest("bad"))
+    scaler.pool_event("ADDED", pool_manifest("good"))
+    await clock.advance(0.2)
+    workload.pods["p"] = pending_pod("p")
+    scaler.cluster_event("wl")
+    await clock.advance(0.2)
+    assert last_decision(writer, "good")["reason"] == "ScaledUp"
+    bad = scaler.pools[("ns", "bad")]
+    assert bad.errors == 2 and bad.task is not None and not bad.task.done()
+    writer.fail_for.clear()  # the failing pool recovers on its next wake-up
+    scaler.cluster_event("wl")
+    await clock.advance(0.2)
+    assert last_decision(writer, "bad")["reason"] == "ScaledUp"
+
+
+async def test_shadow_publishes_but_leaves_desired_replicas(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    workload.pods["p"] = pending_pod("p")
+    raw = pool_manifest("s", mode="Shadow")
+    raw["status"] = {"desiredReplicas": 0}
+    scaler.pool_event("ADDED", raw)
+    await clock.advance(0.2)
+    status = writer.for_pool("s")[-1]["status"]
+    assert status["lastDecision"]["act"] is False
+    assert status["lastDecision"]["desiredReplicas"] == 1
+    assert status["desiredReplicas"] == 0  # re-applied unchanged, never the shadow target
+    cond = status["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        "ScalingActive",
+        "False",
+        "ShadowMode",
+    )
+    assert writer.events[-1][1] == "ScaledUp" and "Shadow" in writer.events[-1][2]
+
+
+async def test_condition_time_kept_and_event_only_on_reason_change(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    raw = pool_manifest("a")
+    scaler.pool_event("ADDED", raw)
+    await clock.advance(0.2)
+    first = writer.for_pool("a")[-1]["status"]["conditions"][0]
+    assert first["reason"] == Reason.IDLE.value
+    # The provisioner's status now carries our condition; a later change keeps its time.
+    raw = {**raw, "status": {"conditions": [first]}}
+    scaler.pool_event("MODIFIED", raw)
+    await clock.advance(100.0)
+    workload.pods["p"] = pending_pod("p")
+    scaler.cluster_event("wl")
+    await clock.advance(0.2)
+    second = writer.for_pool("a")[-1]["status"]["conditions"][0]
+    assert second["reason"] == "ScaledUp" and second["status"] == "True"
+    assert second["lastTransitionTime"] == first["lastTransitionTime"]
+    reasons = [r for n, r, _ in writer.events if n == "a"]
+    assert reasons == ["Idle", "ScaledUp"]
+    await clock.advance(10.5)  # the tick: the pod now fits the requested (booting) cell
+    latest = writer.for_pool("a")[-1]["status"]
+    assert latest["lastDecision"]["reason"] == "DemandSatisfied"
+    assert latest["desiredReplicas"] == 1, "the loop must not undo its own scale-up"
+    writes = len(writer.statuses)
+    await clock.advance(60.0)  # ticks with an unchanged outcome: no new write, no event
+    assert len(writer.statuses) == writes
+    events = [r for n, r, _ in writer.events if n == "a"]
+    assert events == ["Idle", "ScaledUp", "DemandSatisfied"]
+
+
+async def test_standby_writes_nothing(world) -> None:  # type: ignore[no-untyped-def]
+    _, workload, writer, clock = world
+    standby = Autoscaler(workload, writer, clock, settings=SETTINGS, is_leader=lambda: False)
+    workload.pods["p"] = pending_pod("p")
+    standby.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.2)
+    assert standby.pools[("ns", "a")].decisions == 1
+    assert writer.statuses == [] and writer.events == [] and writer.annotations == {}
+    await standby.close()
+
+
+async def test_memory_survives_restart_through_annotation(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    workload.pods["p"] = pending_pod("p")
+    scaler.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.2)
+    assert last_decision(writer, "a")["reason"] == "ScaledUp"
+    stored = writer.annotations[("a", MEMORY_ANNOTATION)]["value"]
+    assert decode_memory(stored).last_scale_up_at == pytest.approx(clock.now(), abs=1)
+    await scaler.close()
+    # Restart: demand is gone and the cell is Ready and empty. Without memory the new process
+    # would scale down at once; with it, the scale-down delay after scale-up holds.
+    workload.pods.clear()
+    raw = pool_manifest("a")
+    raw["metadata"]["annotations"] = {MEMORY_ANNOTATION: stored}
+    raw["status"] = {
+        "desiredReplicas": 1,
+        "cells": [{"name": "a-0", "index": 0, "phase": "Ready", "nodeName": "a-0"}],
+    }
+    workload.nodes = [{"metadata": {"name": "a-0"}}]
+    restarted = Autoscaler(workload, FakeWriter(), clock, settings=SETTINGS)
+    restarted.pool_event("ADDED", raw)
+    await clock.advance(0.2)
+    decision = restarted.pools[("ns", "a")].last_decision
+    assert decision is not None and decision.desired_replicas == 1
+    assert decision.reason is not Reason.SCALED_DOWN
+    fresh = Autoscaler(workload, FakeWriter(), clock, settings=SETTINGS)
+    raw["metadata"]["annotations"] = {}
+    fresh.pool_event("ADDED", raw)
+    await clock.advance(0.2)
+    forgetful = fresh.pools[("ns", "a")].last_decision
+    assert forgetful is not None and forgetful.reason is not decision.reason  # memory mattered
+    await restarted.close()
+    await fresh.close()
+
+
+def test_memory_codec_round_trips_and_never_raises() -> None:
+    memory = PolicyMemory(1.0, 2.0, ((3.0, 4),), {"a-0": 5.0}, ((6.0, 1.5),), ((7.0, -1),))
+    assert decode_memory(encode_memory(memory)) == memory
+    for junk in (None, "", "{", "[]", '{"v": 99}', '{"v": 1, "rec": [[1]]}'):
+        assert decode_memory(junk) == PolicyMemory()
+
+
+async def test_unsynced_workload_reads_as_unreachable_not_idle(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    workload.synced = False
+    scaler.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.2)
+    cond = writer.for_pool("a")[-1]["status"]["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "WorkloadClusterUnreachable")
+    await settle()

@@ -1,0 +1,150 @@
+"""In-memory ports and a virtual clock for the autoscaling loop's unit tests."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autoscaler.loop import WorkloadSnapshot
+from gpucellpool.api.pool import GPUCellPool
+
+JSON = dict[str, Any]
+_seq = itertools.count()
+
+
+class VirtualClock:
+    """``sleep`` parks until ``advance`` moves time past its deadline."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.t = start
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.t + seconds, next(_seq), fut))
+        await fut
+
+    async def advance(self, seconds: float) -> None:
+        target = self.t + seconds
+        await settle()
+        while self._sleepers and self._sleepers[0][0] <= target:
+            deadline, _, fut = heapq.heappop(self._sleepers)
+            self.t = max(self.t, deadline)
+            if not fut.done():
+                fut.set_result(None)
+            await settle()
+        self.t = target
+        await settle()
+
+
+async def settle(rounds: int = 30) -> None:
+    """Let every ready task run (yields to the loop; no wall-clock waiting)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+class FakeWorkload:
+    def __init__(self) -> None:
+        self.pods: dict[str, JSON] = {}
+        self.nodes: list[JSON] = []
+        self.synced = True
+
+    def cluster_of(self, pool: GPUCellPool) -> object:
+        return pool.spec.workload_cluster.kubeconfig_secret_ref.name
+
+    def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot:
+        return WorkloadSnapshot(self.synced, list(self.pods.values()), self.nodes, {})
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.statuses: list[JSON] = []
+        self.annotations: dict[tuple[str, str], dict[str, str]] = {}
+        self.events: list[tuple[str, str, str]] = []
+        self.fail_for: set[str] = set()
+
+    async def apply_status(self, body: JSON) -> None:
+        name = body["metadata"]["name"]
+        if name in self.fail_for:
+            raise RuntimeError(f"injected failure for {name}")
+        self.statuses.append(body)
+
+    async def annotate(self, pool: GPUCellPool, key: str, value: str) -> None:
+        self.annotations.setdefault((pool.metadata.name, key), {})["value"] = value
+
+    async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None:
+        self.events.append((pool.metadata.name, reason, note))
+
+    def for_pool(self, name: str) -> list[JSON]:
+        return [s for s in self.statuses if s["metadata"]["name"] == name]
+
+
+def pool_manifest(
+    name: str, *, mode: str = "Active", secret: str = "wl", ns: str = "ns", **auto: Any
+) -> JSON:
+    autoscaling = {
+        "enabled": True,
+        "minReplicas": 0,
+        "maxReplicas": 20,
+        "mode": mode,
+        "maxCellsInFlight": 20,
+        "scaleDown": "Auto",
+        "cellShape": {"gpuMemoryMiB": 24576, "gpuCores": 100, "slots": 10},
+        **auto,
+    }
+    return {
+        "apiVersion": "cells.kubeswift.io/v1alpha1",
+        "kind": "GPUCellPool",
+        "metadata": {"name": name, "namespace": ns, "generation": 1, "uid": f"uid-{name}"},
+        "spec": {
+            "replicas": 0,
+            "cell": {
+                "provisioner": "SwiftGuest",
+                "guestTemplate": {
+                    "guestClassRef": {"name": "c"},
+                    "imageRef": {"name": "i"},
+                },
+                "gpu": {"count": 1, "backend": "DRA", "dra": {"resourceClaimTemplateName": "t"}},
+            },
+            "bootstrap": {"joinSecretRef": {"name": "join"}},
+            "workloadCluster": {"kubeconfigSecretRef": {"name": secret}},
+            "capacity": {"provider": "HAMi", "hami": {"mode": "DevicePlugin"}},
+            "autoscaling": autoscaling,
+        },
+    }
+
+
+def pending_pod(name: str, mem_mib: int = 8000, ns: str = "default", **labels: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}", "labels": labels},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem_mib)}
+                    },
+                }
+            ],
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+
+
+def with_cells(raw: JSON, rows: Sequence[Mapping[str, Any]]) -> JSON:
+    out = dict(raw)
+    out["status"] = {**(raw.get("status") or {}), "cells": list(rows)}
+    return out
