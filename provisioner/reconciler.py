@@ -125,7 +125,16 @@ class Reconciler:
         desired = self._desired(pool)
         plan = plan_cells(
             PlanInput(
-                pool, cells, rows, prev, desired, current_hash, join, workload is not None, now
+                pool,
+                cells,
+                rows,
+                prev,
+                desired,
+                current_hash,
+                join,
+                reachable=workload is not None,
+                now=now,
+                limits=self.limits,
             )
         )
         await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)

@@ -15,6 +15,7 @@ from typing import Any
 
 from provisioner.clock import SystemClock
 from provisioner.fsm.identity import INSTANCE_LABEL, PoolIdentity
+from provisioner.fsm.membership import MembershipLimits
 from provisioner.kube import JSON, KINDS, KubeApi
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint, Harness
@@ -260,3 +261,29 @@ async def test_same_named_pools_in_two_namespaces_do_not_interfere(
         assert not node["spec"].get("unschedulable")
     assert len(await names(infra_api, "SwiftGuest", namespace)) == 2
     assert await names(infra_api, "SwiftGuest", other) == set()
+
+
+async def test_failed_cell_is_replaced_after_backoff_keeping_its_failure_count(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    key = await setup_pool(infra_api, workload, swiftguest_pool("repl", namespace))
+    limits = MembershipLimits(backoff_base_s=1.0)  # 30 s in production
+    reconciler = Reconciler(infra_api, clock, limits=limits)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace) as twin:
+            twin.kubeswift.faults["repl-0"] = GuestFault(fail=True)
+            pool = await converge(reconciler, key, failed_with("repl-0", "GuestFailed"))
+            failed_uid = row(pool, "repl-0")["guestUID"]
+            twin.kubeswift.faults.clear()  # the next incarnation boots fine
+            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
+    finally:
+        await reconciler.close()
+    r = row(pool, "repl-0")
+    assert r["guestUID"] != failed_uid  # a new incarnation at the same index
+    assert r["failureCount"] == 1  # the failure survived the replacement
+    guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "repl-0")
+    assert guest is not None and guest["metadata"]["uid"] == r["guestUID"]
