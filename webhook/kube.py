@@ -175,19 +175,25 @@ class KubeCrdReader:
 
 
 class KubeEventSink:
-    """``gpucellpool.crdcheck.EventSink``: a core/v1 Event about a cluster-scoped object."""
+    """``gpucellpool.crdcheck.EventSink``: a core/v1 Event about an object.
 
-    def __init__(self, api_client: client.ApiClient, namespace: str, component: str) -> None:
+    A core/v1 Event must live in its object's namespace; for a cluster-scoped object (the
+    CRD) that is ``default``, where ``kubectl describe crd`` and ``kubectl get events -A``
+    find it.
+    """
+
+    def __init__(self, api_client: client.ApiClient, component: str) -> None:
         self.core = client.CoreV1Api(api_client)
-        self.namespace, self.component = namespace, component
+        self.component = component
 
     async def emit(self, involved: Mapping[str, str], kind: str, reason: str, message: str) -> None:
-        """Record one Event (``kind`` is Normal or Warning) in the operator's namespace."""
+        """Record one Event (``kind`` is Normal or Warning)."""
+        namespace = involved.get("namespace") or "default"
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body: Any = {
             "metadata": {
                 "name": f"{involved.get('name', 'object')}.{secrets.token_hex(8)}",
-                "namespace": self.namespace,
+                "namespace": namespace,
             },
             "involvedObject": dict(involved),
             "type": kind,
@@ -198,4 +204,4 @@ class KubeEventSink:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self.core.create_namespaced_event(self.namespace, body)
+        await self.core.create_namespaced_event(namespace, body)

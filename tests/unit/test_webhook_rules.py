@@ -104,7 +104,11 @@ def test_describe_says_what_to_do() -> None:
     assert describe({"type": "missing"}) == "is required; set it"
     assert "at most 100" in describe({"type": "less_than_equal", "ctx": {"le": 100}})
     assert describe({"type": "value_error", "msg": "Value error, bad"}) == "bad"
-    assert describe({"type": "int_type", "input": "x"}).endswith("(got string)")
+    typed = describe({"type": "int_type", "input": "x"})
+    assert typed == "must be an integer (got string); write a whole number"
+    for kind in ("missing", "dict_type", "list_type", "bool_parsing", "string_too_long", "other"):
+        message = describe({"type": kind, "msg": "m", "ctx": {"max_length": 3}})
+        assert "; " in message, message  # a problem, then what to do
 
 
 def test_findings_deduplicate_and_cap() -> None:

@@ -151,7 +151,10 @@ def url_problem(url: str) -> str | None:
             "token in a Secret and reference it with authSecretRef",
         ),
         (not parts.hostname, "needs a host, e.g. https://prometheus.monitoring:9090; add it"),
-        (bool(parts.query or parts.fragment), "must be a base URL without ?query or #fragment"),
+        (
+            bool(parts.query or parts.fragment),
+            "must be a base URL; remove the ?query and #fragment",
+        ),
         (port == 0, "port 0 is not a port; fix it"),
     )
     return next((message for failed, message in checks if failed), None)

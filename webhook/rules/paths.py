@@ -77,20 +77,20 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
-_HINTS: dict[str, str] = {
-    "missing": "is required; set it",
-    "int_type": "must be an integer; write a whole number",
-    "int_parsing": "must be an integer; write a whole number",
-    "int_from_float": "must be a whole number; drop the fraction",
-    "bool_type": "must be true or false (unquoted)",
-    "bool_parsing": "must be true or false (unquoted)",
-    "string_type": "must be a string; quote the value",
-    "dict_type": "must be an object (a YAML mapping)",
-    "list_type": "must be a list (a YAML sequence)",
-    "model_type": "must be an object (a YAML mapping)",
-    "model_attributes_type": "must be an object (a YAML mapping)",
-    "json_invalid": "is not valid JSON; fix the document",
-    "json_type": "is not valid JSON; fix the document",
+_HINTS: dict[str, tuple[str, str]] = {
+    "missing": ("is required", "set it"),
+    "int_type": ("must be an integer", "write a whole number"),
+    "int_parsing": ("must be an integer", "write a whole number"),
+    "int_from_float": ("must be a whole number", "drop the fraction"),
+    "bool_type": ("must be true or false", "write it unquoted"),
+    "bool_parsing": ("must be true or false", "write it unquoted"),
+    "string_type": ("must be a string", "quote the value"),
+    "dict_type": ("must be an object", "write it as a mapping (key: value)"),
+    "list_type": ("must be a list", "write it as a sequence (- item)"),
+    "model_type": ("must be an object", "write it as a mapping (key: value)"),
+    "model_attributes_type": ("must be an object", "write it as a mapping (key: value)"),
+    "json_invalid": ("is not valid JSON", "fix the document"),
+    "json_type": ("is not valid JSON", "fix the document"),
 }
 
 
@@ -118,14 +118,14 @@ def describe(error: Mapping[str, Any]) -> str:
     kind = str(error.get("type", ""))
     ctx: Mapping[str, Any] = error.get("ctx") or {}
     if kind in _HINTS:
-        got = type_name(error.get("input"))
-        suffix = f" (got {got})" if kind.endswith("_type") else ""
-        return _HINTS[kind] + suffix
+        what, todo = _HINTS[kind]
+        got = f" (got {type_name(error.get('input'))})" if kind.endswith("_type") else ""
+        return f"{what}{got}; {todo}"
     bounded = _bounded(kind, ctx)
     if bounded:
         return bounded
     if kind in {"literal_error", "enum"}:
-        return f"must be one of {ctx.get('expected')}; use one of these values"
+        return f"must be one of {ctx.get('expected')}; use one of them"
     if kind == "string_pattern_mismatch":
         return f"must match the pattern {ctx.get('pattern')}; fix the value"
     if kind == "value_error":
