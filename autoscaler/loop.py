@@ -88,7 +88,20 @@ class PoolWriter(Protocol):
 
 
 class PoolRecorder(Protocol):
-    def record_decision(self, **kwargs: Any) -> bool: ...
+    """The slice of ``gpucellpool.metrics.PoolMetrics`` the loop uses."""
+
+    def record_decision(
+        self,
+        *,
+        reason: str,
+        desired: int,
+        demand_cells: float,
+        allocated_cells: float,
+        pending_asks: int,
+        unschedulable: int,
+        oldest_pending_age_seconds: float,
+        now: float,
+    ) -> bool: ...
 
 
 class MetricsPort(Protocol):

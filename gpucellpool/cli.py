@@ -15,6 +15,7 @@ from collections.abc import Sequence
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("gpucellpool.crdgen", "write (or --check) the generated CRD files"),
+    "run": ("gpucellpool.run", "run the autoscaling operator (watch-driven, leader-elected)"),
     "simulate": ("simulations.cli", "replay a GPU demand trace through scaling policies"),
     "sweep": ("simulations.sweep", "sweep policy knobs; print the cost/wait Pareto front"),
     "trace": ("simulations.record", "record a trace from Prometheus (trace record ...)"),

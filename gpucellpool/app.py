@@ -1,0 +1,177 @@
+"""The composition root of ``gpucellpool run``: every object is built here, explicitly, once.
+
+Why this module exists: the loop, the caches, the elector and the probes only know each other
+through Protocols; something has to choose the real implementations and wire the callbacks
+(pool watch -> loop and workload caches; workload watch -> wake that cluster's pools; gaining
+leadership -> re-read memory and decide at once). Keeping that in one place makes the wiring
+reviewable and lets tests build the same graph with their own clock, registry or identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from autoscaler.loop import Autoscaler, LoopSettings
+from gpucellpool.health import HealthServer
+from gpucellpool.kube.adapters import (
+    POOLS_PATH,
+    CacheWorkloadView,
+    KubePoolWriter,
+    LeaseClient,
+    PrometheusUsage,
+)
+from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.rest import RestClient, client_from_kubeconfig, client_in_cluster_or
+from gpucellpool.kube.workload import ClientFactory, ClusterKey, WorkloadClusters
+from gpucellpool.leader import ElectionSettings, LeaderElector
+from gpucellpool.metrics import OperatorMetrics
+
+log = logging.getLogger(__name__)
+
+
+class SystemClock:
+    """Wall-clock seconds (Kubernetes timestamps are wall-clock) and a real sleep."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    identity: str
+    lease_namespace: str
+    kubeconfig: str | None = None
+    lease_name: str = "gpucellpool-autoscaler"
+    lease_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_s: float = 2.0
+    health_host: str = "0.0.0.0"  # probes come from the kubelet, on the pod IP
+    health_port: int = 8081
+    debounce_s: float = 0.15
+    tick_s: float = 10.0
+    pool_namespace: str | None = None  # None: every namespace
+    api_timeout_s: float = 10.0
+
+
+class App:
+    """Everything ``run`` starts, and how to stop it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        infra: RestClient,
+        clock: Any = None,
+        registry: CollectorRegistry | None = None,
+        workload_factory: ClientFactory = client_from_kubeconfig,
+    ) -> None:
+        self.settings = settings
+        self.infra = infra
+        self.clock = clock or SystemClock()
+        self.registry = registry or CollectorRegistry()
+        self.metrics = OperatorMetrics(self.registry)
+        election = ElectionSettings(
+            settings.lease_namespace,
+            settings.lease_name,
+            settings.identity,
+            settings.lease_s,
+            settings.renew_deadline_s,
+            settings.retry_s,
+        )
+        lease = LeaseClient(infra, settings.lease_namespace, settings.lease_name)
+        self.elector = LeaderElector(lease, self.clock, election, self._leadership)
+        self.clusters = WorkloadClusters(infra, workload_factory, self._cluster_changed)
+        self.usage = PrometheusUsage(infra, self.clock)
+        self.writer = KubePoolWriter(infra, settings.identity, self.clock)
+        self.autoscaler = Autoscaler(
+            CacheWorkloadView(self.clusters),
+            self.writer,
+            self.clock,
+            metrics=self.metrics,
+            usage=self.usage,
+            settings=LoopSettings(debounce_s=settings.debounce_s, tick_s=settings.tick_s),
+            is_leader=lambda: self.elector.is_leader,
+        )
+        ns = settings.pool_namespace
+        path = (
+            f"/apis/cells.kubeswift.io/v1alpha1/namespaces/{ns}/gpucellpools" if ns else POOLS_PATH
+        )
+        self.pools = WatchCache(infra, Query(path), self._pool_changed)
+        self.health = HealthServer(
+            self.live, self.ready, self.registry, settings.health_host, settings.health_port
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- wiring -------------------------------------------------------------------------------
+
+    def _pool_changed(self, kind: str, raw: JSON) -> None:
+        if kind != "DELETED":
+            wc = (raw.get("spec") or {}).get("workloadCluster") or {}
+            secret = (wc.get("kubeconfigSecretRef") or {}).get("name")
+            if secret:
+                ns = str(raw["metadata"].get("namespace", ""))
+                self.clusters.ensure(ClusterKey(ns, str(secret), str(wc.get("key") or "value")))
+        self.autoscaler.pool_event(kind, raw)
+
+    def _cluster_changed(self, key: ClusterKey, kind: str, obj: JSON) -> None:
+        del kind, obj
+        self.autoscaler.cluster_event(key)
+
+    def _leadership(self, leader: bool) -> None:
+        if leader:
+            self.autoscaler.wake_all()
+
+    # -- probes -------------------------------------------------------------------------------
+
+    def live(self) -> tuple[bool, str]:
+        dead = [t.get_name() for t in self._tasks if t.done()]
+        return (not dead, f"stopped: {', '.join(dead)}")
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.pools.synced.is_set():
+            return False, "GPUCellPool cache not synced"
+        if not self.elector.known:
+            return False, "leader election has not completed a round"
+        syncing = [
+            f"{k.namespace}/{k.secret}"
+            for k, c in self.clusters.clusters.items()
+            if not c.synced() and not c.error
+        ]
+        return (not syncing, f"workload caches syncing: {', '.join(syncing)}")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.health.start()
+        self._tasks = [
+            asyncio.create_task(self.pools.run(), name="watch:gpucellpools"),
+            asyncio.create_task(self.elector.run(), name="leader-election"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.elector.release()
+        await self.autoscaler.close()
+        await self.clusters.close()
+        await self.usage.close()
+        await self.health.stop()
+        await self.infra.close()
+
+
+async def build(settings: Settings) -> App:
+    """The production graph: in-cluster credentials unless a kubeconfig file is given."""
+    infra = await client_in_cluster_or(settings.kubeconfig, settings.api_timeout_s)
+    return App(settings, infra)

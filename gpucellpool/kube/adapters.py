@@ -1,0 +1,175 @@
+"""The autoscaler's ports implemented over the REST client and the watch caches.
+
+Why this module exists: the loop and the elector depend on small Protocols (``PoolWriter``,
+``WorkloadView``, ``UsageSource``, ``LeaseApi``); this is where they meet the real API. Every
+call goes through ``RestClient`` and so carries a timeout. An Event that cannot be posted is
+logged and dropped: the status, which already holds the same explanation, was written.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autoscaler.loop import WorkloadSnapshot
+from autoscaler.policy.types import GPUUsage, MetricsHealth
+from autoscaler.signals.ports import PrometheusUnavailable
+from autoscaler.signals.prometheus import PrometheusSource
+from autoscaler.signals.prometheus_config import source_from_spec
+from gpucellpool.api.pool import PLURAL, GPUCellPool
+from gpucellpool.kube.rest import HTTP_CONFLICT, ApiError, RestClient
+from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
+from gpucellpool.leader import LeaseConflict, micro_time
+
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
+POOLS_PATH = f"/apis/cells.kubeswift.io/v1alpha1/{PLURAL}"
+REPORTING_CONTROLLER = "cells.kubeswift.io/gpucellpool-autoscaler"
+
+
+def pool_path(namespace: str, name: str) -> str:
+    return f"/apis/cells.kubeswift.io/v1alpha1/namespaces/{namespace}/{PLURAL}/{name}"
+
+
+class KubePoolWriter:
+    """Status by server-side apply (own field manager), memory by annotation, Events v1."""
+
+    def __init__(self, client: RestClient, identity: str, clock: Any) -> None:
+        self.client, self.identity, self.clock = client, identity, clock
+
+    async def apply_status(self, body: JSON) -> None:
+        meta = body["metadata"]
+        await self.client.apply_status(pool_path(meta["namespace"], meta["name"]), body)
+
+    async def annotate(self, pool: GPUCellPool, key: str, value: str) -> None:
+        patch = {"metadata": {"annotations": {key: value}}}
+        await self.client.merge_patch(pool_path(pool.metadata.namespace, pool.metadata.name), patch)
+
+    async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None:
+        meta = pool.metadata
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
+            "eventTime": micro_time(self.clock.now()),
+            "reportingController": REPORTING_CONTROLLER,
+            "reportingInstance": self.identity[:128],
+            "action": "Scale",
+            "reason": reason,
+            "type": "Warning" if warning else "Normal",
+            "note": note[:1000],
+            "regarding": {
+                "apiVersion": pool.api_version,
+                "kind": pool.kind,
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid,
+            },
+        }
+        try:
+            await self.client.create(
+                f"/apis/events.k8s.io/v1/namespaces/{meta.namespace}/events", body
+            )
+        except Exception as exc:
+            log.warning("event not posted", extra={"pool": meta.name, "error": str(exc)})
+
+
+class CacheWorkloadView:
+    """``WorkloadView`` over the shared per-cluster caches."""
+
+    def __init__(self, clusters: WorkloadClusters) -> None:
+        self.clusters = clusters
+
+    def cluster_of(self, pool: GPUCellPool) -> ClusterKey:
+        wc = pool.spec.workload_cluster
+        return ClusterKey(pool.metadata.namespace, wc.kubeconfig_secret_ref.name, wc.key)
+
+    def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot:
+        cluster = self.clusters.ensure(self.cluster_of(pool))
+        if not cluster.synced() or cluster.pods is None or cluster.nodes is None:
+            return WorkloadSnapshot(False, error=cluster.error or "workload caches syncing")
+        labels = {
+            str(ns["metadata"]["name"]): dict(ns["metadata"].get("labels") or {})
+            for ns in (cluster.namespaces.items() if cluster.namespaces else [])
+        }
+        return WorkloadSnapshot(True, cluster.pods.items(), cluster.nodes.items(), labels)
+
+
+class LeaseClient:
+    """``LeaseApi`` for one Lease."""
+
+    def __init__(self, client: RestClient, namespace: str, name: str) -> None:
+        self.client = client
+        self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.path = f"{self.collection}/{name}"
+
+    async def get(self) -> JSON | None:
+        return await self.client.get(self.path)
+
+    async def create(self, lease: JSON) -> JSON:
+        try:
+            return await self.client.create(self.collection, lease)
+        except ApiError as exc:
+            if exc.status == HTTP_CONFLICT:
+                raise LeaseConflict(str(exc)) from exc
+            raise
+
+    async def replace(self, lease: JSON) -> JSON:
+        try:
+            return await self.client.call("PUT", self.path, None, lease)
+        except ApiError as exc:
+            if exc.status == HTTP_CONFLICT:
+                raise LeaseConflict(str(exc)) from exc
+            raise
+
+
+class PrometheusUsage:
+    """``UsageSource``: one PrometheusSource per pool spec, Secrets read from the pool namespace."""
+
+    def __init__(self, client: RestClient, clock: Any) -> None:
+        self.client, self.clock = client, clock
+        self._sources: dict[tuple[str, str], tuple[str, PrometheusSource]] = {}
+
+    async def _secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        secret = await self.client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        raw = ((secret or {}).get("data") or {}).get(key)
+        return base64.b64decode(raw).decode() if raw else None
+
+    async def _source(self, pool: GPUCellPool) -> PrometheusSource:
+        spec = pool.spec.autoscaling.prometheus
+        assert spec is not None
+        key = (pool.metadata.namespace, pool.metadata.name)
+        fingerprint = spec.model_dump_json()
+        cached = self._sources.get(key)
+        if cached is not None and cached[0] == fingerprint:
+            return cached[1]
+        ns = pool.metadata.namespace
+        token = ca = None
+        if spec.auth_secret_ref is not None:
+            token = await self._secret_value(
+                ns, spec.auth_secret_ref.name, spec.auth_secret_ref.key
+            )
+        if spec.tls_secret_ref is not None:
+            ca = await self._secret_value(ns, spec.tls_secret_ref.name, spec.tls_secret_ref.key)
+        source = source_from_spec(spec, bearer_token=token, ca_pem=ca, clock=self.clock)
+        if cached is not None:
+            await cached[1].aclose()
+        self._sources[key] = (fingerprint, source)
+        return source
+
+    async def usage(
+        self, pool: GPUCellPool, nodes: Sequence[str]
+    ) -> tuple[Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
+        try:
+            source = await self._source(pool)
+            reading = await source.node_gpu_usage(nodes)
+        except (PrometheusUnavailable, ValueError, ApiError) as exc:
+            return {}, MetricsHealth(False, 0.0, f"Prometheus unavailable: {type(exc).__name__}")
+        return reading.usage_by_node(), reading.health
+
+    async def close(self) -> None:
+        for _, source in self._sources.values():
+            await source.aclose()
+        self._sources.clear()

@@ -1,0 +1,174 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, so that of N replicas exactly one acts.
+
+Why this module exists: the chart runs two replicas for availability, but two autoscalers
+writing the same pool's status would fight. This is client-go's algorithm, kept small:
+candidates read the Lease every ``retry_s``; the holder renews it; a candidate takes the Lease
+over only when the record has not changed for ``lease_s`` *on the candidate's own clock* (so
+clock skew between replicas cannot shorten a lease), and only with a resourceVersion
+precondition (so two candidates cannot both win). A leader that cannot renew within
+``renew_deadline_s`` steps down before anyone may take over. On a clean shutdown the holder
+releases the Lease so the standby takes over at its next retry instead of after a full lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+class LeaseConflict(Exception):
+    """Someone else changed the Lease between our read and our write."""
+
+
+class LeaseApi(Protocol):
+    async def get(self) -> JSON | None: ...
+
+    async def create(self, lease: JSON) -> JSON:
+        """Raises ``LeaseConflict`` when it already exists."""
+        ...
+
+    async def replace(self, lease: JSON) -> JSON:
+        """Raises ``LeaseConflict`` when ``metadata.resourceVersion`` is stale."""
+        ...
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionSettings:
+    namespace: str
+    name: str = "gpucellpool-autoscaler"
+    identity: str = ""
+    lease_s: float = 15.0
+    """A standby takes over after the record stood still this long (client-go default 15 s)."""
+    renew_deadline_s: float = 10.0
+    """A leader that could not renew for this long steps down (must be < lease_s)."""
+    retry_s: float = 2.0
+    """How often candidates read and the leader renews."""
+
+
+def micro_time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """``is_leader`` is the one bit the rest of the operator consults before any write."""
+
+    def __init__(
+        self,
+        api: LeaseApi,
+        clock: Clock,
+        settings: ElectionSettings,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.clock = clock
+        self.settings = settings
+        self.is_leader = False
+        self.known = False  # a first attempt completed: we know whether we lead or stand by
+        self.holder = ""
+        self._on_change = on_change
+        self._observed: tuple[str, float] = ("", 0.0)  # (record fingerprint, seen-at)
+        self._renewed_at = 0.0
+
+    def _set(self, leader: bool) -> None:
+        if leader != self.is_leader:
+            self.is_leader = leader
+            log.info("leadership changed", extra={"leader": leader, "id": self.settings.identity})
+            if self._on_change is not None:
+                self._on_change(leader)
+
+    def _body(self, old: JSON | None, transitions: int) -> JSON:
+        now = micro_time(self.clock.now())
+        spec: JSON = {
+            "holderIdentity": self.settings.identity,
+            "leaseDurationSeconds": max(1, round(self.settings.lease_s)),
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
+        old_spec = (old or {}).get("spec") or {}
+        same_holder = old_spec.get("holderIdentity") == self.settings.identity
+        spec["acquireTime"] = old_spec.get("acquireTime") if same_holder else now
+        meta: JSON = {"name": self.settings.name, "namespace": self.settings.namespace}
+        if old is not None:
+            meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": spec,
+        }
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One round; True when we hold the Lease afterwards."""
+        now = self.clock.now()
+        lease = await self.api.get()
+        if lease is None:
+            await self.api.create(self._body(None, 0))
+            return True
+        spec = lease.get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        self.holder = holder
+        fingerprint = f"{holder}|{spec.get('renewTime')}|{lease['metadata'].get('resourceVersion')}"
+        if fingerprint != self._observed[0]:
+            self._observed = (fingerprint, now)
+        duration = float(spec.get("leaseDurationSeconds") or self.settings.lease_s)
+        mine = holder == self.settings.identity
+        expired = not holder or now - self._observed[1] >= duration
+        if not mine and not expired:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
+        await self.api.replace(self._body(lease, transitions))
+        return True
+
+    async def step(self) -> None:
+        """One round with its consequences on ``is_leader`` (exposed for tests).
+
+        Seeing another holder ends our leadership at once. A failed round (conflict, apiserver
+        unreachable) keeps a leader leading only until ``renew_deadline_s`` since its last
+        renewal, which is shorter than the lease a standby waits out: no overlap.
+        """
+        now = self.clock.now()
+        try:
+            won = await self.try_acquire_or_renew()
+        except Exception as exc:  # a lost round, not a crash
+            if not isinstance(exc, LeaseConflict):
+                log.warning("lease round failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+            if self.is_leader and now - self._renewed_at >= self.settings.renew_deadline_s:
+                self._set(False)
+            self.known = True
+            return
+        if won:
+            self._renewed_at = now
+            self.holder = self.settings.identity
+        self._set(won)
+        self.known = True
+
+    async def run(self) -> None:
+        while True:
+            await self.step()
+            await self.clock.sleep(self.settings.retry_s)
+
+    async def release(self) -> None:
+        """Give the Lease up (clean shutdown) so a standby need not wait a whole lease."""
+        if not self.is_leader:
+            return
+        self._set(False)
+        with contextlib.suppress(Exception):
+            lease = await self.api.get()
+            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.settings.identity:
+                body = self._body(lease, int(lease["spec"].get("leaseTransitions") or 0))
+                body["spec"]["holderIdentity"] = ""
+                body["spec"]["leaseDurationSeconds"] = 1
+                await self.api.replace(body)

@@ -1,0 +1,74 @@
+"""``gpucellpool run``: the autoscaling operator process.
+
+Why this module exists: the CLI contract (``add_arguments`` / ``run``) for the long-running
+process. It parses flags (with environment defaults suited to a Deployment: identity from the
+pod name, Lease namespace from the pod namespace), configures JSON logging, builds the graph in
+``gpucellpool.app`` and runs until SIGTERM/SIGINT, releasing the Lease on the way out so the
+standby takes over at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+
+from gpucellpool import logs
+from gpucellpool.app import Settings, build
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="default: in-cluster")
+    parser.add_argument("--identity", default=env("POD_NAME") or socket.gethostname())
+    parser.add_argument("--lease-namespace", default=env("POD_NAMESPACE") or "default")
+    parser.add_argument("--lease-name", default="gpucellpool-autoscaler")
+    parser.add_argument("--lease-duration", type=float, default=15.0, help="seconds")
+    parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds")
+    parser.add_argument("--retry-period", type=float, default=2.0, help="seconds")
+    parser.add_argument("--health-port", type=int, default=8081)
+    parser.add_argument("--health-host", default="0.0.0.0")
+    parser.add_argument("--debounce", type=float, default=0.15, help="seconds")
+    parser.add_argument("--tick", type=float, default=10.0, help="seconds")
+    parser.add_argument("--namespace", default=None, help="only pools in this namespace")
+    parser.add_argument("--log-level", default=env("LOG_LEVEL") or "INFO")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    return Settings(
+        identity=args.identity,
+        lease_namespace=args.lease_namespace,
+        kubeconfig=args.kubeconfig,
+        lease_name=args.lease_name,
+        lease_s=args.lease_duration,
+        renew_deadline_s=args.renew_deadline,
+        retry_s=args.retry_period,
+        health_host=args.health_host,
+        health_port=args.health_port,
+        debounce_s=args.debounce,
+        tick_s=args.tick,
+        pool_namespace=args.namespace,
+    )
+
+
+async def serve(settings: Settings) -> None:
+    app = await build(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await app.start()
+    try:
+        await stop.wait()
+    finally:
+        await app.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level)
+    asyncio.run(serve(settings_from(args)))
+    return 0

@@ -1,0 +1,132 @@
+"""Lease leader election on an in-memory Lease store and a virtual clock.
+
+What these prove: of two candidates exactly one leads; a standby takes over only after the
+record stood still for the lease duration (measured on its own clock), never earlier; a leader
+that cannot renew steps down before a standby may take over (no overlap); a clean release
+hands over at the standby's next retry; a lost race (stale resourceVersion) does not win.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpucellpool.leader import ElectionSettings, LeaderElector, LeaseConflict
+
+JSON = dict[str, Any]
+
+
+class MemoryLease:
+    def __init__(self) -> None:
+        self.lease: JSON | None = None
+        self.version = 0
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise ConnectionError("apiserver down")
+
+    async def get(self) -> JSON | None:
+        self._check()
+        return copy.deepcopy(self.lease)
+
+    async def create(self, lease: JSON) -> JSON:
+        self._check()
+        if self.lease is not None:
+            raise LeaseConflict("exists")
+        return self._store(lease)
+
+    async def replace(self, lease: JSON) -> JSON:
+        self._check()
+        assert self.lease is not None
+        if lease["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
+            raise LeaseConflict("stale")
+        return self._store(lease)
+
+    def _store(self, lease: JSON) -> JSON:
+        self.version += 1
+        self.lease = copy.deepcopy(lease)
+        self.lease["metadata"]["resourceVersion"] = str(self.version)
+        return copy.deepcopy(self.lease)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def pair(store: MemoryLease, clock: Clock) -> tuple[LeaderElector, LeaderElector]:
+    def make(identity: str) -> LeaderElector:
+        settings = ElectionSettings("ops", identity=identity, lease_s=15, renew_deadline_s=10)
+        return LeaderElector(store, clock, settings)
+
+    return make("a"), make("b")
+
+
+async def test_exactly_one_leads_and_standby_waits_the_whole_lease() -> None:
+    store, clock = MemoryLease(), Clock()
+    a, b = pair(store, clock)
+    await a.step()
+    await b.step()
+    assert (a.is_leader, b.is_leader) == (True, False) and a.known and b.known
+    for _ in range(10):  # a renews every 2 s; b never takes over
+        clock.t += 2
+        await a.step()
+        await b.step()
+        assert (a.is_leader, b.is_leader) == (True, False)
+    # a dies (no more renewals). b must wait the full lease from when it last saw a change.
+    died_at = clock.t
+    while not b.is_leader:
+        clock.t += 1
+        await b.step()
+    assert 15 <= clock.t - died_at <= 16
+    assert store.lease is not None and store.lease["spec"]["leaseTransitions"] == 1
+
+
+async def test_leader_that_cannot_renew_steps_down_before_takeover() -> None:
+    store, clock = MemoryLease(), Clock()
+    a, _ = pair(store, clock)
+    await a.step()
+    last_renewal = clock.t
+    store.down = True
+    while a.is_leader:
+        clock.t += 1
+        await a.step()
+    assert clock.t - last_renewal == 10  # renew deadline, strictly below the 15 s lease
+
+
+async def test_release_hands_over_at_next_retry() -> None:
+    store, clock = MemoryLease(), Clock()
+    a, b = pair(store, clock)
+    await a.step()
+    await b.step()
+    await a.release()
+    assert not a.is_leader
+    clock.t += 2
+    await b.step()
+    assert b.is_leader
+
+
+async def test_stale_write_loses_the_race() -> None:
+    store, clock = MemoryLease(), Clock()
+    a, b = pair(store, clock)
+    await a.step()
+    clock.t += 30  # a's lease has expired from b's point of view once b has observed it
+    await b.step()
+    clock.t += 16
+    stale = await store.get()
+    await a.step()  # a renews first
+    assert stale is not None
+    try:
+        await store.replace(stale)  # b's write based on the old read
+    except LeaseConflict:
+        pass
+    else:
+        raise AssertionError("a stale resourceVersion must not win")
+    assert a.is_leader
