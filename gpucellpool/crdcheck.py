@@ -19,7 +19,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
@@ -76,8 +76,8 @@ class Finding:
     version: str
     path: str
     detail: str
-    served: Any = None
-    expected: Any = None
+    served: Any = field(default=None, compare=False)
+    expected: Any = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.version} {self.path or '(root)'}: {self.kind.value}: {self.detail}"
