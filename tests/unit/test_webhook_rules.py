@@ -94,9 +94,11 @@ def test_messages_never_echo_string_inputs() -> None:
         "maxReplicas": 2,
         "prometheus": {"url": "https://admin:hunter2-secret@prom:9090"},
     }
+    obj["spec"]["autoscaling"]["stabilizationWindow"] = "hunter2-secret"
     verdict = validate_create(obj)
     assert not verdict.allowed
     assert "hunter2" not in verdict.message()
+    assert "spec.autoscaling.stabilizationWindow" in verdict.paths()
     assert "spec.replicas" in verdict.paths()
 
 

@@ -129,7 +129,11 @@ def describe(error: Mapping[str, Any]) -> str:
     if kind == "string_pattern_mismatch":
         return f"must match the pattern {ctx.get('pattern')}; fix the value"
     if kind == "value_error":
-        return str(error.get("msg", "")).removeprefix("Value error, ")
+        text = str(error.get("msg", "")).removeprefix("Value error, ")
+        given = error.get("input")
+        if isinstance(given, str):  # never echo a string input (it may be a credential)
+            text = text.replace(f" {given!r}", "").replace(repr(given), "the value")
+        return text
     return f"{error.get('msg', 'invalid value')}; fix the value"
 
 
