@@ -39,7 +39,7 @@ class WebhookOptions:
     configuration: str = "gpucellpool-validating-webhook"
     host: str = "0.0.0.0"
     port: int = 9443
-    cert_dir: Path = Path("/tmp/k8s-webhook-server/serving-certs")
+    cert_dir: Path = Path("/etc/gpucellpool/webhook-certs")
     extra_dns: tuple[str, ...] = ()
     extra_ips: tuple[str, ...] = ()
     serving_lifetime: dt.timedelta = dt.timedelta(days=365)
