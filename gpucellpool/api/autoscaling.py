@@ -8,10 +8,13 @@ budget, headroom, pre-warming, pool-scoped demand selection, Prometheus, drain m
 cell shape) are optional with defaults. The ``effective_*`` helpers are the single place that
 resolves old-versus-new precedence, so the policy never has to.
 
-Precedence: when ``behavior.scaleUp`` is absent, scale-up follows the original rule
-(``stabilizationWindow`` is the minimum time between two scale-ups); when present, it governs
-scale-up HPA-style and ``stabilizationWindow`` is ignored. Likewise ``behavior.scaleDown``
-replaces ``scaleDownStabilizationWindow``. ``scaleDown: Auto`` is still required for the pool to
+Precedence, per direction: ``behavior.scaleUp`` when present governs scale-up HPA-style; else
+an explicitly set ``stabilizationWindow`` keeps the original meaning (the minimum time between
+two scale-ups); else the ``behavior`` defaults apply (react at once). Likewise for scale-down
+with ``behavior.scaleDown`` and ``scaleDownStabilizationWindow`` (default window 600 s). The
+legacy windows have no schema default on purpose: the original's implicit 10 m between
+scale-ups is the weakness this project exists to remove, and a stored default could not be told
+apart from a user's explicit choice. ``scaleDown: Auto`` is still required for the pool to
 remove cells by itself (``Manual`` never scales down), whatever ``behavior`` says.
 """
 
@@ -232,13 +235,15 @@ class AutoscalingSpec(KubeModel):
     """Floor (default: spec.replicas). Required when scaleDown is Auto."""
     max_replicas: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Ceiling; required when enabled."""
-    stabilization_window: Duration = Duration("10m")
-    """Minimum time between two scale-ups (ignored when behavior.scaleUp is set)."""
+    stabilization_window: Duration | None = None
+    """Legacy: minimum time between two scale-ups, honoured when set (ignored when
+    behavior.scaleUp is set). Unset: scale up at once by what the backlog needs."""
     scale_down: ScaleDownMode = ScaleDownMode.MANUAL
     """Auto lets the pool remove idle cells itself; Manual never scales down."""
-    scale_down_stabilization_window: Duration = Duration("30m")
-    """How long demand must be absent, and how long after any scaling action, before a
-    scale-down (ignored when behavior.scaleDown is set)."""
+    scale_down_stabilization_window: Duration | None = None
+    """Legacy: how long demand must be absent, and how long after any scaling action, before a
+    scale-down, honoured when set (ignored when behavior.scaleDown is set). Unset: the
+    behavior.scaleDown defaults (600 s stabilisation window)."""
     mode: AutoscalingMode = AutoscalingMode.ACTIVE
     """Shadow computes and publishes decisions (status, events, metrics) without acting."""
     behavior: Behavior | None = None
@@ -289,7 +294,10 @@ class AutoscalingSpec(KubeModel):
     def scale_up_rules(self) -> EffectiveRules:
         """Scale-up rules after legacy/behavior precedence."""
         rules = self.behavior.scale_up if self.behavior else None
+        if rules is None and self.stabilization_window is None:
+            rules = ScaleUpRules()
         if rules is None:
+            assert self.stabilization_window is not None
             return EffectiveRules(
                 enabled=True,
                 stabilization_window_seconds=0.0,
@@ -308,7 +316,10 @@ class AutoscalingSpec(KubeModel):
         """Scale-down rules after legacy/behavior precedence (disabled unless scaleDown Auto)."""
         auto = self.scale_down == ScaleDownMode.AUTO
         rules = self.behavior.scale_down if self.behavior else None
+        if rules is None and self.scale_down_stabilization_window is None:
+            rules = ScaleDownRules()
         if rules is None:
+            assert self.scale_down_stabilization_window is not None
             window = self.scale_down_stabilization_window.seconds
             return EffectiveRules(
                 enabled=auto,

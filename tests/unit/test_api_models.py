@@ -75,9 +75,7 @@ DEFAULTS = [
     ("capacity.provider", "HAMi"),
     ("capacity.readyTimeout", "5m"),
     ("autoscaling.enabled", False),
-    ("autoscaling.stabilizationWindow", "10m"),
     ("autoscaling.scaleDown", "Manual"),
-    ("autoscaling.scaleDownStabilizationWindow", "30m"),
     ("deletion.policy", "Drain"),
     ("deletion.drainTimeout", "10m"),
     ("updatePolicy.type", "Manual"),
@@ -208,21 +206,27 @@ def test_legacy_windows_mean_what_they_meant() -> None:
         True, 3600, 3600)  # fmt: skip
 
 
-def test_legacy_defaults_are_ten_and_thirty_minutes_and_manual_never_scales_down() -> None:
+def test_unset_legacy_windows_mean_react_at_once_and_manual_never_scales_down() -> None:
     a = pool(autoscaling={"enabled": True, "maxReplicas": 4}).spec.autoscaling
-    assert a.scale_up_rules().cooldown_seconds == 600
-    assert a.scale_down_rules().stabilization_window_seconds == 1800
-    assert a.scale_down_rules().enabled is False
+    assert a.stabilization_window is None and a.scale_down_stabilization_window is None
+    up, down = a.scale_up_rules(), a.scale_down_rules()
+    assert (up.cooldown_seconds, up.stabilization_window_seconds) == (0, 0)
+    assert (down.cooldown_seconds, down.stabilization_window_seconds) == (0, 600)
+    assert down.enabled is False
+    assert "stabilizationWindow" not in pool(autoscaling={"enabled": True}).spec.to_api().get(
+        "autoscaling", {}
+    )
 
 
 def test_behavior_replaces_the_legacy_window_per_direction() -> None:
     behavior = {"scaleUp": {"policies": [{"type": "Cells", "value": 4, "periodSeconds": 60}]}}
     a = pool(autoscaling={"enabled": True, "maxReplicas": 8, "minReplicas": 0, "scaleDown": "Auto",
+                          "scaleDownStabilizationWindow": "30m",
                           "behavior": behavior}).spec.autoscaling  # fmt: skip
     up, down = a.scale_up_rules(), a.scale_down_rules()
     assert (up.cooldown_seconds, up.stabilization_window_seconds) == (0, 0)
     assert up.policies == ((RatePolicyType.CELLS, 4, 60),)
-    assert down.cooldown_seconds == 1800  # scaleDown not in behavior: legacy still rules it
+    assert down.cooldown_seconds == 1800  # scaleDown not in behavior: the set legacy window rules
 
 
 def test_behavior_scale_down_defaults_and_disabled() -> None:

@@ -98,7 +98,7 @@ def test_printer_columns_show_the_decision_not_spec(crd: dict[str, Any]) -> None
         ("spec.cell.gpu.dra.hugepages", "enum", ["", "1Gi", "2Mi"]),
         ("spec.cell.gpu.dra.requestName", "default", "gpu"),
         ("spec.cell.guestTemplate", "x-kubernetes-preserve-unknown-fields", True),
-        ("spec.autoscaling.stabilizationWindow", "default", "10m"),
+        ("spec.bootstrap.readyTimeout", "default", "15m"),
         ("spec.autoscaling.scaleDown", "enum", ["Manual", "Auto"]),
         ("spec.autoscaling.maxReplicas", "minimum", 1),
         ("spec.autoscaling.behavior.scaleUp.policies.[].value", "minimum", 1),
@@ -135,10 +135,16 @@ def test_required_fields_and_list_map_keys_are_required(
     assert set((sub(schema, path) if path else schema).get("required", [])) == required
 
 
+def test_legacy_windows_have_no_schema_default(schema: dict[str, Any]) -> None:
+    for path in ("spec.autoscaling.stabilizationWindow",
+                 "spec.autoscaling.scaleDownStabilizationWindow"):  # fmt: skip
+        assert "default" not in sub(schema, path), path
+
+
 def test_descriptions_come_from_field_docstrings(schema: dict[str, Any]) -> None:
     described = [p for p, n in walk(schema) if n.get("description")]
     assert len(described) > 100
-    assert "Minimum time between two scale-ups" in sub(
+    assert "minimum time between two scale-ups" in sub(
         schema, "spec.autoscaling.stabilizationWindow")["description"]  # fmt: skip
 
 

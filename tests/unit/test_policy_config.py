@@ -115,6 +115,10 @@ def test_legacy_windows_become_cooldowns_and_taints_map() -> None:
         {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
     ]
     config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    assert config.scale_up_cooldown_seconds == 0.0  # unset legacy windows: behavior defaults
+    assert config.scale_down.stabilization_window_seconds == 600.0
+    auto["stabilizationWindow"], auto["scaleDownStabilizationWindow"] = "10m", "30m"
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
     assert config.scale_up_cooldown_seconds == 600.0
     assert config.scale_down_cooldown_seconds == 1800.0
     assert config.scale_down.stabilization_window_seconds == 1800.0
