@@ -92,8 +92,12 @@ def _unknown(key: str, path: str, ctx: GuestContext, found: Findings) -> None:
     if ctx.settings.strict_guest_template:
         return  # the allowlist walk reports it
     folded = gf.fold(key)
-    if folded.startswith(gf.DENIED_KEY_PREFIXES) or folded in gf.DENIED_KEYS_EXACT:
-        return  # the deep scan reports it
+    if (
+        folded.startswith(gf.DENIED_KEY_PREFIXES)
+        or folded in gf.DENIED_KEYS_EXACT
+        or folded in gf.DEEP_DENIED
+    ):
+        return  # the deep scan refuses it
     found.warn(path, "is not a SwiftGuestSpec field; KubeSwift drops or rejects it, remove it")
 
 
