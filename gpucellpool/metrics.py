@@ -79,7 +79,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("gpucell_capacity_scrape_errors_total", C, "Failed reads of capacity or demand",
                ("reason",)),
     MetricSpec("gpucell_scale_decisions_total", C, "Scaling decisions that changed the outcome "
-               "(reason or desired count), by reason", ("reason", "scaled_up")),
+               "(reason or desired count), by reason and whether desired rose",
+               ("reason", "scaled_up")),
     MetricSpec("gpucell_reconcile_errors_total", C, "Reconcile passes that ended in an error"),
     # --- the control loop's decision-quality series ------------------------------------------
     MetricSpec("gpucellpool_decision_latency_seconds", H, "Pending GPU pod first seen to the "
@@ -132,7 +133,6 @@ COARSE_PHASE: Mapping[CellPhase, str] = {
     CellPhase.FAILED: "Failed",
 }
 COARSE_PHASES = ("Booting", "Ready", "Draining", "Failed")
-SCALE_UP_REASONS = frozenset({"ScaledUp", "Prewarmed", "Headroom", "BelowMinReplicas"})
 
 
 def sample_names() -> frozenset[str]:
@@ -267,7 +267,7 @@ class PoolMetrics:
         self._last_outcome = (reason, desired)
         if previous == self._last_outcome:
             return False
-        scaled_up = reason in SCALE_UP_REASONS
+        scaled_up = previous is not None and desired > previous[1]  # what happened, not the name
         self._child("gpucellpool_scale_decisions_total", reason).inc()
         self._child("gpucell_scale_decisions_total", reason, str(scaled_up).lower()).inc()
         if previous is not None and desired > previous[1]:

@@ -223,3 +223,17 @@ def test_every_metric_is_documented() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
     missing = [spec.name for spec in CATALOGUE if f"`{spec.name}`" not in docs]
     assert not missing, f"not in docs/observability.md: {missing}"
+
+
+def test_scaled_up_label_says_whether_desired_rose() -> None:
+    reg = CollectorRegistry()
+    pool = OperatorMetrics(reg).pool("n", "p")
+    _decide(pool, "Idle", 2)
+    _decide(pool, "Headroom", 2)  # a reason that usually scales up, here without change
+    _decide(pool, "BelowMinReplicas", 3)
+    labels = {"namespace": "n", "pool": "p"}
+    get = reg.get_sample_value
+    assert get("gpucell_scale_decisions_total", {**labels, "reason": "Headroom",
+                                                 "scaled_up": "false"}) == 1  # fmt: skip
+    assert get("gpucell_scale_decisions_total", {**labels, "reason": "BelowMinReplicas",
+                                                 "scaled_up": "true"}) == 1  # fmt: skip
