@@ -113,7 +113,9 @@ class MetricsPort(Protocol):
 @dataclass(frozen=True, slots=True)
 class LoopSettings:
     debounce_s: float = 0.15
-    """Coalesce a burst of watch events into one decision; small next to the 1 s target."""
+    """Quiet time that ends a burst of watch events (one decision for the whole burst)."""
+    max_debounce_s: float = 1.0
+    """Upper bound of the trailing debounce, so a steady stream of events cannot starve."""
     tick_s: float = 10.0
     """Time-based rules (stabilisation, delays) need a decision even when nothing changes."""
     memory_persist_s: float = 30.0
@@ -222,8 +224,16 @@ class Autoscaler:
         finally:
             waiter.cancel()
             ticker.cancel()
-        if state.wake.is_set():
+        if not state.wake.is_set():
+            return  # the tick
+        # Trailing debounce: decide once events have been quiet for ``debounce_s``, but never
+        # later than ``max_debounce_s`` after the first one (a steady stream must not starve).
+        first = self.clock.now()
+        while True:
+            state.wake.clear()
             await self.clock.sleep(self.settings.debounce_s)
+            if not state.wake.is_set() or self.clock.now() - first >= self.settings.max_debounce_s:
+                break
         state.wake.clear()
 
     async def _run_pool(self, key: tuple[str, str]) -> None:

@@ -157,13 +157,15 @@ class App:
             asyncio.create_task(self.elector.run(), name="leader-election"),
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, release_lease: bool = True) -> None:
+        """Stop everything; ``release_lease=False`` imitates a crash (tests, failover)."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.elector.release()
+        if release_lease:
+            await self.elector.release()
         await self.autoscaler.close()
         await self.clusters.close()
         await self.usage.close()

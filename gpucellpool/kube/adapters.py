@@ -48,12 +48,12 @@ class KubePoolWriter:
         await self.client.merge_patch(pool_path(pool.metadata.namespace, pool.metadata.name), patch)
 
     async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None:
-        meta = pool.metadata
+        meta, now = pool.metadata, self.clock.now()
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
-            "eventTime": micro_time(self.clock.now()),
+            "metadata": {"name": f"{meta.name}.{int(now * 1e9):x}", "namespace": meta.namespace},
+            "eventTime": micro_time(now),
             "reportingController": REPORTING_CONTROLLER,
             "reportingInstance": self.identity[:128],
             "action": "Scale",
@@ -73,7 +73,7 @@ class KubePoolWriter:
                 f"/apis/events.k8s.io/v1/namespaces/{meta.namespace}/events", body
             )
         except Exception as exc:
-            log.warning("event not posted", extra={"pool": meta.name, "error": str(exc)})
+            log.warning("event not posted: %s", exc, extra={"pool": meta.name})
 
 
 class CacheWorkloadView:

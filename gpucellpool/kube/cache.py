@@ -147,7 +147,8 @@ class WatchCache:
             except Exception as exc:  # any failure: back off, keep mirroring
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning(
-                    "watch failed; retrying",
+                    "watch failed; retrying: %s",
+                    self.last_error,
                     extra={"path": self.query.path, "error": self.last_error},
                 )
                 await asyncio.sleep(delay)

@@ -66,7 +66,10 @@ class RestClient:
         except ApiException as exc:
             if exc.status == HTTP_GONE:
                 raise Gone(str(exc.reason)) from exc
-            raise ApiError(int(exc.status or 0), f"{method} {path}: HTTP {exc.status}") from exc
+            detail = str(exc.body or exc.reason or "")[:300]
+            raise ApiError(
+                int(exc.status or 0), f"{method} {path}: HTTP {exc.status}: {detail}"
+            ) from exc
 
     async def call(
         self,

@@ -50,7 +50,9 @@ async def test_burst_inside_debounce_is_one_decision_packing_everything(world) -
         workload.pods[f"p{i}"] = pending_pod(f"p{i}")
         scaler.cluster_event("wl")
         await clock.advance(0.003)  # 30 events over 90 ms, all inside one debounce
-    assert scaler.pools[("ns", "a")].decisions == 1, "decided before the debounce elapsed"
+    assert scaler.pools[("ns", "a")].decisions == 1, "decided inside the burst"
+    await clock.advance(0.1)
+    assert scaler.pools[("ns", "a")].decisions == 1, "decided before the burst went quiet"
     await clock.advance(0.15)
     state = scaler.pools[("ns", "a")]
     assert state.decisions == 2
@@ -58,6 +60,21 @@ async def test_burst_inside_debounce_is_one_decision_packing_everything(world) -
     # 8000 MiB each on 24576 MiB GPUs, 10 slots: 3 per cell -> 10 cells in one decision.
     assert decision["reason"] == "ScaledUp" and decision["desiredReplicas"] == 10
     assert writer.for_pool("a")[-1]["status"]["desiredReplicas"] == 10
+
+
+async def test_steady_stream_cannot_starve_the_decision(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, _, clock = world
+    scaler.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.2)
+    start = clock.now()
+    for i in range(40):  # an event every 0.1 s for 4 s: never quiet for the 0.15 s debounce
+        workload.pods[f"p{i}"] = pending_pod(f"p{i}")
+        scaler.cluster_event("wl")
+        await clock.advance(0.1)
+        if scaler.pools[("ns", "a")].decisions == 2:
+            break
+    assert scaler.pools[("ns", "a")].decisions == 2
+    assert clock.now() - start <= SETTINGS.max_debounce_s + 0.2
 
 
 async def test_tick_decides_without_events(world) -> None:  # type: ignore[no-untyped-def]

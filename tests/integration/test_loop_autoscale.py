@@ -1,0 +1,162 @@
+"""The autoscaling loop (``gpucellpool run``'s graph, in-process) on the real apiservers.
+
+What these prove: a HAMi-pending pod in the workload cluster raises the pool's
+status.desiredReplicas with lastDecision ScaledUp within about a second of its creation
+(latency measured over trials, p50/p95 printed); a burst of 30 pods is packed into one
+decision (3 pods per 24 GiB GPU -> 10 cells, no intermediate targets); Shadow mode publishes
+the decision with act=false, a False ScalingActive condition and leaves desiredReplicas alone;
+decisions are explained by events.k8s.io Events; /healthz, /readyz and /metrics answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import httpx
+
+from simulations.harness import ClusterEndpoint
+from tests.integration.test_loop_helpers import (
+    autoscaled_pool,
+    client_for,
+    condition,
+    create_pending,
+    create_pool,
+    decision,
+    hami_pod,
+    mark_unschedulable,
+    percentile,
+    start_app,
+    watch_pool,
+)
+
+TRIALS = 8
+
+
+async def test_pending_pod_scales_up_within_a_second(
+    infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
+) -> None:
+    infra_api, workload_api = await client_for(infra), await client_for(workload)
+    app = await start_app(infra, namespace, "solo")
+    watch, task = await watch_pool(infra_api, namespace, "lat")
+    try:
+        await create_pool(infra_api, workload, autoscaled_pool("lat", namespace, "lat"))
+        await watch.until(lambda s: decision(s).get("reason") == "Idle", 15)
+        latencies = []
+        for k in range(1, TRIALS + 1):
+            started = time.monotonic()
+            await create_pending(workload_api, namespace, f"lat-{k}", "lat")
+            at, status = await watch.until(lambda s, k=k: s.get("desiredReplicas") == k, 10)
+            latencies.append(at - started)
+            assert decision(status)["reason"] == "ScaledUp"
+            assert decision(status)["act"] is True and decision(status)["pendingAsks"] == k
+            assert condition(status, "ScalingActive")["status"] == "True"
+        p50, p95 = percentile(latencies, 0.5), percentile(latencies, 0.95)
+        print(
+            f"\npod-created -> status.desiredReplicas: p50={p50:.3f}s p95={p95:.3f}s "
+            f"max={max(latencies):.3f}s over {TRIALS} trials"
+        )
+        assert p95 < 1.5, latencies
+        events = await infra_api.call(
+            "GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+        )
+        reasons = [
+            e["reason"] for e in events.get("items") or [] if e["regarding"]["name"] == "lat"
+        ]
+        assert "ScaledUp" in reasons and "Idle" in reasons
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await app.stop()
+        await infra_api.close()
+        await workload_api.close()
+
+
+async def test_burst_of_thirty_is_packed_in_one_decision(
+    infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
+) -> None:
+    infra_api, workload_api = await client_for(infra), await client_for(workload)
+    app = await start_app(infra, namespace, "solo")
+    watch, task = await watch_pool(infra_api, namespace, "burst")
+    try:
+        await create_pool(infra_api, workload, autoscaled_pool("burst", namespace, "burst"))
+        await watch.until(lambda s: decision(s).get("reason") == "Idle", 15)
+        pods_path = f"/api/v1/namespaces/{namespace}/pods"
+        # The pods exist first (not yet judged by the scheduler), then all 30 become
+        # Unschedulable at once, as after one HAMi scheduling cycle.
+        await asyncio.gather(
+            *(
+                workload_api.create(pods_path, hami_pod(namespace, f"b-{i}", "burst", 8000))
+                for i in range(30)
+            )
+        )
+        await asyncio.gather(
+            *(mark_unschedulable(workload_api, namespace, f"b-{i}") for i in range(30))
+        )
+        _, status = await watch.until(lambda s: s.get("desiredReplicas", 0) > 0, 10)
+        # 8000 MiB pods on 24576 MiB GPUs: 3 per single-GPU cell -> 10 cells, in one step.
+        assert status["desiredReplicas"] == 10, status
+        assert decision(status)["reason"] == "ScaledUp" and decision(status)["pendingAsks"] == 30
+        targets = [s["desiredReplicas"] for _, s in watch.seen if s.get("desiredReplicas")]
+        assert set(targets) == {10}, f"intermediate targets published: {targets}"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await app.stop()
+        await infra_api.close()
+        await workload_api.close()
+
+
+async def test_shadow_mode_publishes_without_acting(
+    infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
+) -> None:
+    infra_api, workload_api = await client_for(infra), await client_for(workload)
+    app = await start_app(infra, namespace, "solo")
+    watch, task = await watch_pool(infra_api, namespace, "shadow")
+    try:
+        await create_pool(
+            infra_api, workload, autoscaled_pool("shadow", namespace, "shadow", "Shadow")
+        )
+        await create_pending(workload_api, namespace, "s-1", "shadow")
+        _, status = await watch.until(lambda s: decision(s).get("reason") == "ScaledUp", 10)
+        assert decision(status)["act"] is False and decision(status)["desiredReplicas"] == 1
+        assert status.get("desiredReplicas", 0) == 0, "Shadow mode must not move the target"
+        cond = condition(status, "ScalingActive")
+        assert (cond["status"], cond["reason"]) == ("False", "ShadowMode")
+        assert "not acted on" in cond["message"]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await app.stop()
+        await infra_api.close()
+        await workload_api.close()
+
+
+async def test_probes_and_metrics(
+    infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
+) -> None:
+    infra_api = await client_for(infra)
+    await create_pool(infra_api, workload, autoscaled_pool("probe", namespace, "probe"))
+    app = await start_app(infra, namespace, "solo")
+    base = f"http://127.0.0.1:{app.health.port}"
+    try:
+        async with httpx.AsyncClient(timeout=2) as http:
+            assert (await http.get(f"{base}/healthz")).status_code == 200
+            deadline = time.monotonic() + 15
+            while (await http.get(f"{base}/readyz")).status_code != 200:
+                assert time.monotonic() < deadline, (await http.get(f"{base}/readyz")).text
+                await asyncio.sleep(0.05)  # polling a probe with a deadline
+            deadline = time.monotonic() + 15
+            while "gpucellpool_desired_cells{" not in (
+                body := (await http.get(f"{base}/metrics")).text
+            ):
+                assert time.monotonic() < deadline, body[:2000]
+                await asyncio.sleep(0.05)
+            assert f'namespace="{namespace}"' in body
+    finally:
+        await app.stop()
+        await infra_api.close()
