@@ -17,6 +17,8 @@ from webhook.rules import (
     DEFAULT_SETTINGS,
     FieldError,
     RuleSettings,
+    new_secret_references,
+    referenced_secrets,
     validate_create,
     validate_scale,
     validate_update,
@@ -357,3 +359,45 @@ def test_integers_too_big_to_print_are_refused_not_raised() -> None:
     assert not validate_create(new).allowed
     assert not validate_update(old, new).allowed
     assert not validate_scale(old, {"spec": {"replicas": huge}}).allowed
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data",
+        "http://[fe80::1]:9090",
+        "http://[::ffff:169.254.169.254]/",
+        "http://2852039166/",
+        "http://0xa9.0xfe.0xa9.0xfe/",
+        "http://metadata.google.internal/",
+    ],
+)
+def test_prometheus_url_cannot_reach_metadata_services(url: str) -> None:
+    obj = copy.deepcopy(POOL)
+    obj["spec"]["autoscaling"] = {"prometheus": {"url": url}}
+    assert "link-local" in reasons(obj)["spec.autoscaling.prometheus.url"]
+
+
+def test_prometheus_host_allowlist_setting() -> None:
+    obj = copy.deepcopy(POOL)
+    obj["spec"]["autoscaling"] = {"prometheus": {"url": "https://prometheus.monitoring:9090"}}
+    allow = RuleSettings(allowed_prometheus_hosts=frozenset({"prometheus.monitoring"}))
+    deny = RuleSettings(allowed_prometheus_hosts=frozenset({"prom.other"}))
+    assert validate_create(obj, allow).allowed
+    assert "spec.autoscaling.prometheus.url" in reasons(obj, deny)
+
+
+def test_referenced_secrets_for_the_servers_access_check() -> None:
+    obj = copy.deepcopy(POOL)
+    obj["spec"]["autoscaling"] = {
+        "prometheus": {"url": "https://p", "authSecretRef": {"name": "tok"}},
+    }
+    assert referenced_secrets(obj) == (
+        ("spec.bootstrap.joinSecretRef.name", "join"),
+        ("spec.workloadCluster.kubeconfigSecretRef.name", "kc"),
+        ("spec.autoscaling.prometheus.authSecretRef.name", "tok"),
+    )
+    assert new_secret_references(POOL, obj) == (
+        ("spec.autoscaling.prometheus.authSecretRef.name", "tok"),
+    )
+    assert referenced_secrets(None) == () and new_secret_references(obj, obj) == ()

@@ -12,10 +12,13 @@ Public API::
     validate_scale(pool_old, scale_new, settings=DEFAULT_SETTINGS) -> Verdict
     Verdict(allowed, reasons: tuple[FieldError, ...], warnings: tuple[FieldError, ...])
     FieldError(path, message); RuleSettings(strict_guest_template, allowed_sriov_resources,
-    allow_blank_data_disks)
+    allow_blank_data_disks, allowed_prometheus_hosts)
+    referenced_secrets(obj) / new_secret_references(old, new) -> ((path, secret name), ...)
+        for the server's SubjectAccessReview (may the requesting user get these Secrets?)
 """
 
 from webhook.rules.admission import validate_create, validate_scale, validate_update
+from webhook.rules.references import new_secret_references, referenced_secrets
 from webhook.rules.settings import DEFAULT_SETTINGS, RuleSettings
 from webhook.rules.verdict import FieldError, Verdict
 
@@ -24,6 +27,8 @@ __all__ = [
     "FieldError",
     "RuleSettings",
     "Verdict",
+    "new_secret_references",
+    "referenced_secrets",
     "validate_create",
     "validate_scale",
     "validate_update",

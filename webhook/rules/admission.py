@@ -98,7 +98,8 @@ def check_object(obj: Any, settings: RuleSettings, found: Findings) -> GPUCellPo
         check_node_settings(spec, found)
         raw_auto = raw_spec.get("autoscaling")
         raw_auto = raw_auto if isinstance(raw_auto, Mapping) else {}
-        check_autoscaling(spec.autoscaling, spec.replicas, raw_auto, found)
+        hosts = settings.allowed_prometheus_hosts
+        check_autoscaling(spec.autoscaling, spec.replicas, raw_auto, found, hosts)
     return spec
 
 

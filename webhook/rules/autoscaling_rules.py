@@ -11,6 +11,8 @@ window next to ``behavior``) produce warnings, not denials.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,13 +24,17 @@ BASE = "spec.autoscaling"
 
 
 def check_autoscaling(
-    auto: AutoscalingSpec, replicas: int, raw: Mapping[str, Any], found: Findings
+    auto: AutoscalingSpec,
+    replicas: int,
+    raw: Mapping[str, Any],
+    found: Findings,
+    allowed_hosts: frozenset[str] = frozenset(),
 ) -> None:
     """Rule 10 when enabled; extension checks always (a disabled pool may be enabled later)."""
     if auto.enabled:
         _bounds(auto, replicas, found)
     _behavior(auto, raw, found)
-    _prometheus(auto, found)
+    _prometheus(auto, found, allowed_hosts)
     _durations(auto, found)
 
 
@@ -107,12 +113,12 @@ def _rules(path: str, rules: ScalingRules, found: Findings) -> None:
         )
 
 
-def _prometheus(auto: AutoscalingSpec, found: Findings) -> None:
+def _prometheus(auto: AutoscalingSpec, found: Findings, allowed_hosts: frozenset[str]) -> None:
     prom = auto.prometheus
     if prom is None:
         return
     path = f"{BASE}.prometheus"
-    problem = url_problem(prom.url)
+    problem = url_problem(prom.url, allowed_hosts)
     if problem:
         found.error(f"{path}.url", problem)
         return
@@ -136,8 +142,12 @@ def _prometheus(auto: AutoscalingSpec, found: Findings) -> None:
         )
 
 
-def url_problem(url: str) -> str | None:
-    """Why ``url`` is not a usable Prometheus base URL, or None (never echoes the URL)."""
+def url_problem(url: str, allowed_hosts: frozenset[str] = frozenset()) -> str | None:
+    """Why ``url`` is not a usable Prometheus base URL, or None (never echoes the URL).
+
+    Link-local addresses (cloud metadata services such as 169.254.169.254) are always refused:
+    the operator would send requests, and the bearer token, from inside the cluster.
+    """
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -156,8 +166,38 @@ def url_problem(url: str) -> str | None:
             "must be a base URL; remove the ?query and #fragment",
         ),
         (port == 0, "port 0 is not a port; fix it"),
+        (
+            _link_local(parts.hostname or ""),
+            "names a link-local address, a cloud metadata service or an IP in an odd numeric "
+            "form (the operator would call it from inside the cluster); use the Prometheus "
+            "service's DNS name",
+        ),
+        (
+            bool(allowed_hosts) and (parts.hostname or "") not in allowed_hosts,
+            "names a host outside the cluster admin's allowedPrometheusHosts; use one of those",
+        ),
     )
     return next((message for failed, message in checks if failed), None)
+
+
+_NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}\.?$", re.IGNORECASE)
+METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.azure.internal"})
+
+
+def _link_local(host: str) -> bool:
+    """Link-local IPs (also IPv4-mapped), metadata host names, and odd numeric spellings.
+
+    ``2852039166`` or ``0xa9.0xfe.0xa9.0xfe`` resolve to 169.254.169.254 through getaddrinfo;
+    only a canonical dotted quad is judged by its value, other numeric hosts are refused.
+    """
+    if host.lower().rstrip(".") in METADATA_HOSTS:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return bool(_NUMERIC_HOST.match(host))
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_link_local or (mapped is not None and mapped.is_link_local))
 
 
 def _durations(auto: AutoscalingSpec, found: Findings) -> None:

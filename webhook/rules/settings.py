@@ -21,6 +21,8 @@ class RuleSettings:
     """SR-IOV extended resource names a guest interface may request (default: none)."""
     allow_blank_data_disks: bool = False
     """Let guests create blank data-disk PVCs of any size and StorageClass."""
+    allowed_prometheus_hosts: frozenset[str] = frozenset()
+    """Hosts spec.autoscaling.prometheus.url may name (default: any host except link-local)."""
 
 
 DEFAULT_SETTINGS = RuleSettings()

@@ -52,6 +52,7 @@ def settings_from(raw: dict[str, Any] | None) -> RuleSettings:
         strict_guest_template=bool(raw.get("strictGuestTemplate", False)),
         allowed_sriov_resources=frozenset(raw.get("allowedSriovResources", ())),
         allow_blank_data_disks=bool(raw.get("allowBlankDataDisks", False)),
+        allowed_prometheus_hosts=frozenset(raw.get("allowedPrometheusHosts", ())),
     )
 
 
