@@ -149,11 +149,6 @@ class Reconciler:
         await backend.sweep(pool, set(cells) | set(created))
         if workload is not None:
             await sweep_orphan_nodes(pool, workload, cells, now)
-        for name, old in prev.items():
-            if name not in rows:
-                kept = tombstone(old)
-                if kept is not None:
-                    rows[name] = kept
         summary = PassSummary(
             reach,
             desired,
@@ -161,16 +156,28 @@ class Reconciler:
             plan.stall_message,
             len(created),
         )
+        return await self._publish(pool, rows, prev, summary, now)
+
+    async def _publish(
+        self,
+        pool: GPUCellPool,
+        rows: dict[str, CellStatus],
+        prev: dict[str, CellStatus],
+        summary: PassSummary,
+        now: float,
+    ) -> ReconcileResult:
+        """Keep Failed tombstones, compute conditions, write status; say when to come back."""
+        for name, old in prev.items():
+            if name not in rows and (kept := tombstone(old)) is not None:
+                rows[name] = kept
         final = list(rows.values())
         conds = conditions(pool, final, summary, now)
-        await write_status(self.infra, pool, status_patch(pool, final, conds, desired))
+        await write_status(self.infra, pool, status_patch(pool, final, conds, summary.desired))
         ready = sum(1 for r in final if r.phase is CellPhase.READY)
-        busy = (
-            bool(created) or any(r.phase is not CellPhase.READY for r in final) or ready != desired
-        )
-        return ReconcileResult(
-            requeue_after_s=BUSY_REQUEUE_S if busy else IDLE_REQUEUE_S, ready=ready
-        )
+        busy = summary.created > 0 or ready != summary.desired
+        busy = busy or any(r.phase is not CellPhase.READY for r in final)
+        delay = BUSY_REQUEUE_S if busy else IDLE_REQUEUE_S
+        return ReconcileResult(requeue_after_s=delay, ready=ready)
 
     def _desired(self, pool: GPUCellPool) -> int:
         scaling = pool.spec.autoscaling

@@ -141,6 +141,20 @@ class SimulatedKubeSwift(PollingController):
         if age < t.allocate_s + t.run_s:
             conds.append(condition("PodScheduled", False, "PodNotScheduled", "Scheduling", now))
             return {**status, "conditions": conds}
+        return self._launched(guest, slot, age, fault, status, conds, now)
+
+    def _launched(
+        self,
+        guest: JSON,
+        slot: int,
+        age: float,
+        fault: GuestFault,
+        status: dict[str, Any],
+        conds: list[dict[str, Any]],
+        now: float,
+    ) -> dict[str, Any]:
+        """The launcher pod started: the VM fails, or runs and (maybe) gets its address."""
+        t = self.timings
         if fault.fail:
             conds.append(
                 condition("PodScheduled", False, "PodNotScheduled", "Error: launcher exited 1", now)

@@ -9,7 +9,8 @@ inside the VM:
   name) with the labels rendered into ``node-labels=...``; sets ``Ready=True`` with heartbeats
   and renews a Lease in ``kube-node-lease``. It registers once per guest incarnation (a deleted
   Node is not re-created, as a running kubelet does not re-register) and stops renewing when
-  the guest goes away; a Node that was deleted also loses its Lease (garbage collection);
+  the guest goes away; a Node that was deleted also loses its Lease (the Lease has the Node as
+  owner; the harness runs no garbage collector, so the agent plays it);
 * HAMi device plugin: after a delay sets ``gpu=on``, the ``hami.io/node-nvidia-register``
   annotation (v2.8+ JSON) and allocatable ``nvidia.com/gpu = gpus x split count``.
 
@@ -49,7 +50,9 @@ class _Registered:
     gpus: int
     at: float
     advertised: bool = False
-    gone: bool = False
+    gone: bool = False  # nothing more to do for this incarnation
+    vm_off: bool = False  # the guest went away: the kubelet no longer renews
+    node_uid: str = ""
     last_renew: float = 0.0
     ready: bool = True
 
@@ -107,9 +110,7 @@ class SimulatedNodeAgent(PollingController):
         for uid, reg in list(self._nodes.items()):
             if reg.gone:
                 continue
-            if uid not in live:
-                reg.gone = True  # VM off: the kubelet stops renewing
-                continue
+            reg.vm_off = reg.vm_off or uid not in live
             await self._tend(reg, now)
 
     async def _register(self, guest: JSON, now: float) -> None:
@@ -134,7 +135,8 @@ class SimulatedNodeAgent(PollingController):
                 "labels": {"kubernetes.io/hostname": node_name, **parse_user_data(user_data)},
             },
         }
-        await self.workload.create(node)
+        created = await self.workload.create(node)
+        reg.node_uid = str(created["metadata"]["uid"])
         ip = ((guest.get("status") or {}).get("network") or {}).get("primaryIP", "")
         await self._node_status(reg, now, ip)
         await self._renew(reg, now)
@@ -178,7 +180,13 @@ class SimulatedNodeAgent(PollingController):
         lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": reg.node, "namespace": LEASE_NAMESPACE},
+            "metadata": {
+                "name": reg.node,
+                "namespace": LEASE_NAMESPACE,
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": reg.node, "uid": reg.node_uid}
+                ],
+            },
             "spec": {
                 "holderIdentity": reg.node,
                 "leaseDurationSeconds": 40,
@@ -190,10 +198,16 @@ class SimulatedNodeAgent(PollingController):
 
     async def _tend(self, reg: _Registered, now: float) -> None:
         node = await self.workload.get(KINDS["Node"], None, reg.node)
-        if node is None:  # deleted by the operator: GC takes the Lease with it
+        if node is None or node["metadata"]["uid"] != reg.node_uid:
+            # Our Node was deleted: the garbage collector takes its Lease (owner reference).
             reg.gone = True
-            await self.workload.delete(KINDS["Lease"], LEASE_NAMESPACE, reg.node)
+            lease = await self.workload.get(KINDS["Lease"], LEASE_NAMESPACE, reg.node)
+            owners = ((lease or {}).get("metadata") or {}).get("ownerReferences") or []
+            if any(o.get("uid") == reg.node_uid for o in owners):
+                await self.workload.delete(KINDS["Lease"], LEASE_NAMESPACE, reg.node)
             return
+        if reg.vm_off:
+            return  # the VM is gone: no more heartbeats
         fault = self.faults.get(reg.node, NodeFault())
         changed = False
         if (
