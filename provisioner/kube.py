@@ -29,6 +29,9 @@ HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_UNAUTHORIZED = 401
 HTTP_FORBIDDEN = 403
+HTTP_TOO_MANY = 429
+THROTTLE_RETRIES = 3
+THROTTLE_BACKOFF_S = 0.5
 
 
 class KubeError(RuntimeError):
@@ -166,6 +169,30 @@ class RestKubeApi:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        retry_throttled: bool = True,
+    ) -> JSON:
+        """One request; a 429 (apiserver throttling or storage re-initialising) is retried a
+        few times after its Retry-After, capped, unless the 429 is an answer (eviction)."""
+        for attempt in range(THROTTLE_RETRIES + 1):
+            try:
+                return await self._once(method, path, query, body, content_type)
+            except KubeError as exc:
+                if (
+                    exc.status != HTTP_TOO_MANY
+                    or not retry_throttled
+                    or attempt == THROTTLE_RETRIES
+                ):
+                    raise
+                await asyncio.sleep(THROTTLE_BACKOFF_S * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None,
+        body: Any,
+        content_type: str,
     ) -> JSON:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         query = list(query or [])
@@ -253,7 +280,8 @@ class RestKubeApi:
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        await self._call("POST", KINDS["Pod"].path(namespace, name) + "/eviction", None, body)
+        path = KINDS["Pod"].path(namespace, name) + "/eviction"
+        await self._call("POST", path, None, body, retry_throttled=False)
 
     async def version(self) -> JSON:
         return await self._call("GET", "/version")

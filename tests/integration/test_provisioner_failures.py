@@ -287,3 +287,58 @@ async def test_failed_cell_is_replaced_after_backoff_keeping_its_failure_count(
     assert r["failureCount"] == 1  # the failure survived the replacement
     guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "repl-0")
     assert guest is not None and guest["metadata"]["uid"] == r["guestUID"]
+
+
+async def test_missing_kubeconfig_secret_is_credential_invalid_and_creates_nothing(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, _ = apis
+    pool_obj = swiftguest_pool("nocred", namespace, replicas=2)
+    pool_obj["spec"]["workloadCluster"]["kubeconfigSecretRef"]["name"] = "does-not-exist"
+    key = await setup_pool(infra_api, workload, pool_obj)
+    reconciler = Reconciler(infra_api, SystemClock())
+    try:
+        for _ in range(5):
+            await reconciler.reconcile_once(key)
+    finally:
+        await reconciler.close()
+    pool = await infra_api.get(KINDS["GPUCellPool"], namespace, "nocred")
+    reachable = cond(pool, "WorkloadClusterReachable")
+    assert (reachable["status"], reachable["reason"]) == ("False", "CredentialInvalid")
+    assert "does-not-exist" in reachable["message"]
+    assert await names(infra_api, "SwiftGuest", namespace) == set()
+
+
+async def test_pool_deletion_proceeds_after_drain_timeout_while_unreachable(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    pool_obj = swiftguest_pool("blind", namespace, deletion={"drainTimeout": "2s"})
+    key = await setup_pool(infra_api, workload, pool_obj)
+    reconciler = Reconciler(infra_api, clock)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            await converge(reconciler, key, ready_with(1), timeout_s=30)
+            text = workload.kubeconfig_path.read_text()
+            await infra_api.apply(dead_kubeconfig_secret(namespace, text, free_port()))
+            await infra_api.delete(KINDS["GPUCellPool"], namespace, "blind")
+
+            def waiting(p: JSON | None) -> bool:
+                return row(p, "blind-0").get("reason") == "Unreachable"
+
+            await converge(reconciler, key, waiting, timeout_s=10)  # paused, not torn down
+            assert await infra_api.get(KINDS["SwiftGuest"], namespace, "blind-0") is not None
+            await converge(reconciler, key, lambda p: p is None, timeout_s=20)
+    finally:
+        await reconciler.close()
+    assert await names(infra_api, "SwiftGuest", namespace) == set()
+    assert await names(infra_api, "SwiftSeedProfile", namespace) == set()
+    # The Node could not be deleted while blind: it is left behind (the runbook says so).
+    left = await workload_api.get(KINDS["Node"], None, "blind-0")
+    assert left is not None
+    await workload_api.delete(KINDS["Node"], None, "blind-0")
