@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -238,19 +239,26 @@ class Report:
         )
 
 
-_GAUGES: dict[int, Gauge] = {}
+_GAUGES: dict[int, tuple[weakref.ref[CollectorRegistry], Gauge]] = {}
 
 
 def drift_gauge(registry: CollectorRegistry = REGISTRY) -> Gauge:
-    """The ``gpucellpool_crd_drift_findings{kind}`` gauge (one per registry)."""
-    if id(registry) not in _GAUGES:
-        _GAUGES[id(registry)] = Gauge(
-            "gpucellpool_crd_drift_findings",
-            "Differences between the served GPUCellPool CRD and this build's, by kind",
-            ["kind"],
-            registry=registry,
-        )
-    return _GAUGES[id(registry)]
+    """The ``gpucellpool_crd_drift_findings{kind}`` gauge (one per registry).
+
+    Cached by ``id(registry)`` with a weak reference to the registry itself, so a new registry
+    that reuses a collected one's id gets its own gauge, not a stale one.
+    """
+    cached = _GAUGES.get(id(registry))
+    if cached is not None and cached[0]() is registry:
+        return cached[1]
+    gauge = Gauge(
+        "gpucellpool_crd_drift_findings",
+        "Differences between the served GPUCellPool CRD and this build's, by kind",
+        ["kind"],
+        registry=registry,
+    )
+    _GAUGES[id(registry)] = (weakref.ref(registry), gauge)
+    return gauge
 
 
 def _involved() -> dict[str, str]:

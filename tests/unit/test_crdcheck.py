@@ -201,3 +201,18 @@ async def test_failing_event_sink_does_not_fail_the_check() -> None:
         Reader(served), Events(fail=True), crdcheck.drift_gauge(CollectorRegistry())
     )
     assert report.outcome is Outcome.DRIFT
+
+
+def test_drift_gauge_is_per_registry_even_when_ids_are_reused() -> None:
+    first = CollectorRegistry()
+    gauge = crdcheck.drift_gauge(first)
+    assert crdcheck.drift_gauge(first) is gauge
+    stale_id = id(first)
+    del first
+    for _ in range(1000):  # a new registry may land on the collected one's address
+        fresh = CollectorRegistry()
+        if id(fresh) == stale_id:
+            break
+    other = crdcheck.drift_gauge(fresh)
+    other.labels(kind="FieldMissing").set(3)
+    assert fresh.get_sample_value("gpucellpool_crd_drift_findings", {"kind": "FieldMissing"}) == 3
