@@ -188,6 +188,12 @@ class OperatorMetrics:
         if recorder is not None:
             recorder.remove_all()
 
+    def forget_all(self) -> None:
+        """Remove every pool's series (on losing leadership: a standby must not export stale
+        values next to the new leader's)."""
+        for namespace, name in list(self._pools):
+            self.forget(namespace, name)
+
     def record_crd_drift(self, counts: Mapping[str, int]) -> None:
         """Findings per kind of the last CRD drift check (kinds not given are set to 0)."""
         gauge = self.collectors["gpucellpool_crd_drift_findings"]

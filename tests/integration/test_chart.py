@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,10 @@ import pytest
 import yaml
 
 from gpucellpool import dashboards
+from gpucellpool.cli import build_parser
+from gpucellpool.run import settings_from
 from simulations.harness.binaries import BinaryError, ensure
+from webhook.runtime import WebhookOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpucellpool"
@@ -47,7 +51,7 @@ SCENARIOS: dict[str, Doc] = {
             }
         }
     },
-    "watch-namespaces": {"watchNamespaces": ["team-a", "team-b"], "poolNamespaces": ["team-a"]},
+    "watch-namespaces": {"watchNamespaces": ["team-a"], "poolNamespaces": ["team-a", "team-b"]},
     "replicas-2": {"replicaCount": 2},
     "metrics-off": {"metrics": {"enabled": False}, **MONITORING_ON},
     "webhook-off": {"webhook": {"enabled": False}},
@@ -119,7 +123,8 @@ def test_lint(helm: Path, tmp_path: Path, scenario: str) -> None:
         ({"replicaCount": 0}, "replicaCount"),
         ({"webhook": {"failurePolicy": "Never"}}, "failurePolicy"),
         ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
-        ({"metrics": {"port": 70000}}, "port"),
+        ({"health": {"port": 70000}}, "port"),
+        ({"watchNamespaces": ["a", "b"]}, "watchNamespaces"),  # the operator watches one or all
         ({"monitoring": {"serviceMonitor": {"interval": "soon"}}}, "interval"),
         ({"webhook": {"certManager": {"issuerRef": {"name": "x"}}}}, "issuerRef"),
         ({"replicas": 2}, "replicas"),  # a typo of replicaCount is refused, not ignored
@@ -145,7 +150,8 @@ def test_pod_is_hardened_with_probes_and_leader_election(rendered: dict[str, lis
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert "--leader-elect" in container["args"]
+    assert container["args"][0] == "run"
+    assert "--lease-namespace=$(POD_NAMESPACE)" in container["args"]  # leader election
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
 
@@ -178,14 +184,14 @@ def test_watch_namespaces_move_provisioning_into_roles(rendered: dict[str, list[
     assert grants_guests(one(default, "ClusterRole", f"{FULLNAME}-manager"))
     assert not grants_guests(one(scoped, "ClusterRole", f"{FULLNAME}-manager"))
     prov = {r["metadata"]["namespace"] for r in find(scoped, "Role", f"{FULLNAME}-provisioner")}
-    assert prov == {"team-a", "team-b"}
+    assert prov == {"team-a"}
     secrets = {r["metadata"]["namespace"] for r in find(scoped, "Role", f"{FULLNAME}-secrets")}
-    assert secrets == {"team-a"}
+    assert secrets == {"team-a", "team-b"}
     assert not find(default, "Role", f"{FULLNAME}-secrets")
     args = one(scoped, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--watch-namespaces=team-a,team-b" in args
+    assert "--namespace=team-a" in args
     selector = one(scoped, "ValidatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]
-    assert selector["matchExpressions"][0]["values"] == ["team-a", "team-b"]
+    assert selector["matchExpressions"][0]["values"] == ["team-a"]
 
 
 def test_leases_only_in_the_release_namespace(rendered: dict[str, list[Doc]]) -> None:
@@ -194,6 +200,45 @@ def test_leases_only_in_the_release_namespace(rendered: dict[str, list[Doc]]) ->
             for role in find(docs, kind):
                 if any("leases" in r["resources"] for r in rules(role)):
                     assert kind == "Role" and role["metadata"]["namespace"] == NS
+
+
+def _env(docs: list[Doc]) -> dict[str, str]:
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_args_are_accepted_by_the_real_cli(rendered: dict[str, list[Doc]], scenario: str) -> None:
+    """The Deployment must not crash-loop on a flag `gpucellpool run` does not know."""
+    pod = one(rendered[scenario], "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    parsed = build_parser(args).parse_args(args)
+    settings = settings_from(parsed)
+    ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
+    assert settings.health_port == ports["http"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert pod["containers"][0][probe]["httpGet"]["port"] == "http"
+
+
+def test_webhook_env_matches_the_runtime_options_and_the_objects(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    docs = rendered["default"]
+    prefix = "GPUCELLPOOL_WEBHOOK_"
+    env = {k.removeprefix(prefix).lower(): v for k, v in _env(docs).items()
+           if k.startswith(prefix) and k != f"{prefix}ENABLED"}  # fmt: skip
+    assert set(env) <= {f.name for f in fields(WebhookOptions)}
+    hook = _webhook(docs)
+    assert env["service"] == hook["clientConfig"]["service"]["name"]
+    assert env["namespace"] == hook["clientConfig"]["service"]["namespace"] == NS
+    assert env["configuration"] == one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert int(env["port"]) == ports["webhook"]
+    assert one(docs, "Service", env["service"])["spec"]["ports"][0]["targetPort"] == "webhook"
+    secret_rule = [r for r in rules(one(docs, "Role", f"{FULLNAME}-self"))
+                   if r.get("resourceNames")]  # fmt: skip
+    assert env["secret"] in secret_rule[0]["resourceNames"]
 
 
 def _webhook(docs: list[Doc]) -> Doc:
@@ -216,9 +261,10 @@ def test_webhook_self_managed(rendered: dict[str, list[Doc]]) -> None:
     assert service["spec"]["ports"][0]["targetPort"] in port_names
     vwc_rule = [r for r in rules(one(docs, "ClusterRole", f"{FULLNAME}-manager"))
                 if "validatingwebhookconfigurations" in r["resources"]]  # fmt: skip
-    assert vwc_rule[0]["resourceNames"] == [FULLNAME]
-    args = pod["spec"]["containers"][0]["args"]
-    assert "--webhook-cert-mode=self-managed" in args
+    assert vwc_rule[0]["resourceNames"] == [
+        one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    ]
+    assert _env(docs)["GPUCELLPOOL_WEBHOOK_MODE"] == "self-managed"
     assert not find(docs, "Certificate")
 
 
@@ -234,6 +280,10 @@ def test_webhook_cert_manager(rendered: dict[str, list[Doc]], scenario: str) -> 
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     secret_volumes = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
     assert secret_volumes == [cert["spec"]["secretName"]]
+    env = _env(docs)
+    assert env["GPUCELLPOOL_WEBHOOK_MODE"] == "cert-manager"
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert env["GPUCELLPOOL_WEBHOOK_CERT_DIR"] in mounts
     issuers = find(docs, "Issuer")
     if scenario == "cert-manager":
         assert cert["spec"]["issuerRef"]["name"] == one(docs, "Issuer")["metadata"]["name"]
@@ -253,8 +303,6 @@ def test_metrics_off_renders_no_scrape_objects(rendered: dict[str, list[Doc]]) -
     docs = rendered["metrics-off"]
     assert not find(docs, "ServiceMonitor")
     assert not [s for s in find(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
-    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--metrics-bind-address=0" in args
 
 
 def test_servicemonitor_scrapes_the_metrics_service_as_the_alerts_job(

@@ -237,3 +237,14 @@ def test_scaled_up_label_says_whether_desired_rose() -> None:
                                                  "scaled_up": "false"}) == 1  # fmt: skip
     assert get("gpucell_scale_decisions_total", {**labels, "reason": "BelowMinReplicas",
                                                  "scaled_up": "true"}) == 1  # fmt: skip
+
+
+def test_forget_all_leaves_only_cluster_wide_series() -> None:
+    reg = CollectorRegistry()
+    metrics = OperatorMetrics(reg)
+    _exercise(metrics.pool("a", "p"))
+    _exercise(metrics.pool("b", "q"))
+    metrics.record_crd_drift({})
+    metrics.forget_all()
+    remaining = {s.get("pool") for s in label_sets(reg, sample_names())}
+    assert remaining == {None}  # the CRD drift gauge only

@@ -3,16 +3,16 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Fully qualified name; 48 chars leave room for the longest suffix (-webhook-cert). */}}
+{{/* Fully qualified name; 40 chars leave room for the longest suffix (-validating-webhook). */}}
 {{- define "gpucellpool.fullname" -}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 48 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 48 | trimSuffix "-" }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 48 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -49,6 +49,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "gpucellpool.webhookServiceName" -}}
 {{- printf "%s-webhook" (include "gpucellpool.fullname" .) }}
+{{- end }}
+
+{{- define "gpucellpool.webhookConfigurationName" -}}
+{{- printf "%s-validating-webhook" (include "gpucellpool.fullname" .) }}
 {{- end }}
 
 {{- define "gpucellpool.webhookCertSecret" -}}
