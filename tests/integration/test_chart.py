@@ -340,8 +340,9 @@ def test_workload_observer_rbac(helm: Path, tmp_path: Path) -> None:
     docs = render(helm, tmp_path, {"workloadObserverRBAC": {"enabled": True}})
     role = one(docs, "ClusterRole", "gpucellpool-observer")
     grants = {(res, verb) for r in rules(role) for res in r["resources"] for verb in r["verbs"]}
-    for needed in [("nodes", "patch"), ("nodes", "delete"), ("pods", "list"),
-                   ("pods/eviction", "create"), ("leases", "get")]:  # fmt: skip
+    needs = [("nodes", "patch"), ("nodes", "delete"), ("pods", "list"),
+             ("pods/eviction", "create"), ("leases", "get"), ("namespaces", "watch")]  # fmt: skip
+    for needed in needs:
         assert needed in grants
     assert not any(res == "secrets" for res, _ in grants)
     assert not find(render(helm, tmp_path, {}), "ClusterRole", "gpucellpool-observer")
