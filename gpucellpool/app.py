@@ -32,6 +32,9 @@ from gpucellpool.kube.rest import RestClient, client_from_kubeconfig, client_in_
 from gpucellpool.kube.workload import ClientFactory, ClusterKey, WorkloadClusters
 from gpucellpool.leader import ElectionSettings, LeaderElector
 from gpucellpool.metrics import OperatorMetrics
+from gpucellpool.provisioning import ProvisionerDriver, owner_pool
+from provisioner.kube import RestKubeApi
+from provisioner.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,7 @@ class Settings:
     tick_s: float = 10.0
     pool_namespace: str | None = None  # None: every namespace
     api_timeout_s: float = 10.0
+    provision: bool = True  # False: decide only (another process runs the provisioner)
 
 
 class App:
@@ -101,11 +105,16 @@ class App:
             settings=LoopSettings(debounce_s=settings.debounce_s, tick_s=settings.tick_s),
             is_leader=lambda: self.elector.is_leader,
         )
-        ns = settings.pool_namespace
-        path = (
-            f"/apis/cells.kubeswift.io/v1alpha1/namespaces/{ns}/gpucellpools" if ns else POOLS_PATH
+        self.reconciler = Reconciler(
+            RestKubeApi(infra.api_client, settings.api_timeout_s), self.clock
         )
-        self.pools = WatchCache(infra, Query(path), self._pool_changed)
+        self.driver = ProvisionerDriver(self.reconciler, self.clock, lambda: self.elector.is_leader)
+        self.pools = WatchCache(infra, Query(_path(settings, POOLS_PATH)), self._pool_changed)
+        self.outer = [
+            WatchCache(infra, Query(_path(settings, path)), self._outer_changed)
+            for path in (SWIFTGUESTS_PATH, MACHINES_PATH)
+        ]
+        self._cluster_of: dict[tuple[str, str], ClusterKey] = {}
         self.health = HealthServer(
             self.live, self.ready, self.registry, settings.health_host, settings.health_port
         )
@@ -114,21 +123,37 @@ class App:
     # -- wiring -------------------------------------------------------------------------------
 
     def _pool_changed(self, kind: str, raw: JSON) -> None:
-        if kind != "DELETED":
-            wc = (raw.get("spec") or {}).get("workloadCluster") or {}
-            secret = (wc.get("kubeconfigSecretRef") or {}).get("name")
-            if secret:
-                ns = str(raw["metadata"].get("namespace", ""))
-                self.clusters.ensure(ClusterKey(ns, str(secret), str(wc.get("key") or "value")))
+        meta = raw.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        wc = (raw.get("spec") or {}).get("workloadCluster") or {}
+        secret = (wc.get("kubeconfigSecretRef") or {}).get("name")
+        if kind == "DELETED":
+            self._cluster_of.pop(key, None)
+        elif secret:
+            cluster = ClusterKey(key[0], str(secret), str(wc.get("key") or "value"))
+            self._cluster_of[key] = cluster
+            self.clusters.ensure(cluster)
         self.autoscaler.pool_event(kind, raw)
+        if self.settings.provision:
+            self.driver.pool_event(kind, raw)
+
+    def _outer_changed(self, kind: str, obj: JSON) -> None:
+        del kind
+        owner = owner_pool(obj)
+        if owner is not None:
+            self.driver.wake(owner)
 
     def _cluster_changed(self, key: ClusterKey, kind: str, obj: JSON) -> None:
         del kind, obj
         self.autoscaler.cluster_event(key)
+        for pool, cluster in self._cluster_of.items():
+            if cluster == key:
+                self.driver.wake(pool)
 
     def _leadership(self, leader: bool) -> None:
         if leader:
             self.autoscaler.wake_all()
+            self.driver.wake_all()
 
     # -- probes -------------------------------------------------------------------------------
 
@@ -156,6 +181,10 @@ class App:
             asyncio.create_task(self.pools.run(), name="watch:gpucellpools"),
             asyncio.create_task(self.elector.run(), name="leader-election"),
         ]
+        if self.settings.provision:
+            self._tasks += [
+                asyncio.create_task(c.run(), name=f"watch:{c.query.path}") for c in self.outer
+            ]
 
     async def stop(self, release_lease: bool = True) -> None:
         """Stop everything; ``release_lease=False`` imitates a crash (tests, failover)."""
@@ -167,10 +196,25 @@ class App:
         if release_lease:
             await self.elector.release()
         await self.autoscaler.close()
+        await self.driver.close()
+        await self.reconciler.close()
         await self.clusters.close()
         await self.usage.close()
         await self.health.stop()
         await self.infra.close()
+
+
+SWIFTGUESTS_PATH = "/apis/swift.kubeswift.io/v1alpha1/swiftguests"
+MACHINES_PATH = "/apis/cluster.x-k8s.io/v1beta2/machines"
+
+
+def _path(settings: Settings, cluster_path: str) -> str:
+    """The collection path, narrowed to one namespace when configured."""
+    ns = settings.pool_namespace
+    if not ns:
+        return cluster_path
+    head, _, plural = cluster_path.rpartition("/")
+    return f"{head}/namespaces/{ns}/{plural}"
 
 
 async def build(settings: Settings) -> App:

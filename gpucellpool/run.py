@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tick", type=float, default=10.0, help="seconds")
     parser.add_argument("--namespace", default=None, help="only pools in this namespace")
     parser.add_argument("--log-level", default=env("LOG_LEVEL") or "INFO")
+    parser.add_argument(
+        "--no-provision",
+        dest="provision",
+        action="store_false",
+        help="decide and publish only; another process reconciles cells",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -51,6 +57,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         debounce_s=args.debounce,
         tick_s=args.tick,
         pool_namespace=args.namespace,
+        provision=args.provision,
     )
 
 

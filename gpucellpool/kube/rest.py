@@ -39,6 +39,11 @@ class RestClient:
         self._client = api_client
         self.timeout_s = timeout_s
 
+    @property
+    def api_client(self) -> k8s_client.ApiClient:
+        """The underlying client, to share its connection pool with other adapters."""
+        return self._client
+
     async def _request(
         self,
         method: str,

@@ -54,8 +54,13 @@ class WorkloadCluster:
         self.namespaces: WatchCache | None = None
         self.error = "kubeconfig Secret not read yet"
         self._digest = ""
+        self._wanted: str | None = None  # the newest kubeconfig (base64) seen on the Secret
         self._client: WorkloadClient | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._cache_tasks: list[asyncio.Task[None]] = []
+        self._rebuilds: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()  # one rebuild at a time, always to the newest Secret
+        self._secret_task: asyncio.Task[None] | None = None
+        self._built = ""  # digest of the Secret content the current caches were built from
         self.rebuilds = 0
         query = Query(
             f"/api/v1/namespaces/{key.namespace}/secrets",
@@ -71,25 +76,32 @@ class WorkloadCluster:
         raw = None if kind == "DELETED" else (secret.get("data") or {}).get(self.key.key)
         digest = hashlib.sha256(str(raw).encode()).hexdigest()
         if digest != self._digest:
-            self._digest = digest
-            self._tasks.append(asyncio.create_task(self._rebuild(raw)))
+            self._digest, self._wanted = digest, raw
+            task = asyncio.create_task(self._rebuild())
+            self._rebuilds.add(task)
+            task.add_done_callback(self._rebuilds.discard)
 
-    async def _rebuild(self, raw: str | None) -> None:
-        await self._stop_caches()
-        if raw is None:
-            self.error = f"Secret {self.key.namespace}/{self.key.secret} key {self.key.key} missing"
+    async def _rebuild(self) -> None:
+        async with self._lock:
+            raw, digest = self._wanted, self._digest
+            if digest == self._built:
+                return  # a later rebuild already applied the newest Secret
+            self._built = digest
+            await self._stop_caches()
+            self.error = await self._connect(raw)
             self._wake(self.key, "SECRET", {})
-            return
+
+    async def _connect(self, raw: str | None) -> str:
+        """Build the client and caches; the error text (never the credential) or ""."""
+        if raw is None:
+            return f"Secret {self.key.namespace}/{self.key.secret} key {self.key.key} missing"
         try:
             kubeconfig = yaml.safe_load(base64.b64decode(raw))
-            self._client = await self._factory(kubeconfig)
+            client = await self._factory(kubeconfig)
         except Exception as exc:  # a bad credential is state, not a crash
-            self.error = f"kubeconfig unusable: {type(exc).__name__}"  # never the content
-            self._wake(self.key, "SECRET", {})
-            return
-        self.error = ""
+            return f"kubeconfig unusable: {type(exc).__name__}"
+        self._client = client
         self.rebuilds += 1
-        client = self._client
 
         def on_change(kind: str, obj: JSON) -> None:
             self._wake(self.key, kind, obj)
@@ -97,17 +109,18 @@ class WorkloadCluster:
         self.pods = WatchCache(client, Query("/api/v1/pods"), on_change)
         self.nodes = WatchCache(client, Query("/api/v1/nodes"), on_change)
         self.namespaces = WatchCache(client, Query("/api/v1/namespaces"), on_change)
-        for cache in (self.pods, self.nodes, self.namespaces):
-            self._tasks.append(asyncio.create_task(cache.run()))
+        self._cache_tasks = [
+            asyncio.create_task(c.run()) for c in (self.pods, self.nodes, self.namespaces)
+        ]
+        return ""
 
     async def _stop_caches(self) -> None:
-        running = [t for t in self._tasks if t is not asyncio.current_task() and not t.done()]
-        for task in running:
+        for task in self._cache_tasks:
             task.cancel()
-        for task in running:
+        for task in self._cache_tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._tasks = [t for t in self._tasks if t is asyncio.current_task()]
+        self._cache_tasks = []
         self.pods = self.nodes = self.namespaces = None
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -115,12 +128,16 @@ class WorkloadCluster:
             self._client = None
 
     def start(self) -> None:
-        self._tasks.append(asyncio.create_task(self.secret.run()))
+        self._secret_task = asyncio.create_task(self.secret.run())
 
     async def stop(self) -> None:
-        await self._stop_caches()
-        for task in self._tasks:
+        tasks = [t for t in (self._secret_task, *self._rebuilds) if t is not None]
+        for task in tasks:
             task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._stop_caches()
 
 
 class WorkloadClusters:

@@ -148,7 +148,7 @@ async def start_app(
         health_host="127.0.0.1",
         health_port=0,
         pool_namespace=namespace,
-        **kw,
+        **{"provision": False, **kw},
     )
     infra = await client_for(infra_endpoint)
     app = App(settings, infra)

@@ -1,0 +1,65 @@
+"""``gpucellpool run`` end to end: a pending HAMi pod becomes a Ready cell.
+
+What this proves: the whole graph - the pool watch, the workload caches, the decision, the
+status contract (``status.desiredReplicas``) and the provisioner driver reconciling from watch
+events - turns one Unschedulable HAMi pod into a SwiftGuest that the twin boots, a Node that
+joins the workload cluster with HAMi capacity, and a Ready cell, with no polling loop in the
+operator; the decision then settles (the pod fits the new cell) instead of scaling again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from provisioner.clock import SystemClock
+from simulations.harness import ClusterEndpoint
+from simulations.twin.scenario import Twin, api_for, join_secret
+from tests.integration.test_loop_helpers import (
+    autoscaled_pool,
+    client_for,
+    create_pending,
+    create_pool,
+    decision,
+    start_app,
+    watch_pool,
+)
+
+
+async def test_pending_pod_becomes_a_ready_cell(
+    infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
+) -> None:
+    infra_api, workload_api = await client_for(infra), await client_for(workload)
+    twin_infra, twin_workload = (
+        await api_for(infra.kubeconfig_path),
+        await api_for(workload.kubeconfig_path),
+    )
+    await twin_infra.apply(join_secret(namespace))
+    app = await start_app(infra, namespace, "solo", provision=True)
+    watch, task = await watch_pool(infra_api, namespace, "e2e")
+    try:
+        async with Twin(twin_infra, twin_workload, SystemClock(), namespace):
+            await create_pool(infra_api, workload, autoscaled_pool("e2e", namespace, "e2e"))
+            await watch.until(lambda s: decision(s).get("reason") == "Idle", 15)
+            started = time.monotonic()
+            await create_pending(workload_api, namespace, "e2e-1", "e2e")
+            await watch.until(lambda s: s.get("desiredReplicas") == 1, 10)
+            at, status = await watch.until(lambda s: s.get("readyCells") == 1, 60)
+            print(f"\npending pod -> Ready cell through the twin: {at - started:.2f}s")
+            assert [c["name"] for c in status["cells"]] == ["e2e-0"]
+            _, settled = await watch.until(
+                lambda s: decision(s).get("reason") == "DemandSatisfied", 15
+            )
+            assert settled["desiredReplicas"] == 1
+            guest = await infra_api.get(
+                f"/apis/swift.kubeswift.io/v1alpha1/namespaces/{namespace}/swiftguests/e2e-0"
+            )
+            assert guest is not None
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await app.stop()
+        for client in (infra_api, workload_api, twin_infra, twin_workload):
+            await client.close()
