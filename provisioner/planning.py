@@ -92,6 +92,7 @@ class PlanInput:
     reachable: bool
     now: float
     limits: MembershipLimits = field(default_factory=MembershipLimits)
+    creation_adjustment: int = 0
 
 
 def _template_error(inp: PlanInput) -> str:
@@ -123,6 +124,7 @@ def plan(inp: PlanInput) -> MembershipPlan:
             now_s=inp.now,
             workload_reachable=inp.reachable,
             limits=inp.limits,
+            creation_adjustment=inp.creation_adjustment,
             pool_ever_ready=any(r.ready_once for r in all_rows),
         )
     )

@@ -39,6 +39,7 @@ from provisioner.fsm.rows import to_time, tombstone
 from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
 from provisioner.planning import JoinTemplate, PlanInput, read_join_template, render
 from provisioner.planning import plan as plan_cells
+from provisioner.rollout_shell import rollout_plan, updated_condition
 from provisioner.status import PassSummary, conditions, status_patch, write_status
 from provisioner.workload import ApiFactory, Reachability, WorkloadClients
 
@@ -123,6 +124,8 @@ class Reconciler:
         join = await read_join_template(self.infra, pool)
         current_hash = template_hash(pool, join.digest)
         desired = self._desired(pool)
+        rollout = await rollout_plan(pool, cells, rows, current_hash, desired, workload)
+        await self._mark(backend, cells, rollout.drain, DrainCause.ROLLING_UPDATE, now)
         plan = plan_cells(
             PlanInput(
                 pool,
@@ -135,6 +138,7 @@ class Reconciler:
                 reachable=workload is not None,
                 now=now,
                 limits=self.limits,
+                creation_adjustment=rollout.creation_adjustment,
             )
         )
         await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)
@@ -155,6 +159,7 @@ class Reconciler:
             str(plan.stall) if plan.stall else None,
             plan.stall_message,
             len(created),
+            updated_condition(rollout),
         )
         return await self._publish(pool, rows, prev, summary, now)
 

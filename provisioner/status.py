@@ -71,6 +71,7 @@ class PassSummary:
     stall_reason: str | None = None
     stall_message: str = ""
     created: int = 0
+    updated: tuple[bool, str, str] | None = None
 
 
 def conditions(
@@ -97,6 +98,8 @@ def conditions(
     else:
         progressing = (False, "Idle", "")
     raw = set_condition(raw, ConditionType.PROGRESSING, *progressing, now, gen)
+    if summary.updated is not None:
+        raw = set_condition(raw, ConditionType.UPDATED, *summary.updated, now, gen)
     if not reach.reachable:
         ready = (False, "Unreachable", reach.message)
     elif summary.desired == 0 and c.ready == 0:

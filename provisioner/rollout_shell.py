@@ -1,0 +1,71 @@
+"""Rolling updates in the shell: feed ``plan_rollout`` from live cells and apply its answer.
+
+Why this module exists: the pure ``fsm.rollout.plan_rollout`` decides which stale cells
+(template hash on the outer object differs from the pool's current hash) to drain and how many
+extra cells membership may create; this module builds its input from the live objects - reading
+whether a stale Ready cell still has GPU pods only when a rolling update could touch it - and
+turns the plan into drain marks (cause ``RollingUpdate``) and the ``Updated`` condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import CellPhase, CellStatus
+from provisioner.backends.base import CellObjects
+from provisioner.fsm.drain import DrainCause
+from provisioner.fsm.identity import TEMPLATE_HASH_ANNOTATION
+from provisioner.fsm.rollout import RolloutCell, RolloutInput, RolloutPlan, is_stale, plan_rollout
+from provisioner.kube import KubeApi, KubeError
+from provisioner.workload import gpu_pods_on_node
+
+
+async def _busy(workload: KubeApi | None, name: str) -> bool | None:
+    if workload is None:
+        return None
+    try:
+        return bool(await gpu_pods_on_node(workload, name))
+    except KubeError:
+        return None  # unknown counts as busy
+
+
+async def rollout_plan(
+    pool: GPUCellPool,
+    cells: dict[str, CellObjects],
+    rows: dict[str, CellStatus],
+    current_hash: str,
+    desired: int,
+    workload: KubeApi | None,
+) -> RolloutPlan:
+    rolling = pool.spec.update_policy.type == "RollingUpdate"
+    entries = []
+    for name, cell in sorted(cells.items(), key=lambda kv: kv[1].index):
+        row = rows.get(name)
+        phase = (
+            CellPhase.DRAINING if cell.drain_cause else (row.phase if row else CellPhase.PENDING)
+        )
+        entry = RolloutCell(
+            name=name,
+            index=cell.index,
+            phase=phase,
+            template_hash=cell.annotations.get(TEMPLATE_HASH_ANNOTATION, ""),
+            draining_for_rollout=cell.drain_cause == DrainCause.ROLLING_UPDATE,
+        )
+        if rolling and phase is CellPhase.READY and is_stale(entry, current_hash):
+            entry = replace(entry, busy=await _busy(workload, name))
+        entries.append(entry)
+    return plan_rollout(
+        RolloutInput(
+            cells=tuple(entries),
+            current_hash=current_hash,
+            desired_replicas=desired,
+            rolling_update=rolling,
+            workload_reachable=workload is not None,
+        )
+    )
+
+
+def updated_condition(plan: RolloutPlan) -> tuple[bool, str, str]:
+    """(status, reason, message) of the ``Updated`` condition."""
+    return plan.reason == "AllCellsCurrent", plan.reason, plan.message

@@ -1,0 +1,94 @@
+"""Rolling update through the shell: a changed guestTemplate replaces cells one at a time.
+
+What this proves: with ``updatePolicy: RollingUpdate`` a template edit marks cells stale
+(``Updated=False``), stale cells are drained and replaced without ever dropping below
+``desired - 1`` Ready cells, and the pool ends with every guest built from the new template and
+``Updated=True/AllCellsCurrent``; with ``Manual`` the same edit only reports ``TemplateChanged``.
+"""
+
+from __future__ import annotations
+
+from provisioner.clock import SystemClock
+from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.reconciler import Reconciler
+from simulations.harness import ClusterEndpoint
+from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from tests.integration.test_provisioner_swiftguest import (
+    apis,  # noqa: F401  (fixture)
+    cond,
+    ready_with,
+    setup_pool,
+    status,
+)
+
+NEW_IMAGE = {"spec": {"cell": {"guestTemplate": {"imageRef": {"name": "gpu-worker-noble-590"}}}}}
+
+
+async def test_rolling_update_replaces_every_cell_keeping_one_ready(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    pool_obj = swiftguest_pool(
+        "roll", namespace, replicas=2, updatePolicy={"type": "RollingUpdate"}
+    )
+    key = await setup_pool(infra_api, workload, pool_obj)
+    reconciler = Reconciler(infra_api, clock)
+    seen_ready: list[int] = []
+    reasons: set[str] = set()
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            pool = await converge(reconciler, key, ready_with(2), timeout_s=30)
+            old_hashes = {r["templateHash"] for r in status(pool)["cells"]}
+            await infra_api.patch(KINDS["GPUCellPool"], namespace, "roll", NEW_IMAGE)
+
+            def rolled(p: JSON | None) -> bool:
+                s = status(p)
+                if s.get("observedGeneration") != (p or {})["metadata"]["generation"]:
+                    return False
+                seen_ready.append(s.get("readyCells", 0))
+                reasons.add(cond(p, "Updated").get("reason", ""))
+                done = cond(p, "Updated").get("reason") == "AllCellsCurrent"
+                return done and ready_with(2)(p)
+
+            pool = await converge(reconciler, key, rolled, timeout_s=60)
+    finally:
+        await reconciler.close()
+    assert min(seen_ready) >= 1  # maxUnavailable 1 of 2
+    assert "RollingUpdate" in reasons
+    new_hashes = {r["templateHash"] for r in status(pool)["cells"]}
+    assert len(new_hashes) == 1 and not new_hashes & old_hashes
+    guests = await infra_api.list(KINDS["SwiftGuest"], namespace)
+    assert len(guests) == 2
+    assert all(g["spec"]["imageRef"]["name"] == "gpu-worker-noble-590" for g in guests)
+
+
+async def test_manual_update_policy_only_reports_drift(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    key = await setup_pool(infra_api, workload, swiftguest_pool("man", namespace, replicas=1))
+    reconciler = Reconciler(infra_api, clock)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
+            uid = status(pool)["cells"][0]["guestUID"]
+            await infra_api.patch(KINDS["GPUCellPool"], namespace, "man", NEW_IMAGE)
+
+            def drift(p: JSON | None) -> bool:
+                return cond(p, "Updated").get("reason") == "TemplateChanged"
+
+            await converge(reconciler, key, drift, timeout_s=10)
+            for _ in range(5):
+                await reconciler.reconcile_once(key)
+            pool = await infra_api.get(KINDS["GPUCellPool"], namespace, "man")
+    finally:
+        await reconciler.close()
+    assert cond(pool, "Updated")["status"] == "False"
+    assert status(pool)["cells"][0]["guestUID"] == uid  # not replaced
+    assert status(pool)["readyCells"] == 1
