@@ -26,7 +26,7 @@ from types import TracebackType
 from simulations.harness import binaries as bins
 from simulations.harness.certs import ClusterPKI, cluster_pki
 from simulations.harness.endpoint import ClusterEndpoint, write_kubeconfig
-from simulations.harness.procs import ManagedProcess, free_port, wait_for
+from simulations.harness.procs import HarnessTimeout, ManagedProcess, free_port, wait_for
 from simulations.harness.versions import KUBE_BINARIES
 
 THIRD_PARTY_CRDS = Path(__file__).resolve().parent / "crds"
@@ -208,6 +208,14 @@ def _exited_or(proc: ManagedProcess, ready: Callable[[], bool]) -> Callable[[], 
     return lambda: not proc.running() or ready()
 
 
+def _await(proc: ManagedProcess, ready: Callable[[], bool], timeout: float, probe: str) -> None:
+    """Wait until `ready` or the process exits; a timeout error carries the log tail."""
+    try:
+        wait_for(_exited_or(proc, ready), timeout=timeout, what=f"{proc.name} {probe}")
+    except HarnessTimeout as exc:
+        raise _fail(proc, f"did not answer {probe} within {timeout:.0f}s") from exc
+
+
 def _etcd_healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/health", timeout=2) as resp:
@@ -223,11 +231,7 @@ def _start_etcd(exe: Path, root: Path, started: list[ManagedProcess], timeout: f
         argv = etcd_args(exe, data_dir, client_port, peer_port)
         proc = _launch("etcd", argv, root / "logs" / "etcd.log", started)
         url = f"http://127.0.0.1:{client_port}"
-        wait_for(
-            _exited_or(proc, partial(_etcd_healthy, url)),
-            timeout=timeout,
-            what="etcd /health",
-        )
+        _await(proc, partial(_etcd_healthy, url), timeout, "/health")
         if proc.running():
             return url
         started.remove(proc)
@@ -311,11 +315,7 @@ def _await_apiservers(
     """Wait for every launched apiserver; return the names to retry (lost their port)."""
     retry: list[str] = []
     for name, (proc, endpoint) in launched.items():
-        wait_for(
-            _exited_or(proc, endpoint.ready),
-            timeout=timeout,
-            what=f"{proc.name} /readyz",
-        )
+        _await(proc, endpoint.ready, timeout, "/readyz")
         if proc.running():
             continue
         started.remove(proc)

@@ -97,14 +97,18 @@ class ManagedProcess:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = log_path.open("wb")
-        self._proc = subprocess.Popen(
-            [*_pdeathsig_prefix(), *self.argv],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
+        try:
+            self._proc = subprocess.Popen(
+                [*_pdeathsig_prefix(), *self.argv],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        except OSError:
+            self._log.close()
+            raise
         self.pid = self._proc.pid
 
     def running(self) -> bool:

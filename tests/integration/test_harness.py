@@ -258,3 +258,16 @@ def test_kubebuilder_assets_come_first_then_a_versioned_cache(
     assert binaries.find("etcd") == envtest
     with pytest.raises(binaries.BinaryError):
         binaries.find("kube-scheduler")
+
+
+def test_a_hanging_server_times_out_and_its_whole_process_group_is_killed(tmp_path: Path) -> None:
+    child_pid = tmp_path / "child.pid"
+    hang = tmp_path / "fake-apiserver"
+    hang.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {child_pid}\nwait\n")
+    hang.chmod(0o755)
+    paths = {**ensure(versions.KUBE_BINARIES), "kube-apiserver": hang}
+    with pytest.raises(HarnessError, match=r"did not answer /readyz within 2s"):
+        Harness.start(tmp_path / "hung", binaries=paths, crd_dirs=[], timeout=2)
+    assert _processes_mentioning(str(tmp_path)) == []
+    pid = int(child_pid.read_text())
+    assert not pid_alive(pid)  # the sleep child died with its process group
