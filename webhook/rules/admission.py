@@ -96,10 +96,8 @@ def check_object(obj: Any, settings: RuleSettings, found: Findings) -> GPUCellPo
     if spec is not None:
         check_spec(spec, found)
         check_node_settings(spec, found)
-        raw_auto = raw_spec.get("autoscaling")
-        raw_auto = raw_auto if isinstance(raw_auto, Mapping) else {}
         hosts = settings.allowed_prometheus_hosts
-        check_autoscaling(spec.autoscaling, spec.replicas, raw_auto, found, hosts)
+        check_autoscaling(spec.autoscaling, spec.replicas, found, hosts)
     return spec
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
-from typing import Any
 from urllib.parse import urlsplit
 
 from gpucellpool.api.autoscaling import AutoscalingSpec, ScaleDownMode, ScalingRules, SelectPolicy
@@ -26,14 +24,13 @@ BASE = "spec.autoscaling"
 def check_autoscaling(
     auto: AutoscalingSpec,
     replicas: int,
-    raw: Mapping[str, Any],
     found: Findings,
     allowed_hosts: frozenset[str] = frozenset(),
 ) -> None:
     """Rule 10 when enabled; extension checks always (a disabled pool may be enabled later)."""
     if auto.enabled:
         _bounds(auto, replicas, found)
-    _behavior(auto, raw, found)
+    _behavior(auto, found)
     _prometheus(auto, found, allowed_hosts)
     _durations(auto, found)
 
@@ -70,19 +67,24 @@ def _bounds(auto: AutoscalingSpec, replicas: int, found: Findings) -> None:
         )
 
 
-def _behavior(auto: AutoscalingSpec, raw: Mapping[str, Any], found: Findings) -> None:
+def _behavior(auto: AutoscalingSpec, found: Findings) -> None:
     behavior = auto.behavior
     if behavior is None:
         return
     pairs = (
-        ("scaleUp", behavior.scale_up, "stabilizationWindow"),
-        ("scaleDown", behavior.scale_down, "scaleDownStabilizationWindow"),
+        ("scaleUp", behavior.scale_up, "stabilizationWindow", auto.stabilization_window),
+        (
+            "scaleDown",
+            behavior.scale_down,
+            "scaleDownStabilizationWindow",
+            auto.scale_down_stabilization_window,
+        ),
     )
-    for name, rules, legacy in pairs:
+    for name, rules, legacy, legacy_value in pairs:
         if rules is None:
             continue
         _rules(f"{BASE}.behavior.{name}", rules, found)
-        if legacy in raw:
+        if legacy_value is not None:
             found.warn(
                 f"{BASE}.{legacy}", f"is ignored because behavior.{name} is set; remove one of them"
             )

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpucellpool.api.pool import MAX_POOL_NAME
 from webhook.rules.paths import get
 from webhook.rules.verdict import Findings
 
-MAX_POOL_NAME = 57
 GENERATED_SUFFIX = 5  # the apiserver appends 5 random characters to metadata.generateName
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]*)?$")

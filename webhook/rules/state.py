@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpucellpool.api.conditions import ConditionType
 from webhook.rules.paths import get
 
 DEFAULT_REPLICAS = 1
 INT64_MAX = 2**63 - 1
-REACHABLE = "WorkloadClusterReachable"
+REACHABLE = ConditionType.WORKLOAD_CLUSTER_REACHABLE.value
 
 
 def int_at(obj: Any, *keys: str) -> int | None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucellpool.api.autoscaling import INT32_MAX
 from webhook.rules.paths import get
 from webhook.rules.state import has_cells, int_at, value_or
 from webhook.rules.verdict import Findings
 
-MAX_REPLICAS = 10000
+MAX_REPLICAS = INT32_MAX  # the API bounds counts by int32 only, as the original
 
 IMMUTABLE_WHILE_LIVE: tuple[tuple[str, tuple[str, ...], Any], ...] = (
     ("spec.cell.provisioner", ("spec", "cell", "provisioner"), "SwiftGuest"),
