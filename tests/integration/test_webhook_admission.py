@@ -119,6 +119,8 @@ async def test_corpus_case_through_the_apiserver(env: WebhookEnv, case: Case) ->
     if case.allowed:
         assert accepted, f"{case.name}: {error}"
         assert env.server.stats.requests > seen, "the webhook was not called"
+        for warning in case.warnings:  # kubectl prints admission warnings on stderr
+            assert f"Warning: {warning.path}: " in error and warning.message in error, error
         return
     assert not accepted, f"{case.name} was admitted: {case.description}"
     if case.rejected_by == "schema":
