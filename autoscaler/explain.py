@@ -61,6 +61,25 @@ def outcome(decision: Decision, reachable: bool) -> Outcome:
     )
 
 
+def drifted(published: Outcome, status: JSON) -> bool:
+    """Whether the stored status no longer shows what we last published."""
+    last = status.get("lastDecision") or {}
+    cond: JSON = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "ScalingActive"), {}
+    )
+    return (
+        last.get("reason") != published.reason
+        or last.get("desiredReplicas") != published.desired
+        or cond.get("reason") != published.condition_reason
+        or (published.act and status.get("desiredReplicas") != published.desired)
+    )
+
+
+def note(out: Outcome) -> str:
+    acted = "" if out.act else " (Shadow mode: published, not acted on)"
+    return f"desired {out.desired}: {out.message}{acted}"[:1000]
+
+
 def _condition(pool: GPUCellPool, out: Outcome, now: float) -> JSON:
     old = pool.status.condition(ConditionType.SCALING_ACTIVE)
     moved = old is None or old.status.value != out.condition_status

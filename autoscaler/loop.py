@@ -23,7 +23,9 @@ from autoscaler.explain import (
     MEMORY_ANNOTATION,
     Outcome,
     decode_memory,
+    drifted,
     encode_memory,
+    note,
     outcome,
     status_apply_body,
 )
@@ -133,6 +135,7 @@ class PoolState:
     memory: PolicyMemory | None = None
     first_seen: dict[str, float] = field(default_factory=dict)
     published: Outcome | None = None
+    event_reason: str | None = None  # the reason of the last Event posted
     memory_written_at: float = float("-inf")
     decisions: int = 0
     errors: int = 0
@@ -200,6 +203,11 @@ class Autoscaler:
             state.memory = None  # reload what the leader persisted when we take over
         if _relevant(pool, raw) != before:
             state.wake.set()
+        if state.published is not None and drifted(state.published, state.raw_status):
+            # Someone (a concurrent whole-list status write, a human) changed what we
+            # published: write it again on the next pass.
+            state.published = None
+            state.wake.set()
 
     def cluster_event(self, cluster: object) -> None:
         """A workload watch event: wake the pools of that cluster (cheap; no I/O)."""
@@ -211,6 +219,7 @@ class Autoscaler:
         for state in self.pools.values():
             state.memory = None
             state.published = None
+            state.event_reason = None
             state.wake.set()
 
     # -- the per-pool task ------------------------------------------------------------------
@@ -335,17 +344,16 @@ class Autoscaler:
     ) -> None:
         pool = state.pool
         out = outcome(decision, reachable)
-        if out != state.published:
+        changed = out != state.published
+        if changed:
             await self.writer.apply_status(status_apply_body(pool, out, state.raw_status, now))
-            previous = state.published
-            if previous is None or previous.reason != out.reason:
-                warning = not reachable
-                await self.writer.event(pool, out.reason, _note(out), warning)
             state.published = out
-        if (
-            out != state.published
-            or now - state.memory_written_at >= self.settings.memory_persist_s
-        ):
+            if state.event_reason is None:  # after a restart or takeover: what status says
+                state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
+            if state.event_reason != out.reason:
+                await self.writer.event(pool, out.reason, note(out), not reachable)
+                state.event_reason = out.reason
+        if changed or now - state.memory_written_at >= self.settings.memory_persist_s:
             await self.writer.annotate(pool, MEMORY_ANNOTATION, encode_memory(decision.memory))
             state.memory_written_at = now
         self._record(state, decision, now)
@@ -369,11 +377,6 @@ class Autoscaler:
 
 def _meta(obj: JSON, field_name: str) -> str:
     return str((obj.get("metadata") or {}).get(field_name, ""))
-
-
-def _note(out: Outcome) -> str:
-    acted = "" if out.act else " (Shadow mode: published, not acted on)"
-    return f"desired {out.desired}: {out.message}{acted}"[:1000]
 
 
 def _empty_inputs(pool: GPUCellPool) -> CellInputs:

@@ -217,3 +217,36 @@ async def test_unsynced_workload_reads_as_unreachable_not_idle(world) -> None:  
     cond = writer.for_pool("a")[-1]["status"]["conditions"][0]
     assert (cond["status"], cond["reason"]) == ("False", "WorkloadClusterUnreachable")
     await settle()
+
+
+async def test_changed_decision_persists_memory_at_once(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    scaler.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.2)  # Idle: memory written
+    workload.pods["p"] = pending_pod("p")
+    scaler.cluster_event("wl")
+    await clock.advance(0.2)  # well inside memory_persist_s, but the decision changed
+    stored = decode_memory(writer.annotations[("a", MEMORY_ANNOTATION)]["value"])
+    assert stored.last_scale_up_at is not None
+
+
+async def test_overwritten_status_is_republished_without_a_duplicate_event(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, _, writer, clock = world
+    raw = pool_manifest("a")
+    scaler.pool_event("ADDED", raw)
+    await clock.advance(0.2)
+    ours = writer.for_pool("a")[-1]["status"]
+    assert ours["lastDecision"]["reason"] == "Idle"
+    # A whole-list status write from an older read drops our condition and lastDecision.
+    scaler.pool_event("MODIFIED", {**raw, "status": {"desiredReplicas": 0, "conditions": []}})
+    await clock.advance(0.2)
+    assert len(writer.for_pool("a")) == 2
+    again = writer.for_pool("a")[-1]["status"]
+    assert again["conditions"][0]["reason"] == "Idle"
+    assert [r for _, r, _ in writer.events] == ["Idle"]  # republished, not re-announced
+    # A new leader reads the last reason from status and does not announce it again either.
+    scaler.pool_event("MODIFIED", {**raw, "status": again})
+    scaler.wake_all()
+    await clock.advance(0.2)
+    assert len(writer.for_pool("a")) == 3
+    assert [r for _, r, _ in writer.events] == ["Idle"]
