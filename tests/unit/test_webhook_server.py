@@ -234,3 +234,8 @@ async def test_scale_to_zero_arrives_without_replicas_and_is_judged_as_zero(
     stringly = {**case.object, "spec": {"replicas": "0"}}
     _, answer = await running.post(admission(stringly, "UPDATE", case.object, "scale", "Scale"))
     assert "must be an integer" in answer["response"]["status"]["message"]
+
+
+async def test_oversized_body_gets_413_with_a_message(running: Running) -> None:
+    status, answer = await running.post(b" " * (3 * 1024 * 1024 + 1))
+    assert status == 413 and "larger than" in answer["message"]
