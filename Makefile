@@ -29,9 +29,10 @@ lint: venv
 	$(VENV)/bin/mypy gpucellpool autoscaler provisioner webhook simulations
 	$(VENV)/bin/lint-imports
 
-## Generated files must match the models (CRD, chart CRD).
+## Generated files must match their sources (CRD, chart CRD, API docs, dashboards).
 drift: venv
 	$(VENV)/bin/gpucellpool crd --check
+	$(PY) -m gpucellpool.dashboards --check
 
 crd: venv
 	$(VENV)/bin/gpucellpool crd
