@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -35,6 +38,7 @@ from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
 from provisioner.kube import RestKubeApi
 from provisioner.reconciler import Reconciler
+from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,7 @@ class Settings:
     pool_namespace: str | None = None  # None: every namespace
     api_timeout_s: float = 10.0
     provision: bool = True  # False: decide only (another process runs the provisioner)
+    webhook: WebhookOptions | None = None  # None: no admission webhook in this process
 
 
 class App:
@@ -119,6 +124,7 @@ class App:
             self.live, self.ready, self.registry, settings.health_host, settings.health_port
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self.webhook: RunningWebhook | None = None
 
     # -- wiring -------------------------------------------------------------------------------
 
@@ -176,6 +182,8 @@ class App:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.settings.webhook is not None:  # every replica serves admission, leader or not
+            self.webhook = await start_webhook(self.infra.api_client, self.settings.webhook)
         await self.health.start()
         self._tasks = [
             asyncio.create_task(self.pools.run(), name="watch:gpucellpools"),
@@ -201,7 +209,41 @@ class App:
         await self.clusters.close()
         await self.usage.close()
         await self.health.stop()
+        if self.webhook is not None:
+            await self.webhook.stop()
         await self.infra.close()
+
+
+WEBHOOK_ENV_PREFIX = "GPUCELLPOOL_WEBHOOK_"
+
+
+def webhook_options_from_env(environ: Mapping[str, str]) -> WebhookOptions | None:
+    """``WebhookOptions`` from ``GPUCELLPOOL_WEBHOOK_<FIELD>`` (the chart's contract).
+
+    None unless ``GPUCELLPOOL_WEBHOOK_ENABLED`` is true. Unknown variables are ignored; a value
+    that does not convert raises ``ValueError`` naming the variable (fail at start, loudly).
+    """
+    if environ.get(f"{WEBHOOK_ENV_PREFIX}ENABLED", "").lower() != "true":
+        return None
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(WebhookOptions):
+        raw = environ.get(f"{WEBHOOK_ENV_PREFIX}{f.name.upper()}")
+        if raw is None or f.name in ("settings", "serving_lifetime", "ca_lifetime"):
+            continue
+        try:
+            if f.name == "port":
+                values[f.name] = int(raw)
+            elif f.name == "cert_dir":
+                values[f.name] = Path(raw)
+            elif f.name in ("extra_dns", "extra_ips"):
+                values[f.name] = tuple(v.strip() for v in raw.split(",") if v.strip())
+            else:
+                values[f.name] = raw
+        except ValueError as exc:
+            raise ValueError(f"{WEBHOOK_ENV_PREFIX}{f.name.upper()}: {exc}") from exc
+    if values.get("mode", "self-managed") not in ("self-managed", "cert-manager"):
+        raise ValueError(f"{WEBHOOK_ENV_PREFIX}MODE must be self-managed or cert-manager")
+    return WebhookOptions(**values)
 
 
 SWIFTGUESTS_PATH = "/apis/swift.kubeswift.io/v1alpha1/swiftguests"

@@ -17,7 +17,7 @@ import signal
 import socket
 
 from gpucellpool import logs
-from gpucellpool.app import Settings, build
+from gpucellpool.app import Settings, build, webhook_options_from_env
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +58,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         tick_s=args.tick,
         pool_namespace=args.namespace,
         provision=args.provision,
+        webhook=webhook_options_from_env(os.environ),
     )
 
 
