@@ -31,7 +31,7 @@ from provisioner.fsm.drain import (
 from provisioner.fsm.identity import CELL_DRAIN_FINALIZER, is_owned_node
 from provisioner.fsm.observations import parse_time_s
 from provisioner.fsm.vocabulary import CellPhase
-from provisioner.kube import JSON, KINDS, KubeApi, KubeError
+from provisioner.kube import JSON, KINDS, Conflict, KubeApi, KubeError
 from provisioner.workload import all_pods_on_node, gpu_pods_on_node
 
 MAX_STEPS_PER_PASS = 6
@@ -155,7 +155,16 @@ async def drive_drain(
         step = decide_drain(inp)
         if step.action in (DrainAction.WAIT, DrainAction.DONE):
             return step
-        await _perform(step, cell, backend, workload)
+        try:
+            await _perform(step, cell, backend, workload)
+        except Conflict:
+            # Someone (CAPI, KubeSwift) wrote the object meanwhile: re-read, decide again.
+            meta = cell.outer["metadata"]
+            fresh = await backend.api.get(backend.outer_kind, meta.get("namespace"), cell.name)
+            if fresh is None:
+                return step
+            cell.outer = fresh
+            continue
         if step.action in (DrainAction.DELETE_OUTER, DrainAction.ABANDON):
             return step
     return step

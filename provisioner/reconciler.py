@@ -36,7 +36,7 @@ from provisioner.fsm.manifests import owner_reference
 from provisioner.fsm.membership import MembershipLimits, MembershipPlan
 from provisioner.fsm.rollout import template_hash
 from provisioner.fsm.rows import to_time, tombstone
-from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
+from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.planning import JoinTemplate, PlanInput, read_join_template, render
 from provisioner.planning import plan as plan_cells
 from provisioner.rollout_shell import rollout_plan, updated_condition
@@ -88,6 +88,14 @@ class Reconciler:
         await self.clients.close()
 
     async def reconcile_once(self, key: PoolKey) -> ReconcileResult:
+        """One pass. A write that lost an optimistic-concurrency race (409) ends the pass
+        early; the next pass starts from fresh reads (every step is idempotent)."""
+        try:
+            return await self._pass(key)
+        except Conflict:
+            return ReconcileResult(requeue_after_s=BUSY_REQUEUE_S)
+
+    async def _pass(self, key: PoolKey) -> ReconcileResult:
         raw = await self.infra.get(KINDS["GPUCellPool"], key.namespace, key.name)
         if raw is None:
             return ReconcileResult(gone=True)
