@@ -109,6 +109,7 @@ def test_policy_comparison_bundled_openb() -> None:
     beaten_by = dominated_by(ours, peers)
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     plot_timelines(comparison.results, PLOT, "openb, last 14 days, 1-GPU cells", dpi=60)
+    peak = max(s.demand_cells for s in comparison.results[0].timeline)
     verdict = (
         "Our default policy is **not dominated** on (cost, p95 wait) by any peer."
         if not beaten_by
@@ -118,8 +119,9 @@ def test_policy_comparison_bundled_openb() -> None:
         "openb",
         "### Policy comparison: bundled openb trace, last 14 days, 1-GPU cells\n\n"
         f"{len(pods)} GPU pods (Alibaba GPU 2023 openb pod list, window clipped, no other "
-        "rescale; peak demand ~70 cells). Boot ~ lognormal, median 300 s; drain: wait for idle, "
-        "evict after 600 s; HAMi binpack nodes / spread GPUs; `PolicyConfig()` defaults with "
+        f"rescale; peak demand {peak} cells). Boot ~ lognormal, median 300 s; drain: wait for "
+        "idle, no timeout (the API default); HAMi binpack nodes / spread GPUs; `PolicyConfig()` "
+        "defaults with "
         'maxReplicas 1000. Waits are the total time each pod spent pending; "> 1 boot" is the '
         "share of pods that waited longer than one median boot.\n\n"
         + markdown(comparison.summaries)
