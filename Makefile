@@ -49,7 +49,7 @@ test: venv bins lint drift
 
 ## Benchmarks: results are written to docs/benchmarks.md.
 bench: bins
-	$(PY) -m pytest tests/bench -q -m bench -p no:randomly
+	$(PY) -m pytest tests -q -m bench
 
 ## The main job on an embedded default: replay the bundled GPU trace through every policy.
 simulate: venv
