@@ -127,28 +127,27 @@ def remember_first_seen(
     return {uid: previous.get(uid, now) for uid in pending_uids}
 
 
-def _plan_usage(plan: str) -> dict[str, tuple[int, int]]:
-    """``UUID,NVIDIA,mem,cores:...;`` -> {uuid: (mem MiB, cores)} summed over containers."""
-    usage: dict[str, tuple[int, int]] = {}
+def _plan_entries(plan: str) -> list[tuple[str, int, int]]:
+    """``UUID,NVIDIA,mem,cores:...;`` -> one (uuid, mem MiB, cores) per container device."""
+    entries = []
     for container in plan.split(";"):
         for device in container.split(":"):
             fields = device.strip().split(",")
             if len(fields) < 4 or not fields[0]:
                 continue
             try:
-                mem, cores = int(fields[2]), int(fields[3])
+                entries.append((fields[0], int(fields[2]), int(fields[3])))
             except ValueError:
                 continue
-            old = usage.get(fields[0], (0, 0))
-            usage[fields[0]] = (old[0] + mem, old[1] + cores)
-    return usage
+    return entries
 
 
 def usage_from_pods(pods: Iterable[Mapping[str, Any]], gpus: int) -> tuple[GPUUsage, ...]:
     """Per-GPU usage of one node from its running pods' HAMi allocation annotations.
 
-    GPUs are ordered busiest first; GPUs no pod is allocated on are empty (a GPU with no
-    allocation really is empty: the annotation is HAMi's source of truth).
+    Each container device entry takes one slot, as HAMi counts them. GPUs are ordered
+    busiest first; GPUs no pod is allocated on are empty (a GPU with no allocation really is
+    empty: the annotation is HAMi's source of truth).
     """
     per_gpu: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for pod in pods:
@@ -156,7 +155,7 @@ def usage_from_pods(pods: Iterable[Mapping[str, Any]], gpus: int) -> tuple[GPUUs
         if (status or {}).get("phase") in _TERMINAL:
             continue
         plan = (_meta(pod).get("annotations") or {}).get(ALLOCATED_ANNOTATION)
-        for uuid, (mem, cores) in _plan_usage(str(plan or "")).items():
+        for uuid, mem, cores in _plan_entries(str(plan or "")):
             entry = per_gpu[uuid]
             entry[0] += mem
             entry[1] += cores

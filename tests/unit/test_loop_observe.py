@@ -1,0 +1,115 @@
+"""Building the policy's Observation from raw manifests (autoscaler.observe), table-driven.
+
+What these prove: usage comes from ``hami.io/vgpu-devices-allocated`` per GPU UUID (summed over
+containers and pods, terminated pods ignored, one slot per container device); the pool's demand
+selection is applied with metav1.LabelSelector semantics (and a namespace selector never
+matches a namespace whose labels are unknown); first-seen times survive and are forgotten
+when a pod stops pending; requested-but-uncreated cells appear as Booting placeholders; a
+Ready cell whose usage is unknown makes the metrics unfresh instead of reading as empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoscaler.observe import (
+    CellInputs,
+    cells_for_pool,
+    counts_as_demand,
+    observation,
+    remember_first_seen,
+    selector_matches,
+    usage_from_pods,
+    with_requested,
+)
+from autoscaler.policy.types import CellShape, CellState, CellView, GPUUsage, MetricsHealth
+from gpucellpool.api.autoscaling import DemandSelection
+from gpucellpool.api.base import LabelSelector
+from gpucellpool.api.pool import GPUCellPool
+from tests.unit.test_loop_fakes import pending_pod, pool_manifest, with_cells
+
+
+def running(plan: str, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"annotations": {"hami.io/vgpu-devices-allocated": plan}},
+        "spec": {"nodeName": "n"},
+        "status": {"phase": phase},
+    }
+
+
+def test_usage_from_allocation_annotations() -> None:
+    pods = [
+        running("GPU-a,NVIDIA,3000,20:;GPU-a,NVIDIA,5000,10:;"),  # two containers, one GPU
+        running("GPU-b,NVIDIA,1000,0:;"),
+        running("GPU-a,NVIDIA,9999,99:;", phase="Succeeded"),  # finished: frees its share
+        running("garbage;;,,,:"),
+    ]
+    usage = usage_from_pods(pods, gpus=3)
+    assert usage == (GPUUsage(8000, 30, 2), GPUUsage(1000, 0, 1), GPUUsage())
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        (None, {}, True),
+        ({"matchLabels": {"team": "ml"}}, {"team": "ml"}, True),
+        ({"matchLabels": {"team": "ml"}}, {"team": "web"}, False),
+        ({"matchExpressions": [{"key": "t", "operator": "In", "values": ["a"]}]}, {"t": "a"}, True),
+        ({"matchExpressions": [{"key": "t", "operator": "In", "values": ["a"]}]}, {}, False),
+        ({"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["a"]}]}, {}, True),
+        ({"matchExpressions": [{"key": "t", "operator": "Exists"}]}, {"t": ""}, True),
+        ({"matchExpressions": [{"key": "t", "operator": "DoesNotExist"}]}, {"t": ""}, False),
+    ],
+)
+def test_selector_semantics(
+    selector: dict[str, Any] | None, labels: dict[str, str], expected: bool
+) -> None:
+    parsed = None if selector is None else LabelSelector.model_validate(selector)
+    assert selector_matches(parsed, labels) is expected
+
+
+def test_demand_selection() -> None:
+    pod = pending_pod("p", team="ml")
+    assert counts_as_demand(pod, DemandSelection(), None)
+    assert not counts_as_demand(pod, DemandSelection(scheduler_name="other"), None)
+    assert counts_as_demand({**pod}, DemandSelection(scheduler_name=""), None)
+    by_pod = DemandSelection.model_validate({"podSelector": {"matchLabels": {"team": "web"}}})
+    assert not counts_as_demand(pod, by_pod, None)
+    by_ns = DemandSelection.model_validate({"namespaceSelector": {"matchLabels": {"gpu": "yes"}}})
+    assert counts_as_demand(pod, by_ns, {"gpu": "yes"})
+    assert not counts_as_demand(pod, by_ns, None)  # unknown namespace: not ours
+
+
+def test_first_seen_is_kept_then_forgotten() -> None:
+    seen = remember_first_seen({}, ["a", "b"], 10.0)
+    seen = remember_first_seen(seen, ["a", "c"], 20.0)
+    assert seen == {"a": 10.0, "c": 20.0}
+
+
+def test_cells_placeholders_and_unknown_usage() -> None:
+    rows = [
+        {"name": "p-0", "index": 0, "phase": "Ready", "nodeName": "p-0"},
+        {"name": "p-1", "index": 1, "phase": "Ready", "nodeName": "p-1"},  # no Node seen
+        {"name": "p-2", "index": 2, "phase": "Booting"},
+        {"name": "p-3", "index": 3, "phase": "Draining"},
+    ]
+    pool = GPUCellPool.model_validate(with_cells(pool_manifest("p"), rows))
+    inputs = CellInputs(CellShape(), {"p-0": {}}, {"p-0": [running("GPU-a,NVIDIA,4096,0:;")]})
+    cells, unknown = cells_for_pool(pool, inputs, now=100.0)
+    states = [c.state for c in cells]
+    assert states == [CellState.READY, CellState.READY, CellState.BOOTING, CellState.DRAINING]
+    assert cells[0].gpus == (GPUUsage(4096, 0, 1),) and cells[0].pods == 1
+    assert unknown == ["p-1"]
+    obs = observation((), cells, unknown, MetricsHealth(), True)
+    assert not obs.metrics.fresh and "p-1" in obs.metrics.detail
+    padded = with_requested(cells, requested=5, since=90.0)
+    extra = padded[len(cells) :]
+    assert [(c.state, c.index) for c in extra] == [(CellState.BOOTING, 4), (CellState.BOOTING, 5)]
+    assert with_requested(cells, requested=2, since=90.0) == cells
+
+
+def test_placeholders_count_only_live_cells() -> None:
+    failed = (CellView("x-0", 0, CellState.FAILED, 0.0),)
+    assert len(with_requested(failed, 1, 0.0)) == 2
