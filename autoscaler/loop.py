@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from autoscaler.explain import (
     MEMORY_ANNOTATION,
@@ -29,6 +29,14 @@ from autoscaler.explain import (
     outcome,
     status_apply_body,
 )
+from autoscaler.loop_ports import (
+    Clock,
+    MetricsPort,
+    PoolWriter,
+    UsageSource,
+    WorkloadSnapshot,
+    WorkloadView,
+)
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
@@ -37,79 +45,24 @@ from autoscaler.observe import (
     pending_for_pool,
     pods_by_node,
     remember_first_seen,
+    utilisation,
     with_requested,
 )
 from autoscaler.policy.config import policy_config_from_spec
 from autoscaler.policy.decide import decide
-from autoscaler.policy.types import Decision, GPUUsage, MetricsHealth, Observation, PolicyMemory
+from autoscaler.policy.types import (
+    Decision,
+    MetricsHealth,
+    Observation,
+    PolicyMemory,
+    Reason,
+)
 from gpucellpool.api.pool import GPUCellPool
+
+__all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadSnapshot:
-    """What the workload cluster's caches hold right now."""
-
-    synced: bool
-    pods: Sequence[JSON] = ()
-    nodes: Sequence[JSON] = ()
-    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    error: str = ""
-
-
-class WorkloadView(Protocol):
-    def cluster_of(self, pool: GPUCellPool) -> object:
-        """A hashable key of the pool's workload cluster (pools sharing it share the key)."""
-        ...
-
-    def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot: ...
-
-
-class UsageSource(Protocol):
-    async def usage(
-        self, pool: GPUCellPool, nodes: Sequence[str]
-    ) -> tuple[Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
-        """Per-node GPU usage (None: use pod annotations) and its health."""
-        ...
-
-
-class PoolWriter(Protocol):
-    async def apply_status(self, body: JSON) -> None: ...
-
-    async def annotate(self, pool: GPUCellPool, key: str, value: str) -> None: ...
-
-    async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None: ...
-
-
-class PoolRecorder(Protocol):
-    """The slice of ``gpucellpool.metrics.PoolMetrics`` the loop uses."""
-
-    def record_decision(
-        self,
-        *,
-        reason: str,
-        desired: int,
-        demand_cells: float,
-        allocated_cells: float,
-        pending_asks: int,
-        unschedulable: int,
-        oldest_pending_age_seconds: float,
-        now: float,
-    ) -> bool: ...
-
-
-class MetricsPort(Protocol):
-    def pool(self, namespace: str, name: str) -> PoolRecorder: ...
-
-    def forget(self, namespace: str, name: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +89,7 @@ class PoolState:
     first_seen: dict[str, float] = field(default_factory=dict)
     published: Outcome | None = None
     event_reason: str | None = None  # the reason of the last Event posted
+    latency_reported: set[str] = field(default_factory=set)  # pods whose wait was observed
     memory_written_at: float = float("-inf")
     decisions: int = 0
     errors: int = 0
@@ -295,6 +249,7 @@ class Autoscaler:
             # Memory is committed only once the decision is published: a failed write must
             # not leave the policy believing it scaled when nobody was told.
             await self._publish(state, decision, obs.workload_cluster_reachable, now)
+            self._record(state, decision, obs, now)
         state.memory = decision.memory
         return decision
 
@@ -356,9 +311,8 @@ class Autoscaler:
         if changed or now - state.memory_written_at >= self.settings.memory_persist_s:
             await self.writer.annotate(pool, MEMORY_ANNOTATION, encode_memory(decision.memory))
             state.memory_written_at = now
-        self._record(state, decision, now)
 
-    def _record(self, state: PoolState, decision: Decision, now: float) -> None:
+    def _record(self, state: PoolState, decision: Decision, obs: Observation, now: float) -> None:
         if self.metrics is None:
             return
         recorder = self.metrics.pool(*_key(state.pool))
@@ -373,6 +327,18 @@ class Autoscaler:
             oldest_pending_age_seconds=max(0.0, now - oldest),
             now=now,
         )
+        recorder.record_reachable(obs.workload_cluster_reachable)
+        shape = policy_config_from_spec(state.pool.spec).shape
+        ratio = utilisation(obs.cells, shape) if obs.metrics.fresh else None
+        recorder.record_utilization(
+            ratio, fresh=obs.metrics.fresh, age_seconds=obs.metrics.age_seconds
+        )
+        if decision.reason is Reason.SCALED_UP and decision.act:
+            # Each pending pod's wait until capacity for it was requested, counted once.
+            for pod in obs.pending:
+                if pod.key not in state.latency_reported:
+                    recorder.observe_decision_latency(now - pod.first_seen)
+            state.latency_reported = {p.key for p in obs.pending}
 
 
 def _meta(obj: JSON, field_name: str) -> str:

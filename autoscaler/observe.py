@@ -252,6 +252,21 @@ def with_requested(
     return cells + extra
 
 
+def utilisation(cells: Iterable[CellView], shape: CellShape) -> float | None:
+    """Mean over the Ready cells' GPUs of max(memory, cores, slots) allocated; None if none."""
+    ratios = [
+        max(
+            g.memory_mib / shape.memory_mib,
+            g.cores_percent / shape.cores_percent,
+            g.slots / shape.slots,
+        )
+        for c in cells
+        if c.state is CellState.READY
+        for g in c.gpus
+    ]
+    return sum(ratios) / len(ratios) if ratios else None
+
+
 def observation(
     pending: tuple[PendingPod, ...],
     cells: tuple[CellView, ...],

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autoscaler.loop import WorkloadSnapshot
+from autoscaler.loop_ports import WorkloadSnapshot
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.signals.ports import PrometheusUnavailable
 from autoscaler.signals.prometheus import PrometheusSource

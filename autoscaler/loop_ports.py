@@ -1,0 +1,89 @@
+"""The ports of the autoscaling loop: what it needs from the world, as Protocols.
+
+Why this module exists: the loop (``autoscaler.loop``) is tested with in-memory fakes and run
+with Kubernetes adapters (``gpucellpool.kube.adapters``); both sides implement exactly these
+small interfaces, and neither imports the other's machinery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autoscaler.policy.types import GPUUsage, MetricsHealth
+from gpucellpool.api.pool import GPUCellPool
+
+JSON = dict[str, Any]
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSnapshot:
+    """What the workload cluster's caches hold right now."""
+
+    synced: bool
+    pods: Sequence[JSON] = ()
+    nodes: Sequence[JSON] = ()
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    error: str = ""
+
+
+class WorkloadView(Protocol):
+    def cluster_of(self, pool: GPUCellPool) -> object:
+        """A hashable key of the pool's workload cluster (pools sharing it share the key)."""
+        ...
+
+    def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot: ...
+
+
+class UsageSource(Protocol):
+    async def usage(
+        self, pool: GPUCellPool, nodes: Sequence[str]
+    ) -> tuple[Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
+        """Per-node GPU usage (None: use pod annotations) and its health."""
+        ...
+
+
+class PoolWriter(Protocol):
+    async def apply_status(self, body: JSON) -> None: ...
+
+    async def annotate(self, pool: GPUCellPool, key: str, value: str) -> None: ...
+
+    async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None: ...
+
+
+class PoolRecorder(Protocol):
+    """The slice of ``gpucellpool.metrics.PoolMetrics`` the loop uses."""
+
+    def record_decision(
+        self,
+        *,
+        reason: str,
+        desired: int,
+        demand_cells: float,
+        allocated_cells: float,
+        pending_asks: int,
+        unschedulable: int,
+        oldest_pending_age_seconds: float,
+        now: float,
+    ) -> bool: ...
+
+    def record_reachable(self, reachable: bool) -> None: ...
+
+    def record_utilization(
+        self, ratio: float | None, *, fresh: bool, age_seconds: float
+    ) -> None: ...
+
+    def observe_decision_latency(self, seconds: float) -> None: ...
+
+
+class MetricsPort(Protocol):
+    def pool(self, namespace: str, name: str) -> PoolRecorder: ...
+
+    def forget(self, namespace: str, name: str) -> None: ...

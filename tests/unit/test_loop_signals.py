@@ -1,0 +1,101 @@
+"""The loop's signals: Prometheus usage (fresh, stale, hanging) and the metrics it records.
+
+What these prove: with ``spec.autoscaling.prometheus`` set the loop reads usage through the
+``UsageSource`` port; a stale or hanging source (bounded by a timeout) makes the observation
+unfresh, which freezes scale-down instead of reading as idle; decisions land in the real
+``OperatorMetrics`` registry (desired cells, reachability, freshness, decision latency counted
+once per pod).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+from prometheus_client import CollectorRegistry
+
+from autoscaler.loop import Autoscaler, LoopSettings
+from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
+from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.metrics import OperatorMetrics
+from tests.unit.test_loop_fakes import (
+    FakeWorkload,
+    FakeWriter,
+    VirtualClock,
+    pending_pod,
+    pool_manifest,
+    with_cells,
+)
+
+SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, usage_timeout_s=0.05)
+PROM = {"prometheus": {"url": "http://prometheus:9090"}}
+
+
+class Usage:
+    def __init__(self, fresh: bool = True, hang: bool = False) -> None:
+        self.fresh, self.hang, self.calls = fresh, hang, 0
+
+    async def usage(
+        self, pool: GPUCellPool, nodes: Sequence[str]
+    ) -> tuple[Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
+        self.calls += 1
+        if self.hang:
+            await asyncio.Event().wait()
+        return {n: (GPUUsage(),) for n in nodes}, MetricsHealth(self.fresh, 0.0, "test")
+
+
+def idle_ready_pool() -> dict[str, object]:
+    rows = [{"name": "a-0", "index": 0, "phase": "Ready", "nodeName": "a-0"}]
+    raw = with_cells(pool_manifest("a", behavior={"scaleDown": {"stabilizationWindowSeconds": 0}},
+                                   scaleDownDelayAfterScaleUp="0s", **PROM), rows)  # fmt: skip
+    raw["status"]["desiredReplicas"] = 1  # type: ignore[index]
+    return raw
+
+
+async def decide_with(usage: Usage) -> Reason:
+    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
+    workload.nodes = [{"metadata": {"name": "a-0"}}]
+    scaler = Autoscaler(workload, writer, clock, usage=usage, settings=SETTINGS)
+    try:
+        scaler.pool_event("ADDED", idle_ready_pool())
+        await clock.advance(0.2)
+        if usage.hang:  # the timeout is on the event loop's clock: wait for it, bounded
+            for _ in range(200):
+                if scaler.pools[("ns", "a")].last_decision is not None:
+                    break
+                await asyncio.sleep(0.005)
+        decision = scaler.pools[("ns", "a")].last_decision
+        assert decision is not None and usage.calls == 1
+        return decision.reason
+    finally:
+        await scaler.close()
+
+
+async def test_fresh_idle_usage_scales_down_stale_or_hanging_freezes() -> None:
+    assert await decide_with(Usage(fresh=True)) == Reason.SCALED_DOWN
+    assert await decide_with(Usage(fresh=False)) == Reason.METRICS_STALE
+    assert await decide_with(Usage(hang=True)) == Reason.METRICS_STALE
+
+
+async def test_decisions_land_in_the_metrics_registry() -> None:
+    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
+    registry = CollectorRegistry()
+    scaler = Autoscaler(workload, writer, clock, OperatorMetrics(registry), settings=SETTINGS)
+    try:
+        scaler.pool_event("ADDED", pool_manifest("a"))
+        await clock.advance(0.2)
+        workload.pods["p"] = pending_pod("p")
+        scaler.cluster_event("wl")
+        await clock.advance(0.3)
+        labels = {"namespace": "ns", "pool": "a"}
+        value = registry.get_sample_value
+        assert value("gpucellpool_desired_cells", labels) == 1
+        assert value("gpucellpool_metrics_fresh", labels) == 1
+        assert value("gpucellpool_decision_latency_seconds_count", labels) == 1
+        workload.pods["q"] = pending_pod("q", mem_mib=24576)
+        scaler.cluster_event("wl")
+        await clock.advance(0.3)
+        assert value("gpucellpool_desired_cells", labels) == 2
+        assert value("gpucellpool_decision_latency_seconds_count", labels) == 2  # q only
+    finally:
+        await scaler.close()
