@@ -120,6 +120,7 @@ class App:
             for path in (SWIFTGUESTS_PATH, MACHINES_PATH)
         ]
         self._cluster_of: dict[tuple[str, str], ClusterKey] = {}
+        self._releases: set[asyncio.Task[None]] = set()
         self.health = HealthServer(
             self.live, self.ready, self.registry, settings.health_host, settings.health_port
         )
@@ -135,6 +136,10 @@ class App:
         secret = (wc.get("kubeconfigSecretRef") or {}).get("name")
         if kind == "DELETED":
             self._cluster_of.pop(key, None)
+            # Stop watching a workload cluster no remaining pool uses.
+            release = self.clusters.release_unused(set(self._cluster_of.values()))
+            self._releases.add(task := asyncio.create_task(release))
+            task.add_done_callback(self._releases.discard)
         elif secret:
             cluster = ClusterKey(key[0], str(secret), str(wc.get("key") or "value"))
             self._cluster_of[key] = cluster
