@@ -134,8 +134,10 @@ class KubeApi(Protocol):
 
     async def create(self, obj: Mapping[str, Any]) -> JSON: ...
 
-    async def delete(self, kind: Kind, namespace: str | None, name: str) -> bool:
-        """Request deletion; False when it was already gone."""
+    async def delete(
+        self, kind: Kind, namespace: str | None, name: str, grace_period_s: int | None = None
+    ) -> bool:
+        """Request deletion (``grace_period_s`` overrides the object's); False when gone."""
         ...
 
     async def evict(self, namespace: str, name: str) -> None: ...
@@ -267,9 +269,12 @@ class RestKubeApi:
         path = kind.path(obj["metadata"].get("namespace"))
         return await self._call("POST", path, [("fieldManager", FIELD_MANAGER)], dict(obj))
 
-    async def delete(self, kind: Kind, namespace: str | None, name: str) -> bool:
+    async def delete(
+        self, kind: Kind, namespace: str | None, name: str, grace_period_s: int | None = None
+    ) -> bool:
+        query = [] if grace_period_s is None else [("gracePeriodSeconds", str(grace_period_s))]
         try:
-            await self._call("DELETE", kind.path(namespace, name))
+            await self._call("DELETE", kind.path(namespace, name), query)
         except NotFound:
             return False
         return True

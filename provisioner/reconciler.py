@@ -36,6 +36,7 @@ from provisioner.fsm.manifests import owner_reference
 from provisioner.fsm.membership import MembershipLimits, MembershipPlan
 from provisioner.fsm.rollout import template_hash
 from provisioner.fsm.rows import to_time, tombstone
+from provisioner.fsm.vocabulary import TEARDOWN_PHASES
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.planning import JoinTemplate, PlanInput, read_join_template, render
 from provisioner.planning import plan as plan_cells
@@ -249,8 +250,9 @@ class Reconciler:
         message = step.message + (
             " (Node left behind: workload unreachable)" if step.node_left_behind else ""
         )
-        if step.action is DrainAction.ABANDON:
-            phase = previous.phase if previous else CellPhase.READY
+        if step.action is DrainAction.ABANDON:  # back in service: the phase it had before
+            kept = previous is not None and previous.phase not in TEARDOWN_PHASES
+            phase = previous.phase if previous is not None and kept else step.phase
         return teardown_row(previous, cell, phase, str(step.reason), message, now)
 
     async def _create(

@@ -93,9 +93,12 @@ class FaultyKubeApi:
         result: JSON = await self._mutate(what, lambda: self.inner.create(obj))
         return result
 
-    async def delete(self, kind: Kind, namespace: str | None, name: str) -> bool:
+    async def delete(
+        self, kind: Kind, namespace: str | None, name: str, grace_period_s: int | None = None
+    ) -> bool:
         result: bool = await self._mutate(
-            f"delete {kind.kind}/{name}", lambda: self.inner.delete(kind, namespace, name)
+            f"delete {kind.kind}/{name}",
+            lambda: self.inner.delete(kind, namespace, name, grace_period_s),
         )
         return result
 

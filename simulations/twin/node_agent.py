@@ -14,6 +14,11 @@ inside the VM:
 * HAMi device plugin: after a delay sets ``gpu=on``, the ``hami.io/node-nvidia-register``
   annotation (v2.8+ JSON) and allocatable ``nvidia.com/gpu = gpus x split count``.
 
+* kubelet, pods: a pod bound to one of its Nodes that carries a deletionTimestamp (an eviction
+  or a graceful delete) is finished off (deleted with grace 0, as the kubelet does once the
+  containers stopped); with ``run_pods`` a Pending pod bound to its Node is started
+  (``Running``, ``Ready=True``), which the Eviction API and the disruption controller look at.
+
 Failure knobs per cell: never registers, GPU never advertised, NotReady after a delay.
 """
 
@@ -93,6 +98,7 @@ class SimulatedNodeAgent(PollingController):
     split_count: int = 10
     device_memory_mib: int = 8192
     poll_s: float = 0.1
+    run_pods: bool = False
     _booted_at: dict[str, float] = field(default_factory=dict)
     _nodes: dict[str, _Registered] = field(default_factory=dict)
 
@@ -112,6 +118,23 @@ class SimulatedNodeAgent(PollingController):
                 continue
             reg.vm_off = reg.vm_off or uid not in live
             await self._tend(reg, now)
+            if not (reg.gone or reg.vm_off):
+                await self._kubelet_pods(reg, now)
+
+    async def _kubelet_pods(self, reg: _Registered, now: float) -> None:
+        selector = f"spec.nodeName={reg.node}"
+        for pod in await self.workload.list(KINDS["Pod"], self.namespace, field_selector=selector):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") is not None:
+                await self.workload.delete(
+                    KINDS["Pod"], meta["namespace"], meta["name"], grace_period_s=0
+                )
+            elif self.run_pods and (pod.get("status") or {}).get("phase") in (None, "Pending"):
+                ready = {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(now)}
+                status = {"phase": "Running", "conditions": [ready], "startTime": rfc3339(now)}
+                await self.workload.patch(
+                    KINDS["Pod"], meta["namespace"], meta["name"], {"status": status}, status=True
+                )
 
     async def _register(self, guest: JSON, now: float) -> None:
         name = str(guest["metadata"]["name"])
