@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.spec import Provisioner
@@ -29,8 +30,10 @@ from provisioner.backends.swiftguest import SwiftGuestBackend
 from provisioner.cells import identity, observe_cell, sweep_orphan_nodes, teardown_row
 from provisioner.clock import Clock
 from provisioner.drainer import drive_drain
+from provisioner.events import EventSink, KubeEventSink, emit_all
 from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
 from provisioner.fsm.drain import DrainAction, DrainCause
+from provisioner.fsm.events import pass_events
 from provisioner.fsm.identity import POOL_FINALIZER
 from provisioner.fsm.manifests import owner_reference
 from provisioner.fsm.membership import MembershipLimits, MembershipPlan
@@ -73,12 +76,15 @@ class Reconciler:
         workload_factory: ApiFactory = api_from_kubeconfig,
         backends: Mapping[Provisioner, CellBackend] | None = None,
         limits: MembershipLimits | None = None,
+        events: EventSink | None = None,
     ) -> None:
         """``limits``: churn limits (in-flight cap, replacement backoff); defaults as the
-        earlier implementation (2 in flight, 30 s doubling backoff, 5 failures per index)."""
+        earlier implementation (2 in flight, 30 s doubling backoff, 5 failures per index).
+        ``events``: where transitions are announced (default: Events in the pool's namespace)."""
         self.infra = infra
         self.limits = limits or MembershipLimits()
         self.clock = clock
+        self.events: EventSink = events or KubeEventSink(infra, clock)
         self.clients = WorkloadClients(infra, workload_factory)
         self.backends: Mapping[Provisioner, CellBackend] = backends or {
             Provisioner.SWIFT_GUEST: SwiftGuestBackend(infra),
@@ -187,11 +193,23 @@ class Reconciler:
         final = list(rows.values())
         conds = conditions(pool, final, summary, now)
         await write_status(self.infra, pool, status_patch(pool, final, conds, summary.desired))
+        await self._announce(pool, prev, final, conds)
         ready = sum(1 for r in final if r.phase is CellPhase.READY)
         busy = summary.created > 0 or ready != summary.desired
         busy = busy or any(r.phase is not CellPhase.READY for r in final)
         delay = BUSY_REQUEUE_S if busy else IDLE_REQUEUE_S
         return ReconcileResult(requeue_after_s=delay, ready=ready)
+
+    async def _announce(
+        self,
+        pool: GPUCellPool,
+        prev: dict[str, CellStatus],
+        final: list[CellStatus],
+        conds: list[dict[str, Any]],
+    ) -> None:
+        """Events for what this (successfully published) pass changed."""
+        before = [c.to_api() for c in pool.status.conditions or []]
+        await emit_all(self.events, pool, pass_events(prev, final, before, conds))
 
     def _desired(self, pool: GPUCellPool) -> int:
         scaling = pool.spec.autoscaling
@@ -317,6 +335,7 @@ class Reconciler:
         summary = PassSummary(reach, 0, None, "", 0)
         conds = conditions(pool, final, summary, now)
         await write_status(self.infra, pool, status_patch(pool, final, conds, 0))
+        await self._announce(pool, prev, final, conds)
         return ReconcileResult(requeue_after_s=BUSY_REQUEUE_S)
 
 
