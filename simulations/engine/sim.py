@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoscaler.policy.fit import constraints_fit
 from autoscaler.policy.types import CellState, Decision, PolicyConfig, PolicyMemory
 from simulations.engine import hami
 from simulations.engine.metrics import Counters, Integrals, Sample, SimResult
@@ -87,7 +88,13 @@ class Simulation:
         self.react = bool(getattr(policy, "react_on_arrival", config.react_on_arrival))
         self.world = World(self.shape, config.node_policy, config.gpu_policy)
         self.rng = random.Random(config.seed)
-        self.pods = [p for p in pods if hami.fits_fresh_cell(p.ask, self.shape)]
+        template = config.policy_config.node_template
+        self.pods = [
+            p
+            for p in pods
+            if hami.fits_fresh_cell(p.ask, self.shape)
+            and constraints_fit(p.constraints(), template).ok
+        ]
         self.unschedulable = len(pods) - len(self.pods)
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0

@@ -13,6 +13,7 @@ from autoscaler.policy.types import (
     Decision,
     GPUAsk,
     GPUUsage,
+    NodeTemplate,
     Observation,
     PolicyConfig,
     PolicyMemory,
@@ -215,9 +216,15 @@ def test_warm_start_places_pods_present_at_zero() -> None:
 
 
 def test_unschedulable_pods_are_left_out_and_counted() -> None:
-    pods = (TracePod("big", 0.0, 10.0, GPUAsk(gpu_count=2)), TracePod("a", 0.0, 10.0, HALF))
-    result = simulate(pods, Scripted([(0.0, 1, ())]), config())
-    assert result.unschedulable == 1 and result.pods == 1
+    pods = (
+        TracePod("big", 0.0, 10.0, GPUAsk(gpu_count=2)),
+        TracePod("elsewhere", 0.0, 10.0, HALF, node_selector=(("gpu", "h100"),)),
+        TracePod("here", 0.0, 10.0, HALF, node_selector=(("gpu", "a100"),)),
+        TracePod("a", 0.0, 10.0, HALF),
+    )
+    pool = PolicyConfig(max_replicas=10, node_template=NodeTemplate(labels={"gpu": "a100"}))
+    result = simulate(pods, Scripted([(0.0, 1, ())]), config(policy_config=pool))
+    assert result.unschedulable == 2 and result.pods == 2
 
 
 def test_hami_gpu_and_node_policies() -> None:
