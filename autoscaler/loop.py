@@ -301,10 +301,11 @@ class Autoscaler:
         out = outcome(decision, reachable)
         changed = out != state.published
         if changed:
+            if state.event_reason is None:  # after a restart or takeover: what status says,
+                # read before our write (its watch event may update raw_status meanwhile)
+                state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
             await self.writer.apply_status(status_apply_body(pool, out, state.raw_status, now))
             state.published = out
-            if state.event_reason is None:  # after a restart or takeover: what status says
-                state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
             if state.event_reason != out.reason:
                 await self.writer.event(pool, out.reason, note(out), not reachable)
                 state.event_reason = out.reason

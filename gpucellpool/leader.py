@@ -85,7 +85,12 @@ class LeaderElector:
     def _set(self, leader: bool) -> None:
         if leader != self.is_leader:
             self.is_leader = leader
-            log.info("leadership changed", extra={"leader": leader, "id": self.settings.identity})
+            log.info(
+                "leadership changed: leader=%s holder=%r",
+                leader,
+                self.holder,
+                extra={"leader": leader, "id": self.settings.identity},
+            )
             if self._on_change is not None:
                 self._on_change(leader)
 
@@ -127,6 +132,7 @@ class LeaderElector:
         mine = holder == self.settings.identity
         expired = not holder or now - self._observed[1] >= duration
         if not mine and not expired:
+            log.debug("lease held by %r", holder)
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
         await self.api.replace(self._body(lease, transitions))
@@ -143,8 +149,7 @@ class LeaderElector:
         try:
             won = await self.try_acquire_or_renew()
         except Exception as exc:  # a lost round, not a crash
-            if not isinstance(exc, LeaseConflict):
-                log.warning("lease round failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+            log.warning("lease round failed: %s: %s", type(exc).__name__, exc)
             if self.is_leader and now - self._renewed_at >= self.settings.renew_deadline_s:
                 self._set(False)
             self.known = True
@@ -164,6 +169,7 @@ class LeaderElector:
         """Give the Lease up (clean shutdown) so a standby need not wait a whole lease."""
         if not self.is_leader:
             return
+        log.info("releasing the lease")
         self._set(False)
         with contextlib.suppress(Exception):
             lease = await self.api.get()

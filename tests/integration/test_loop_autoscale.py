@@ -32,7 +32,7 @@ from tests.integration.test_loop_helpers import (
     watch_pool,
 )
 
-TRIALS = 8
+TRIALS = 15
 
 
 async def test_pending_pod_scales_up_within_a_second(

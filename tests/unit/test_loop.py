@@ -11,6 +11,7 @@ memory survives a restart through the pool annotation.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -250,3 +251,23 @@ async def test_overwritten_status_is_republished_without_a_duplicate_event(world
     await clock.advance(0.2)
     assert len(writer.for_pool("a")) == 3
     assert [r for _, r, _ in writer.events] == ["Idle"]
+
+
+async def test_first_event_survives_the_watch_echo_of_our_own_write() -> None:
+    """The watch event of our status write can arrive before the write call returns."""
+    clock, workload = VirtualClock(), FakeWorkload()
+    raw = pool_manifest("a")
+
+    class EchoingWriter(FakeWriter):
+        async def apply_status(self, body: dict[str, Any]) -> None:
+            await super().apply_status(body)
+            scaler.pool_event("MODIFIED", {**raw, "status": body["status"]})
+
+    writer = EchoingWriter()
+    scaler = Autoscaler(workload, writer, clock, settings=SETTINGS)
+    try:
+        scaler.pool_event("ADDED", raw)
+        await clock.advance(0.2)
+        assert [r for _, r, _ in writer.events] == ["Idle"]
+    finally:
+        await scaler.close()
