@@ -39,6 +39,11 @@ async def rollout_plan(
     workload: KubeApi | None,
 ) -> RolloutPlan:
     rolling = pool.spec.update_policy.type == "RollingUpdate"
+    knobs = pool.spec.update_policy.rolling_update
+    surge = knobs.max_surge if knobs is not None and knobs.max_surge is not None else 0
+    unavailable = 1
+    if knobs is not None and knobs.max_unavailable is not None:
+        unavailable = knobs.max_unavailable
     entries = []
     for name, cell in sorted(cells.items(), key=lambda kv: kv[1].index):
         row = rows.get(name)
@@ -62,6 +67,8 @@ async def rollout_plan(
             desired_replicas=desired,
             rolling_update=rolling,
             workload_reachable=workload is not None,
+            max_surge=surge,
+            max_unavailable=unavailable,
         )
     )
 

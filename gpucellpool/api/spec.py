@@ -236,11 +236,25 @@ class DeletionSpec(KubeModel):
     """After this long from the delete request, pool deletion proceeds anyway."""
 
 
+class RollingUpdate(KubeModel):
+    """How many cells a rolling update may add or take out of service at once."""
+
+    max_surge: int | None = Field(default=None, ge=0, le=100)
+    """Cells created above the desired count while stale ones are replaced (absent: 0). Each
+    extra cell holds a physical GPU until its stale cell is drained."""
+    max_unavailable: int | None = Field(default=None, ge=0, le=100)
+    """Ready cells that may be out of service at once (absent: 1). When both are 0, 1 is
+    used, so a rollout can always make progress."""
+
+
 class UpdatePolicy(KubeModel):
     """What happens to cells built from an older guestTemplate."""
 
     type: Literal["Manual", "RollingUpdate"] = "Manual"
-    """RollingUpdate replaces stale idle cells one at a time; Manual only reports them."""
+    """RollingUpdate replaces stale cells (idle ones first); Manual only reports them."""
+    rolling_update: RollingUpdate | None = None
+    """Surge and unavailability limits of RollingUpdate; absent: one cell at a time, no surge
+    (maxSurge 0, maxUnavailable 1)."""
 
 
 class GPUCellPoolSpec(KubeModel):

@@ -147,8 +147,9 @@ def _live(rows: tuple[MemberRow, ...]) -> list[MemberRow]:
 
 
 def _removals(inp: MembershipInput, live: list[MemberRow]) -> tuple[str, ...]:
-    """Scale-down victims: Failed cells, then the autoscaler's choice, then highest index."""
-    excess = len(live) - max(inp.desired_replicas, 0)
+    """Scale-down victims: Failed cells, then the autoscaler's choice, then highest index.
+    A rollout's surge (positive ``creation_adjustment``) is not excess: its cells stay."""
+    excess = len(live) - max(inp.desired_replicas + max(inp.creation_adjustment, 0), 0)
     if excess <= 0:
         return ()
     by_name = {r.name: r for r in live}

@@ -92,3 +92,42 @@ async def test_manual_update_policy_only_reports_drift(
     assert cond(pool, "Updated")["status"] == "False"
     assert status(pool)["cells"][0]["guestUID"] == uid  # not replaced
     assert status(pool)["readyCells"] == 1
+
+
+async def test_rolling_update_with_surge_never_drops_below_desired(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    policy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pool_obj = swiftguest_pool("surge", namespace, replicas=2, updatePolicy=policy)
+    key = await setup_pool(infra_api, workload, pool_obj)
+    reconciler = Reconciler(infra_api, clock)
+    seen_ready: list[int] = []
+    seen_guests: list[int] = []
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            pool = await converge(reconciler, key, ready_with(2), timeout_s=30)
+            old_hashes = {r["templateHash"] for r in status(pool)["cells"]}
+            await infra_api.patch(KINDS["GPUCellPool"], namespace, "surge", NEW_IMAGE)
+
+            async def rolled(p: JSON | None) -> bool:
+                s = status(p)
+                if s.get("observedGeneration") != (p or {})["metadata"]["generation"]:
+                    return False
+                seen_ready.append(s.get("readyCells", 0))
+                seen_guests.append(len(await infra_api.list(KINDS["SwiftGuest"], namespace)))
+                done = cond(p, "Updated").get("reason") == "AllCellsCurrent"
+                return done and ready_with(2)(p)
+
+            pool = await converge(reconciler, key, rolled, timeout_s=90)
+    finally:
+        await reconciler.close()
+    assert min(seen_ready) >= 2  # maxUnavailable 0: never below desired
+    assert max(seen_guests) == 3  # maxSurge 1: one extra cell, never two
+    new_hashes = {r["templateHash"] for r in status(pool)["cells"]}
+    assert len(new_hashes) == 1 and not new_hashes & old_hashes
+    guests = await infra_api.list(KINDS["SwiftGuest"], namespace)
+    assert all(g["spec"]["imageRef"]["name"] == "gpu-worker-noble-590" for g in guests)

@@ -296,6 +296,10 @@ def test_creation_adjustment_surges_and_holds_back_but_never_removes() -> None:
     assert len(plan(READY3, desired=3, creation_adjustment=1).create) == 1
     held = plan((cell(0), cell(1), cell(2, P.DRAINING)), desired=3, creation_adjustment=-1)
     assert held.create == () and held.remove == ()
+    # The surge cell a rollout created is not scale-down excess while the surge lasts.
+    surged = (*READY3, cell(3, P.BOOTING))
+    assert plan(surged, desired=3, creation_adjustment=1).remove == ()
+    assert plan(surged, desired=3, creation_adjustment=0).remove == ("gpu-3",)
 
 
 def test_history_is_kept_across_replacement() -> None:

@@ -81,9 +81,10 @@ def test_membership_invariants(inp: MembershipInput) -> None:
     assert len(live) + len(created) <= max(
         inp.desired_replicas + inp.creation_adjustment, len(live)
     )
-    # Removal only of live cells, only down to the desired size, never with growth.
+    # Removal only of live cells, only down to the desired size (plus surge), never with growth.
     assert set(plan.remove) <= {r.name for r in live}
-    assert len(live) - len(plan.remove) >= min(inp.desired_replicas, len(live))
+    keep = inp.desired_replicas + max(inp.creation_adjustment, 0)
+    assert len(live) - len(plan.remove) >= min(keep, len(live))
     assert not (plan.remove and plan.create)
     # Replacement only of live Failed cells not being removed, whose backoff has elapsed.
     by_name = {r.name: r for r in live}
