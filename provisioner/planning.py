@@ -93,6 +93,7 @@ class PlanInput:
     now: float
     limits: MembershipLimits = field(default_factory=MembershipLimits)
     creation_adjustment: int = 0
+    free_gpus: int | None = None
 
 
 def _template_error(inp: PlanInput) -> str:
@@ -125,6 +126,7 @@ def plan(inp: PlanInput) -> MembershipPlan:
             workload_reachable=inp.reachable,
             limits=inp.limits,
             creation_adjustment=inp.creation_adjustment,
+            free_physical_gpus=inp.free_gpus,
             pool_ever_ready=any(r.ready_once for r in all_rows),
         )
     )

@@ -35,11 +35,13 @@ from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
 from provisioner.fsm.drain import DrainAction, DrainCause
 from provisioner.fsm.events import pass_events
 from provisioner.fsm.identity import POOL_FINALIZER
+from provisioner.fsm.inventory import physical_condition
 from provisioner.fsm.manifests import owner_reference
 from provisioner.fsm.membership import MembershipLimits, MembershipPlan
 from provisioner.fsm.rollout import template_hash
 from provisioner.fsm.rows import to_time, tombstone
-from provisioner.fsm.vocabulary import TEARDOWN_PHASES
+from provisioner.fsm.vocabulary import PRE_GPU_PHASES, TEARDOWN_PHASES, StallReason
+from provisioner.inventory import free_physical_gpus
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.planning import JoinTemplate, PlanInput, read_join_template, render
 from provisioner.planning import plan as plan_cells
@@ -141,6 +143,7 @@ class Reconciler:
         desired = self._desired(pool)
         rollout = await rollout_plan(pool, cells, rows, current_hash, desired, workload)
         await self._mark(backend, cells, rollout.drain, DrainCause.ROLLING_UPDATE, now)
+        free = await free_physical_gpus(self.infra, pool)
         plan = plan_cells(
             PlanInput(
                 pool,
@@ -154,6 +157,7 @@ class Reconciler:
                 now=now,
                 limits=self.limits,
                 creation_adjustment=rollout.creation_adjustment,
+                free_gpus=free,
             )
         )
         await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)
@@ -175,6 +179,11 @@ class Reconciler:
             plan.stall_message,
             len(created),
             updated_condition(rollout),
+            physical_condition(
+                free,
+                sum(1 for r in rows.values() if r.phase in PRE_GPU_PHASES),
+                plan.stall is StallReason.INSUFFICIENT_PHYSICAL_GPU,
+            ),
         )
         return await self._publish(pool, rows, prev, summary, now)
 

@@ -17,6 +17,7 @@ from gpucellpool.api.conditions import ConditionType
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import rfc3339
+from provisioner.fsm.inventory import PhysicalCondition
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES
 from provisioner.kube import JSON, KINDS, KubeApi
 from provisioner.workload import Reachability
@@ -41,14 +42,15 @@ def count(rows: Iterable[CellStatus]) -> Counts:
 def set_condition(
     conditions: list[dict[str, Any]],
     type_: str,
-    status: bool,
+    status: bool | str,
     reason: str,
     message: str,
     now: float,
     generation: int,
 ) -> list[dict[str, Any]]:
-    """Upsert one condition; ``lastTransitionTime`` moves only when ``status`` flips."""
-    value = "True" if status else "False"
+    """Upsert one condition; ``lastTransitionTime`` moves only when ``status`` flips.
+    ``status``: a bool, or the literal "True" / "False" / "Unknown"."""
+    value = status if isinstance(status, str) else ("True" if status else "False")
     old = next((c for c in conditions if c.get("type") == type_), None)
     moved = old is None or old.get("status") != value
     entry = {
@@ -72,6 +74,7 @@ class PassSummary:
     stall_message: str = ""
     created: int = 0
     updated: tuple[bool, str, str] | None = None
+    physical: PhysicalCondition | None = None
 
 
 def conditions(
@@ -100,6 +103,11 @@ def conditions(
     raw = set_condition(raw, ConditionType.PROGRESSING, *progressing, now, gen)
     if summary.updated is not None:
         raw = set_condition(raw, ConditionType.UPDATED, *summary.updated, now, gen)
+    if summary.physical is not None:
+        p = summary.physical
+        raw = set_condition(
+            raw, ConditionType.PHYSICAL_GPUS_AVAILABLE, p.status, p.reason, p.message, now, gen
+        )
     if not reach.reachable:
         ready = (False, "Unreachable", reach.message)
     elif summary.desired == 0 and c.ready == 0:

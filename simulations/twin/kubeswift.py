@@ -26,6 +26,7 @@ from typing import Any
 
 from provisioner.clock import Clock
 from provisioner.kube import JSON, KINDS, KubeApi
+from simulations.twin import gpu_ledger
 from simulations.twin.common import PollingController, condition, same_conditions
 
 GPU_FINALIZER = "kubeswift.io/gpu-allocation"
@@ -90,7 +91,10 @@ class SimulatedKubeSwift(PollingController):
                 KINDS["SwiftGuest"], meta["namespace"], meta["name"], patch
             )
         seed_ok = await self._seed_exists(guest)
-        status = self._status(guest, uid, now - first, seed_ok, now)
+        no_capacity = False
+        if (guest.get("spec") or {}).get("gpuProfileRef"):  # Native: take a GPU from the ledger
+            no_capacity = await gpu_ledger.hold(self.api, uid) is False
+        status = self._status(guest, uid, now - first, seed_ok, now, no_capacity)
         await self._write(guest, status)
 
     @staticmethod
@@ -109,7 +113,7 @@ class SimulatedKubeSwift(PollingController):
         return self._slots.setdefault(uid, len(self._slots))
 
     def _status(
-        self, guest: JSON, uid: str, age: float, seed_ok: bool, now: float
+        self, guest: JSON, uid: str, age: float, seed_ok: bool, now: float, no_capacity: bool
     ) -> dict[str, Any]:
         name = guest["metadata"]["name"]
         fault, t = self._fault(name), self.timings
@@ -125,6 +129,10 @@ class SimulatedKubeSwift(PollingController):
             condition("StorageReady", True, "StorageReady", "", now),
         ]
         status: dict[str, Any] = {"phase": "Scheduling"}
+        if no_capacity:
+            msg = "no free GPU in the SwiftGPUNode ledger"
+            conds.append(condition("GPUAllocated", False, "NoCapacity", msg, now))
+            return {**status, "phase": "Pending", "conditions": conds}
         if age < t.allocate_s or fault.stuck_scheduling:
             conds.append(condition("PodScheduled", False, "PodNotScheduled", "Scheduling", now))
             if dra:
@@ -230,6 +238,7 @@ class SimulatedKubeSwift(PollingController):
 
     async def _release(self, guest: JSON) -> None:
         meta = guest["metadata"]
+        await gpu_ledger.release(self.api, str(meta["uid"]))
         finalizers = list(meta.get("finalizers") or [])
         if GPU_FINALIZER in finalizers:
             patch = {
