@@ -15,7 +15,7 @@ from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.capi import provider_id
 from simulations.twin.scenario import Twin, clusterapi_pool, converge, poll_until
-from tests.integration.test_provisioner_swiftguest import (
+from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     cell_nodes,
     names,

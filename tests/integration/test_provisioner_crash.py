@@ -20,7 +20,7 @@ from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.faults import CrashPlan, FaultyKubeApi, InjectedCrash
 from simulations.twin.scenario import Twin, converge, swiftguest_pool
-from tests.integration.test_provisioner_swiftguest import (
+from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     cell_nodes,
     names,

@@ -28,7 +28,7 @@ from simulations.twin.scenario import (
     kubeconfig_secret,
     swiftguest_pool,
 )
-from tests.integration.test_provisioner_swiftguest import (
+from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     cell_nodes,
     cond,

@@ -13,7 +13,7 @@ from provisioner.kube import JSON, KINDS, KubeApi
 from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, converge, swiftguest_pool
-from tests.integration.test_provisioner_swiftguest import (
+from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     cond,
     ready_with,

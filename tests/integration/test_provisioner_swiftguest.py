@@ -9,10 +9,6 @@ deletion drains everything and leaves nothing behind.
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
-from typing import Any
-
-import pytest
 
 from provisioner.clock import SystemClock
 from provisioner.fsm.identity import (
@@ -24,67 +20,23 @@ from provisioner.fsm.identity import (
 from provisioner.kube import JSON, KINDS, KubeApi
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import (
-    Twin,
-    api_for,
-    converge,
-    join_secret,
-    kubeconfig_secret,
-    swiftguest_pool,
+from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from tests.integration.provisioner_support import (
+    apis,  # noqa: F401  (fixture)
+    cell_nodes,
+    cond,
+    gpu_pod,
+    names,
+    ready_with,
+    setup_pool,
+    status,
 )
 
 
-@pytest.fixture
-async def apis(
-    infra: ClusterEndpoint, workload: ClusterEndpoint
-) -> AsyncIterator[tuple[KubeApi, KubeApi]]:
-    infra_api = await api_for(infra.kubeconfig_path)
-    workload_api = await api_for(workload.kubeconfig_path)
-    yield infra_api, workload_api
-    await infra_api.close()
-    await workload_api.close()
-
-
-async def setup_pool(infra_api: KubeApi, workload: ClusterEndpoint, pool: JSON) -> PoolKey:
-    ns = pool["metadata"]["namespace"]
-    await infra_api.apply(kubeconfig_secret(ns, workload.kubeconfig_path.read_text()))
-    await infra_api.apply(join_secret(ns))
-    await infra_api.apply(pool)
-    return PoolKey(ns, pool["metadata"]["name"])
-
-
-def status(pool: JSON | None) -> dict[str, Any]:
-    return (pool or {}).get("status") or {}
-
-
-def cond(pool: JSON | None, type_: str) -> dict[str, Any]:
-    return next((c for c in status(pool).get("conditions") or [] if c["type"] == type_), {})
-
-
-def ready_with(n: int) -> Any:
-    def check(pool: JSON | None) -> bool:
-        s = status(pool)
-        cells = s.get("cells") or []
-        return (
-            s.get("readyCells") == n
-            and len(cells) == n
-            and cond(pool, "Ready").get("status") == "True"
-            and (pool or {}).get("metadata", {}).get("generation") == s.get("observedGeneration")
-        )
-
-    return check
-
-
-async def names(api: KubeApi, kind: str, ns: str | None, selector: str = "") -> set[str]:
-    return {o["metadata"]["name"] for o in await api.list(KINDS[kind], ns, label_selector=selector)}
-
-
-async def cell_nodes(workload_api: KubeApi, ident: PoolIdentity) -> set[str]:
-    return await names(workload_api, "Node", None, f"cells.kubeswift.io/pool-id={ident.pool_id}")
-
-
 async def test_pool_reaches_ready_through_all_three_layers(
-    apis: tuple[KubeApi, KubeApi], workload: ClusterEndpoint, namespace: str
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
 ) -> None:
     infra_api, workload_api = apis
     clock = SystemClock()
@@ -142,7 +94,9 @@ async def _scale(infra_api: KubeApi, key: PoolKey, replicas: int) -> None:
 
 
 async def test_scale_one_three_one_drains_removed_cells(
-    apis: tuple[KubeApi, KubeApi], workload: ClusterEndpoint, namespace: str
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
 ) -> None:
     infra_api, workload_api = apis
     clock = SystemClock()
@@ -160,7 +114,7 @@ async def test_scale_one_three_one_drains_removed_cells(
             assert {c["name"] for c in status(pool)["cells"]} == {"scale-0", "scale-1", "scale-2"}
             assert await cell_nodes(workload_api, ident) == {"scale-0", "scale-1", "scale-2"}
             # A GPU pod on scale-2 keeps it from being deleted: the drain waits for idle.
-            pod = _gpu_pod(namespace, "busy", "scale-2")
+            pod = gpu_pod(namespace, "busy", "scale-2")
             await workload_api.create(pod)
             await _scale(infra_api, key, 1)
 
@@ -189,18 +143,10 @@ async def test_scale_one_three_one_drains_removed_cells(
     assert await cell_nodes(workload_api, ident) == {"scale-0"}
 
 
-def _gpu_pod(namespace: str, name: str, node: str) -> JSON:
-    container = {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"nodeName": node, "containers": [container]},
-    }
-
-
 async def test_pool_deletion_drains_and_leaves_nothing_behind(
-    apis: tuple[KubeApi, KubeApi], workload: ClusterEndpoint, namespace: str
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
 ) -> None:
     infra_api, workload_api = apis
     clock = SystemClock()
