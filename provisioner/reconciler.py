@@ -41,7 +41,7 @@ from provisioner.fsm.membership import MembershipLimits, MembershipPlan
 from provisioner.fsm.rollout import template_hash
 from provisioner.fsm.rows import to_time, tombstone
 from provisioner.fsm.vocabulary import PRE_GPU_PHASES, TEARDOWN_PHASES, StallReason
-from provisioner.inventory import free_physical_gpus
+from provisioner.inventory import capacity_available, free_physical_gpus
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.planning import JoinTemplate, PlanInput, read_join_template, render
 from provisioner.planning import plan as plan_cells
@@ -184,6 +184,7 @@ class Reconciler:
                 sum(1 for r in rows.values() if r.phase in PRE_GPU_PHASES),
                 plan.stall is StallReason.INSUFFICIENT_PHYSICAL_GPU,
             ),
+            await capacity_available(workload, rows.values(), desired),
         )
         return await self._publish(pool, rows, prev, summary, now)
 

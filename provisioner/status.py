@@ -75,6 +75,7 @@ class PassSummary:
     created: int = 0
     updated: tuple[bool, str, str] | None = None
     physical: PhysicalCondition | None = None
+    capacity: tuple[str, str, str] | None = None
 
 
 def conditions(
@@ -108,6 +109,8 @@ def conditions(
         raw = set_condition(
             raw, ConditionType.PHYSICAL_GPUS_AVAILABLE, p.status, p.reason, p.message, now, gen
         )
+    if summary.capacity is not None:
+        raw = set_condition(raw, ConditionType.CAPACITY_AVAILABLE, *summary.capacity, now, gen)
     if not reach.reachable:
         ready = (False, "Unreachable", reach.message)
     elif summary.desired == 0 and c.ready == 0:

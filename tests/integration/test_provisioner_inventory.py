@@ -20,6 +20,7 @@ from simulations.twin.scenario import Twin, converge, swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     cond,
+    gpu_pod,
     ready_with,
     setup_pool,
     status,
@@ -90,3 +91,34 @@ async def test_three_cells_with_two_free_gpus_creates_two_and_says_why(
     assert (progressing["status"], progressing["reason"]) == ("False", "InsufficientPhysicalGPU")
     assert cond(after, "PhysicalGPUsAvailable")["status"] == "True"
     assert cond(after, "PhysicalGPUsAvailable")["reason"] == "FreeDevices"
+
+
+async def test_capacity_available_follows_hami_allocations(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    key = await setup_pool(infra_api, workload, swiftguest_pool("cap", namespace, replicas=1))
+    reconciler = Reconciler(infra_api, clock)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
+            free = cond(pool, "CapacityAvailable")
+            # HAMi allocated the whole GPU (8192 MiB, 100 %) to one pod on the cell.
+            pod = gpu_pod(namespace, "hog", "cap-0")
+            plan = "GPU-x,NVIDIA,8192,100:;"
+            pod["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": plan}
+            await workload_api.create(pod)
+
+            def saturated(p: JSON | None) -> bool:
+                return cond(p, "CapacityAvailable").get("reason") == "Saturated"
+
+            full = await converge(reconciler, key, saturated, timeout_s=20)
+    finally:
+        await reconciler.close()
+    assert (free["status"], free["reason"]) == ("True", "CapacityFree")
+    assert free["message"] == "0/8192 MiB, 0/100% cores allocated"
+    assert cond(full, "CapacityAvailable")["status"] == "False"
+    assert cond(full, "CapacityAvailable")["message"] == "8192/8192 MiB, 100/100% cores allocated"

@@ -1,0 +1,50 @@
+"""CapacityAvailable from HAMi's registration and allocation annotations (pure)."""
+
+from __future__ import annotations
+
+import json
+
+from provisioner.fsm.capacity import (
+    CellCapacity,
+    allocated,
+    capacity_condition,
+    register_devices,
+)
+
+ANN = "hami.io/vgpu-devices-allocated"
+
+
+def test_register_json_and_legacy() -> None:
+    js = json.dumps(
+        [{"devmem": 8192, "devcore": 100, "health": True}, {"devmem": 1, "health": False}]
+    )
+    assert register_devices(js) == ((8192, 100),)
+    legacy = "GPU-a,10,16384,100,NVIDIA-T4,0,true:GPU-b,10,16384,100,NVIDIA-T4,0,false:"
+    assert register_devices(legacy) == ((16384, 100),)
+    assert register_devices(None) is None and register_devices("[{") is None
+    assert register_devices("garbage") is None
+
+
+def test_allocated_sums_container_devices_of_live_pods() -> None:
+    pods = [
+        {"metadata": {"annotations": {ANN: "GPU-a,NVIDIA,1000,30:;GPU-a,NVIDIA,500,20:;"}}},
+        {
+            "metadata": {"annotations": {ANN: "GPU-a,NVIDIA,9999,99:;"}},
+            "status": {"phase": "Succeeded"},
+        },
+        {"metadata": {}},
+    ]
+    assert allocated(pods, ANN) == (1500, 50)
+
+
+def test_condition_reasons() -> None:
+    one = ((8192, 100),)
+    assert capacity_condition([], 0)[1] == "ScaledToZero"
+    assert capacity_condition([], 2)[0] == "Unknown"
+    assert capacity_condition([CellCapacity(None)], 1)[1] == "Unknown"
+    assert capacity_condition([CellCapacity(())], 1)[1] == "Unknown"
+    assert capacity_condition([CellCapacity(one, 100, 10)], 1)[:2] == ("True", "CapacityFree")
+    assert capacity_condition([CellCapacity(one, 100, 100)], 1)[:2] == ("False", "Saturated")
+    assert capacity_condition([CellCapacity(one, 8192, 0)], 1)[1] == "Saturated"
+    mixed = [CellCapacity(one, 0, 100), CellCapacity(((16384, 100),), 0, 100)]
+    assert capacity_condition(mixed, 2)[:2] == ("True", "Heterogeneous")  # memory only
