@@ -115,8 +115,8 @@ def policy_config_from_spec(
 
     The shape is the one a live cell reported (``learned_shape``), else the declared
     ``autoscaling.cellShape``, else HAMi's defaults with ``expectedDevicesPerCell`` GPUs.
-    Legacy windows (no ``behavior``) become cooldowns, as the original used them: no scale-up
-    within ``stabilizationWindow`` of the last one, no scale-down within
+    Legacy windows, when set and not replaced by ``behavior``, become cooldowns as the original
+    used them: no scale-up within ``stabilizationWindow`` of the last one, no scale-down within
     ``scaleDownStabilizationWindow`` of any action. With autoscaling off, min = max =
     ``spec.replicas``.
     """

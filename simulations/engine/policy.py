@@ -52,9 +52,10 @@ class ProductionPolicy:
 
 
 def legacy_windows_policy() -> ProductionPolicy:
-    """Our policy as a GPUCellPool without ``behavior`` configures it: the original's windows
-    become cooldowns (no scale-up within 10 min of the last, no scale-down within 30 min of
-    any action), see ``autoscaler.policy.config.policy_config_from_spec``."""
+    """Our policy as an old GPUCellPool that sets the original's default windows
+    (``stabilizationWindow: 10m``, ``scaleDownStabilizationWindow: 30m``) and no ``behavior``
+    configures it: they become cooldowns (no scale-up within 10 min of the last, no scale-down
+    within 30 min of any action), see ``autoscaler.policy.config.policy_config_from_spec``."""
     return ProductionPolicy(
         "gpucellpool-legacy-windows",
         {"scale_up_cooldown_seconds": 600.0, "scale_down_cooldown_seconds": 1800.0},
