@@ -254,7 +254,7 @@ class PolicyConfig:
     scale_down_enabled: bool = True
     scale_down_delay_after_scale_up_seconds: float = 600.0
     utilization_threshold: float = 0.5  # a cell below this is a scale-down candidate
-    max_cells_in_flight: int = 2
+    max_cells_in_flight: int = 4  # chosen from the sweep in docs/autoscaling.md
     disruption_budget: int = 1  # cells draining at once
     headroom_cells: int = 0
     prewarm: bool = False

@@ -253,7 +253,7 @@ class AutoscalingSpec(KubeModel):
     a scale-down candidate; 0 means only empty cells are."""
     scale_down_delay_after_scale_up: Duration = Duration("10m")
     """No scale-down this soon after a scale-up."""
-    max_cells_in_flight: int = Field(default=2, ge=1, le=100)
+    max_cells_in_flight: int = Field(default=4, ge=1, le=100)
     """At most this many cells booting at once."""
     disruption_budget: int = Field(default=1, ge=1, le=100)
     """At most this many cells draining at once."""

@@ -250,7 +250,7 @@ def test_the_apiserver_fills_the_original_defaults(infra: ClusterEndpoint, names
     assert "stabilizationWindow" not in spec["autoscaling"]  # no default: unset = react at once
     assert "scaleDownStabilizationWindow" not in spec["autoscaling"]
     assert spec["autoscaling"]["scaleDown"] == "Manual"
-    assert spec["autoscaling"]["maxCellsInFlight"] == 2
+    assert spec["autoscaling"]["maxCellsInFlight"] == 4
 
 
 def test_kubectl_scale_changes_spec_replicas(infra: ClusterEndpoint, namespace: str) -> None:

@@ -82,7 +82,7 @@ DEFAULTS = [
     ("autoscaling.mode", "Active"),
     ("autoscaling.utilizationThresholdPercent", 50),
     ("autoscaling.scaleDownDelayAfterScaleUp", "10m"),
-    ("autoscaling.maxCellsInFlight", 2),
+    ("autoscaling.maxCellsInFlight", 4),
     ("autoscaling.disruptionBudget", 1),
     ("autoscaling.headroomCells", 0),
     ("autoscaling.prewarm.enabled", False),
