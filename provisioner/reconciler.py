@@ -18,7 +18,7 @@ crash left behind are swept. Order of a pass:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpucellpool.api.pool import GPUCellPool
@@ -66,6 +66,15 @@ class ReconcileResult:
     requeue_after_s: float | None = None
     gone: bool = False
     ready: int = 0
+
+
+def membership_limits(pool: GPUCellPool, base: MembershipLimits) -> MembershipLimits:
+    """The churn limits for this pool: an autoscaled pool's in-flight cap is its own
+    ``spec.autoscaling.maxCellsInFlight`` (the number the policy plans with), so the
+    provisioner never throttles a scale-up the autoscaler sized; other pools keep ``base``."""
+    if not pool.spec.autoscaling.enabled:
+        return base
+    return replace(base, max_in_flight=pool.spec.autoscaling.max_cells_in_flight)
 
 
 class Reconciler:
@@ -155,7 +164,7 @@ class Reconciler:
                 join,
                 reachable=workload is not None,
                 now=now,
-                limits=self.limits,
+                limits=membership_limits(pool, self.limits),
                 creation_adjustment=rollout.creation_adjustment,
                 free_gpus=free,
             )
