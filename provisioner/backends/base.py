@@ -98,7 +98,14 @@ def index_objects(pool: GPUCellPool, objects: list[JSON]) -> dict[str, tuple[int
 
 
 def rfc3339(seconds: float) -> str:
+    """Whole-second RFC 3339, as Kubernetes writes metav1.Time."""
     return datetime.fromtimestamp(int(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_micro(seconds: float) -> str:
+    """RFC 3339 with microseconds, for our own timestamps that timeouts are measured from:
+    truncating to whole seconds would end a drain up to a second before its drainTimeout."""
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 async def mark_draining(
@@ -109,7 +116,7 @@ async def mark_draining(
         return
     patch = {
         "metadata": {
-            "annotations": {DRAIN_ANNOTATION: cause, DRAIN_STARTED_ANNOTATION: rfc3339(now)}
+            "annotations": {DRAIN_ANNOTATION: cause, DRAIN_STARTED_ANNOTATION: rfc3339_micro(now)}
         }
     }
     ns = cell.outer["metadata"].get("namespace")
