@@ -1,0 +1,55 @@
+"""The fidelity measures on hand-made step functions (simulations.fidelity)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulations.fidelity import cell_hours, compare, normalise, value_at
+
+
+def test_identical_timelines_agree_everywhere() -> None:
+    line = [(0.0, 0.0), (10.0, 3.0), (50.0, 1.0)]
+    got = compare(line, line, 0.0, 100.0)
+    assert got.within_fraction == 1.0 and got.max_gap_cells == 0.0
+    assert got.cell_hours_a == got.cell_hours_b == pytest.approx((40 * 3 + 50 * 1) / 3600)
+    assert got.cell_hours_ratio == 1.0 and got.passes()
+
+
+def test_share_of_time_outside_the_tolerance() -> None:
+    twin = [(0.0, 0.0), (10.0, 5.0)]
+    sim = [(0.0, 0.0), (10.0, 3.0), (30.0, 5.0)]  # 2 cells apart during [10, 30)
+    got = compare(twin, sim, 0.0, 100.0)
+    assert got.within_fraction == pytest.approx(0.8)
+    assert got.max_gap_cells == 2.0
+    assert not got.passes()
+    assert compare(twin, sim, 0.0, 100.0, tolerance=2.0).within_fraction == 1.0
+
+
+def test_one_cell_apart_is_within_tolerance_but_costs() -> None:
+    got = compare([(0.0, 11.0)], [(0.0, 10.0)], 0.0, 3600.0)
+    assert got.within_fraction == 1.0
+    assert got.cell_hours_ratio == pytest.approx(1.1)
+    assert not got.passes()  # 10 % more cell-hours
+
+
+def test_horizon_clips_and_zero_before_first_point() -> None:
+    line = [(5.0, 2.0), (15.0, 4.0)]
+    assert value_at(line, 4.9) == 0.0 and value_at(line, 5.0) == 2.0 and value_at(line, 99) == 4.0
+    assert cell_hours(line, 10.0, 20.0) == pytest.approx((5 * 2 + 5 * 4) / 3600)
+
+
+def test_normalise_sorts_keeps_last_at_an_instant_and_drops_repeats() -> None:
+    assert normalise([(2.0, 1.0), (1.0, 1.0), (1.0, 3.0), (3.0, 3.0)]) == [
+        (1.0, 3.0),
+        (2.0, 1.0),
+        (3.0, 3.0),
+    ]
+
+
+def test_empty_reference_and_empty_horizon() -> None:
+    got = compare([(0.0, 1.0)], [], 0.0, 10.0)
+    assert math.isnan(got.cell_hours_ratio) and got.within_fraction == 1.0
+    with pytest.raises(ValueError):
+        compare([], [], 5.0, 5.0)
