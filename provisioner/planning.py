@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import CellObjects
 from provisioner.cells import identity
 from provisioner.fsm.bootstrap import RenderError, RenderInputs, render_template
+from provisioner.fsm.drain import DrainCause
 from provisioner.fsm.membership import (
     MembershipInput,
     MembershipLimits,
@@ -111,7 +113,9 @@ def plan(inp: PlanInput) -> MembershipPlan:
         row = inp.rows.get(name) or inp.previous.get(name) or fallback
         if cell.drain_cause:
             row = row.model_copy(update={"phase": CellPhase.DRAINING})
-        members.append(member_row(row, True, inp.current_hash))
+        member = member_row(row, True, inp.current_hash)
+        replacing = cell.drain_cause == DrainCause.REPLACE_FAILED
+        members.append(dataclasses.replace(member, replacing=replacing))
     for name, old in inp.previous.items():
         if name not in inp.cells and (kept := tombstone(old)) is not None:
             members.append(member_row(kept, False, inp.current_hash))

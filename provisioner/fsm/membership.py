@@ -13,7 +13,9 @@ pure function of the current rows, the per-index failure history, the limits and
   FaultNotInTheCell (hopeless pool, or HAMi unusable pool-wide), BootstrapCredentialSuspect;
 * remove Failed cells first, then the autoscaler's victims, then the highest index;
 * keep the failure history for EVERY index, autoscaled ones included (the earlier
-  implementation dropped tombstones at ``index >= spec.replicas`` and with them the backoff).
+  implementation dropped tombstones at ``index >= spec.replicas`` and with them the backoff);
+* a replaced cell comes back at its own index: while the failed object is being deleted the
+  index is reserved and counts toward the desired size, so no other index is filled instead.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ class MemberRow:
     cell's Node was Ready with 0 devices advertised (evidence for FaultNotInTheCell).
     ``current_template``: the row's template hash is the current one; the hash covers the join
     template's content, so fixing the join Secret makes older NodeNeverRegistered failures
-    stop counting as evidence against the credential.
+    stop counting as evidence against the credential. ``replacing``: the row's outer object is
+    being torn down to replace a Failed cell; its index is reserved for the new incarnation, so
+    the failure history and backoff stay with the index (a replacement never jumps to another
+    index while the old object is still going).
     """
 
     name: str
@@ -51,6 +56,7 @@ class MemberRow:
     reason: str = ""
     fault_outside_cell: bool = False
     current_template: bool = True
+    replacing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,11 +243,16 @@ def _free_indexes(inp: MembershipInput, count: int) -> list[int]:
     return chosen
 
 
+def _reserved(rows: tuple[MemberRow, ...]) -> int:
+    """Indexes held for a replacement: the failed object is still being deleted."""
+    return sum(1 for r in rows if r.has_object and r.replacing and r.phase in TEARDOWN_PHASES)
+
+
 def _creations(
     inp: MembershipInput, live: list[MemberRow]
 ) -> tuple[list[CellToCreate], StallReason | None, str]:
     target = max(inp.desired_replicas + inp.creation_adjustment, 0)
-    wanted = target - len(live)
+    wanted = target - len(live) - _reserved(inp.rows)
     if wanted <= 0:
         return [], None, ""
     guard = _creation_guard(inp)

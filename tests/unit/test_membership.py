@@ -95,6 +95,26 @@ def test_draining_cells_hold_their_index_but_do_not_count() -> None:
     assert [c.index for c in p.create] == [2]
 
 
+def test_index_being_replaced_is_reserved_for_its_replacement() -> None:
+    # The failed gpu-0 is being deleted to be replaced: no cell is created at another index
+    # meanwhile (the replacement must inherit index 0's failure history and backoff).
+    replacing = cell(0, P.DRAINING, replacing=True)
+    assert plan((replacing, cell(1)), desired=2).create == ()
+    # Once the object is gone, the replacement comes back at index 0 (backoff has passed).
+    gone = cell(0, P.FAILED, has_object=False)
+    p = plan((gone, cell(1)), desired=2, history={0: IndexHistory(1, NOW - 31)})
+    assert [c.index for c in p.create] == [0]
+
+
+def test_reserved_index_still_leaves_room_for_a_scale_up() -> None:
+    # Desired grew while gpu-0 is being replaced: the extra cell is created elsewhere now.
+    p = plan((cell(0, P.DRAINING, replacing=True), cell(1)), desired=3)
+    assert [c.index for c in p.create] == [2]
+    # A scale-down drain does not reserve its index: a new cell may be created meanwhile.
+    p = plan((cell(0, P.DRAINING), cell(1)), desired=2)
+    assert [c.index for c in p.create] == [2]
+
+
 # Failed cells: (id, failure count, seconds since last failure, expected replace?, expected stall)
 FAILED = [
     ("first-failure-within-backoff", 1, 29, False, None),
