@@ -4,8 +4,10 @@ Why this module exists: for every cell the reconciler must read the outer object
 backend), the workload Node and its kubelet Lease, hand them to the pure ``decide_cell``, and
 carry out the two Node-side consequences the decision may ask for (adopt = relabel, reap =
 delete a stale Node). It also keeps the Node's identity (``instance`` label = outer UID) and the
-user's labels, annotations and taints applied - only on Nodes this pool owns; a foreign Node is
-never written to. Destructive steps re-read the Node first.
+user's labels, annotations and taints applied - only on Nodes this pool owns (by labels, or by
+the cell's providerID when Cluster API's bootstrap provider rendered the join data and the Node
+registered without our labels: that is how such a Node gets them); a foreign Node is never
+written to. Destructive steps re-read the Node first.
 """
 
 from __future__ import annotations
@@ -116,7 +118,12 @@ async def ensure_node_identity(
 
 
 async def _node_status(
-    api: KubeApi | None, pool: GPUCellPool, cell: CellObjects, known: frozenset[str], now: float
+    api: KubeApi | None,
+    pool: GPUCellPool,
+    cell: CellObjects,
+    known: frozenset[str],
+    now: float,
+    provider_id: str = "",
 ) -> tuple[NodeStatus, JSON | None]:
     if api is None:
         return NodeStatus(), None
@@ -132,6 +139,7 @@ async def _node_status(
         known,
         now,
         device_plugin_mode=device_plugin,
+        expected_provider_id=provider_id,
     )
     return status, view.node
 
@@ -165,7 +173,9 @@ async def observe_cell(
 ) -> CellPass:
     """Run the FSM for one live cell and do the Node-side follow-ups it asks for."""
     outer = backend.observe(cell, pool.spec.cell.node_ip_from)
-    node, raw_node = await _node_status(workload, pool, cell, known_instances, now)
+    node, raw_node = await _node_status(
+        workload, pool, cell, known_instances, now, outer.provider_id
+    )
     obs = CellObservation(
         outer=outer,
         node=node,

@@ -28,7 +28,7 @@ from provisioner.fsm.drain import (
     PodOnNode,
     decide_drain,
 )
-from provisioner.fsm.identity import CELL_DRAIN_FINALIZER, is_owned_node
+from provisioner.fsm.identity import CELL_DRAIN_FINALIZER, node_ownership
 from provisioner.fsm.observations import parse_time_s
 from provisioner.fsm.vocabulary import CellPhase
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, KubeError
@@ -76,16 +76,28 @@ def _pod(obj: JSON, uses_gpu: bool) -> PodOnNode:
     )
 
 
+def _owned(node: JSON | None, pool: GPUCellPool, cell: CellObjects, provider_id: str) -> bool:
+    """Labels or the cell's providerID (a CAPI Node the operator had not labelled yet)."""
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    node_pid = str(((node or {}).get("spec") or {}).get("providerID") or "")
+    ours = node_ownership(labels, node_pid, identity(pool), frozenset({cell.uid}), provider_id)
+    return ours.owned
+
+
 async def _observe(
-    pool: GPUCellPool, cell: CellObjects, workload: KubeApi | None, policy: DrainPolicy, now: float
+    pool: GPUCellPool,
+    cell: CellObjects,
+    workload: KubeApi | None,
+    policy: DrainPolicy,
+    now: float,
+    provider_id: str = "",
 ) -> tuple[DrainInput, JSON | None]:
     node: JSON | None = None
     known, allocations = False, 0
     pods: tuple[PodOnNode, ...] = ()
     if workload is not None:
         node = await workload.get(KINDS["Node"], None, cell.name)
-        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-        if node is not None and not is_owned_node(labels, identity(pool), frozenset({cell.uid})):
+        if node is not None and not _owned(node, pool, cell, provider_id):
             node = None  # foreign: never cordoned or deleted
         if node is not None:
             try:
@@ -149,9 +161,10 @@ async def drive_drain(
 ) -> DrainStep:
     """Observe, decide, act; repeat until the cell has to wait. Returns the last step."""
     policy = drain_policy(pool, cell, clock_now)
+    provider_id = backend.observe(cell, pool.spec.cell.node_ip_from).provider_id
     step = DrainStep(DrainAction.WAIT, CellPhase.DRAINING, "CellDraining", "")
     for _ in range(MAX_STEPS_PER_PASS):
-        inp, _node = await _observe(pool, cell, workload, policy, clock_now)
+        inp, _node = await _observe(pool, cell, workload, policy, clock_now, provider_id)
         step = decide_drain(inp)
         if step.action in (DrainAction.WAIT, DrainAction.DONE):
             return step

@@ -40,7 +40,9 @@ class OuterStatus:
     ``failed`` means a *terminal* failure as judged by the observer; ``network_failed`` is a
     running guest that gave up on DHCP (``NetworkReady=False/DHCPTimeout``).
     ``waiting_message`` carries why the guest is not progressing (e.g. the launcher pod's
-    ``PodScheduled=False`` message), shown in the cell message.
+    ``PodScheduled=False`` message), shown in the cell message. ``provider_id``: the providerID
+    the infrastructure provider assigned (Cluster API mode; "" otherwise) - proof that a Node
+    carrying it is this cell's even before the operator has labelled it.
     """
 
     exists: bool = False
@@ -54,6 +56,7 @@ class OuterStatus:
     failure_message: str = ""
     network_failed: bool = False
     waiting_message: str = ""
+    provider_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +80,15 @@ class NodeStatus:
     """The workload Node named after the cell.
 
     ``instance_label``: value of ``cells.kubeswift.io/instance`` ("" if absent);
-    ``owned``: the identity predicate says the Node is this pool's (see identity.is_owned_node);
+    ``owned``: the identity predicate says the Node is this pool's (see identity.node_ownership:
+    labels, or the cell's providerID); ``foreign_detail``: why it is not, when it is not;
     ``liveness``: kubelet liveness from the Lease / NodeStatus heartbeat.
     """
 
     exists: bool = False
     ready: bool = False
     owned: bool = True
+    foreign_detail: str = ""
     instance_label: str = ""
     liveness: Liveness = Liveness.UNKNOWN
     capacity: GPUCapacity = GPUCapacity()
@@ -214,7 +219,8 @@ def _node_step(obs: CellObservation) -> _Step | None:
         return _Step(
             CellPhase.JOINING,
             CellReason.FOREIGN_NODE,
-            "a Node with this name belongs to someone else; it is never touched",
+            "a Node with this name belongs to someone else; it is never touched"
+            + (f" ({node.foreign_detail})" if node.foreign_detail else ""),
             CellReason.NODE_NAME_COLLISION,
         )
     stale = node.instance_label not in ("", uid)

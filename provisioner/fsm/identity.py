@@ -8,7 +8,10 @@ Getting this wrong deletes somebody else's Node, so the rules live in one pure p
 * a pool identity that is unique across namespaces (``cells.kubeswift.io/pool-id``, a hash of
   ``<namespace>/<pool>``): the earlier implementation labelled Nodes with the bare pool name,
   so two same-named pools in different namespaces swept each other's Nodes;
-* the ownership predicate (foreign Nodes are never touched);
+* the ownership predicate (foreign Nodes are never touched): this pool's labels, or - when
+  Cluster API's bootstrap provider rendered the join data, so the Node registers without our
+  labels - the cell's providerID (``kubeswift://<namespace>/<name>``, stamped on the Node by
+  CAPKS and on the KubeSwiftMachine / Machine) on a Node that carries no other pool's labels;
 * kubelet liveness (Lease renewed < 90 s, else NodeStatus heartbeat < 6 min, else unknown) and
   the stale/orphan reaping decision built on it: unknown never authorises a delete.
 """
@@ -33,6 +36,7 @@ RELEASE_GUARD_ANNOTATION = f"{API_GROUP}/release-guard"
 POOL_FINALIZER = f"{API_GROUP}/pool"
 CELL_DRAIN_FINALIZER = f"{API_GROUP}/cell-drain"
 CAPI_CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+KUBESWIFT_PROVIDER_ID_SCHEME = "kubeswift://"
 
 MAX_INDEX_DIGITS = 5
 MAX_INDEX = 10**MAX_INDEX_DIGITS - 1
@@ -119,6 +123,58 @@ def is_owned_node(
         return pool_id == pool.pool_id
     instance = labels.get(INSTANCE_LABEL, "")
     return instance != "" and instance in known_instances
+
+
+def kubeswift_provider_id(namespace: str, name: str) -> str:
+    """The providerID CAPKS gives a KubeSwiftMachine and its Node (guest name = KSM name)."""
+    return f"{KUBESWIFT_PROVIDER_ID_SCHEME}{namespace}/{name}"
+
+
+class OwnershipProof(enum.StrEnum):
+    """Why a Node counts as this pool's (or ``NONE``: it does not, and is never touched)."""
+
+    LABELS = "Labels"
+    PROVIDER_ID = "ProviderID"
+    NONE = "None"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOwnership:
+    proof: OwnershipProof
+    detail: str = ""
+
+    @property
+    def owned(self) -> bool:
+        return self.proof is not OwnershipProof.NONE
+
+
+def node_ownership(
+    labels: Mapping[str, str],
+    provider_id: str,
+    pool: PoolIdentity,
+    known_instances: frozenset[str] = frozenset(),
+    expected_provider_id: str = "",
+) -> NodeOwnership:
+    """Labels first (``is_owned_node``); else the cell's providerID, if the Node claims no pool.
+
+    ``expected_provider_id``: the providerID the infrastructure provider assigned to the cell
+    (Machine / KubeSwiftMachine ``spec.providerID``; "" when none is known, e.g. the SwiftGuest
+    provisioner). A Node labelled for any pool (another namespace's, another name) is judged by
+    its labels alone: a providerID never overrides somebody else's label claim.
+    """
+    if is_owned_node(labels, pool, known_instances):
+        return NodeOwnership(OwnershipProof.LABELS)
+    if POOL_LABEL in labels or POOL_ID_LABEL in labels:
+        return NodeOwnership(OwnershipProof.NONE, "labelled for another pool")
+    if expected_provider_id and provider_id == expected_provider_id:
+        return NodeOwnership(OwnershipProof.PROVIDER_ID)
+    if not expected_provider_id:
+        return NodeOwnership(OwnershipProof.NONE, "no pool labels")
+    if not provider_id:
+        detail = f"no pool labels and no providerID yet (the cell's is {expected_provider_id})"
+        return NodeOwnership(OwnershipProof.NONE, detail)
+    detail = f"providerID {provider_id} is not the cell's {expected_provider_id}"
+    return NodeOwnership(OwnershipProof.NONE, detail)
 
 
 class Liveness(enum.StrEnum):

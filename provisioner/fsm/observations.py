@@ -35,8 +35,8 @@ from provisioner.fsm.identity import (
     INSTANCE_LABEL,
     KubeletHeartbeat,
     PoolIdentity,
-    is_owned_node,
     kubelet_liveness,
+    node_ownership,
 )
 
 HAMI_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
@@ -145,6 +145,9 @@ def observe_machine(
     if machine is None:
         return OuterStatus()
     phase = _get(machine, "status", "phase") or ""
+    provider_id = str(
+        _get(machine, "spec", "providerID") or _get(kubeswift_machine, "spec", "providerID") or ""
+    )
 
     def as_machine(status: OuterStatus) -> OuterStatus:
         """The Machine is the cell's outer object: its identity, the guest's progress."""
@@ -154,6 +157,7 @@ def observe_machine(
             uid=str(_get(machine, "metadata", "uid") or ""),
             created_at_s=parse_time_s(_get(machine, "metadata", "creationTimestamp")),
             deleting=_get(machine, "metadata", "deletionTimestamp") is not None,
+            provider_id=provider_id,
         )
 
     if phase == "Failed":
@@ -202,13 +206,17 @@ def observe_node(
     pool: PoolIdentity,
     known_instances: frozenset[str],
     now_s: float,
+    *,
     gate_labels: Mapping[str, str] | None = None,
     device_plugin_mode: bool = True,
+    expected_provider_id: str = "",
 ) -> NodeStatus:
     """The workload Node named after the cell (None = not found) and its kubelet Lease.
 
     ``gate_labels``: labels HAMi's device plugin needs (default ``gpu=on``);
-    ``device_plugin_mode`` False (HAMi DRA) skips the allocatable check and the gate.
+    ``device_plugin_mode`` False (HAMi DRA) skips the allocatable check and the gate;
+    ``expected_provider_id``: the cell's providerID (``OuterStatus.provider_id``), a second
+    proof of ownership for a Node that registered without this pool's labels.
     """
     if node is None:
         return NodeStatus()
@@ -228,10 +236,18 @@ def observe_node(
         allocatable_gpus=_allocatable_gpus(node) if device_plugin_mode else None,
         preflight=annotations.get(GPU_PREFLIGHT_ANNOTATION, ""),
     )
+    ownership = node_ownership(
+        labels,
+        str(_get(node, "spec", "providerID") or ""),
+        pool,
+        known_instances,
+        expected_provider_id,
+    )
     return NodeStatus(
         exists=True,
         ready=ready is not None and ready.get("status") == "True",
-        owned=is_owned_node(labels, pool, known_instances),
+        owned=ownership.owned,
+        foreign_detail=ownership.detail,
         instance_label=labels.get(INSTANCE_LABEL, ""),
         liveness=kubelet_liveness(beat, now_s),
         capacity=capacity,

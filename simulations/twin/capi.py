@@ -4,10 +4,14 @@ Why this module exists: in ClusterAPI mode the operator creates only a Machine a
 KubeSwiftMachine; the SwiftGuest comes from CAPKS. This twin does what kubeswift-facts.md §6
 describes, in the same order:
 
-* Machine controller: takes the controller owner slot on the KubeSwiftMachine; phase
-  ``Pending`` -> ``Provisioning`` (bootstrap data present) -> ``Provisioned`` (infrastructure
-  ready) -> ``Running`` (a workload Node carries the Machine's providerID; ``status.nodeRef``);
-  a deleted Machine's KubeSwiftMachine is deleted too;
+* Machine controller: takes the controller owner slot on the KubeSwiftMachine and on the
+  bootstrap config (``spec.bootstrap.configRef``), whose ``status.dataSecretName`` it copies to
+  ``spec.bootstrap.dataSecretName``; copies the KubeSwiftMachine's ``spec.providerID`` to
+  ``Machine.spec.providerID``; phase ``Pending`` -> ``Provisioning`` (bootstrap data present)
+  -> ``Provisioned`` (infrastructure ready) -> ``Running`` (``status.nodeRef`` = the workload
+  Node whose ``spec.providerID`` equals the Machine's, found by providerID, not by name); a
+  deleted Machine's KubeSwiftMachine and bootstrap config are deleted too;
+* the kubeadm bootstrap provider (``capi_bootstrap``): KubeadmConfig -> data Secret;
 * CAPKS: finalizer on the KubeSwiftMachine; once ``spec.bootstrap.dataSecretName`` is readable
   (key ``value``) creates SwiftSeedProfile ``<ksm>-seed`` (userData verbatim, instance-id and
   local-hostname = ksm name) and SwiftGuest ``<ksm>`` (image, class, seed, GPU, labels, no
@@ -24,16 +28,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.clock import Clock
-from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.kube import JSON, KINDS, Kind, KubeApi, kind_of
+from simulations.twin.capi_bootstrap import reconcile_configs
 from simulations.twin.common import PollingController, condition, same_conditions
 
 KSM_FINALIZER = "kubeswiftmachine.infrastructure.cluster.x-k8s.io/finalizer"
 KSM_LABEL = "infrastructure.cluster.x-k8s.io/kubeswiftmachine"
 CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
+BOOTSTRAP_VERSION = "v1beta2"
 
 
 def provider_id(namespace: str, name: str) -> str:
     return f"kubeswift://{namespace}/{name}"
+
+
+def _config_ref(machine: JSON) -> tuple[Kind, str] | None:
+    ref = ((machine.get("spec") or {}).get("bootstrap") or {}).get("configRef")
+    if not ref:
+        return None
+    return kind_of(ref["kind"], f"{ref['apiGroup']}/{BOOTSTRAP_VERSION}"), str(ref["name"])
 
 
 @dataclass
@@ -45,6 +58,7 @@ class SimulatedClusterAPI(PollingController):
     poll_s: float = 0.1
 
     async def step(self) -> None:
+        await reconcile_configs(self.infra, self.namespace)
         for ksm in await self.infra.list(KINDS["KubeSwiftMachine"], self.namespace):
             await self._ksm(ksm)
         for machine in await self.infra.list(KINDS["Machine"], self.namespace):
@@ -57,16 +71,46 @@ class SimulatedClusterAPI(PollingController):
             "name", meta["name"]
         )
         ksm = await self.infra.get(KINDS["KubeSwiftMachine"], ns, ksm_name)
+        config_ref = _config_ref(machine)
         if meta.get("deletionTimestamp") is not None:
             if ksm is not None and ksm["metadata"].get("deletionTimestamp") is None:
                 await self.infra.delete(KINDS["KubeSwiftMachine"], ns, ksm_name)
+            if config_ref is not None:
+                await self.infra.delete(config_ref[0], ns, config_ref[1])
             return
         if ksm is not None:
-            await self._own(machine, ksm)
+            await self._own(machine, ksm, KINDS["KubeSwiftMachine"])
+        if config_ref is not None:
+            machine = await self._bootstrap(machine, *config_ref)
+        machine = await self._copy_provider_id(machine, ksm)
         await self._machine_status(machine, ksm)
 
-    async def _own(self, machine: JSON, ksm: JSON) -> None:
-        owners: list[dict[str, Any]] = list(ksm["metadata"].get("ownerReferences") or [])
+    async def _bootstrap(self, machine: JSON, kind: Kind, name: str) -> JSON:
+        """Own the bootstrap config; copy its data Secret's name into the Machine's spec."""
+        config = await self.infra.get(kind, self.namespace, name)
+        if config is None:
+            return machine
+        await self._own(machine, config, kind)
+        secret = (config.get("status") or {}).get("dataSecretName")
+        bootstrap = (machine.get("spec") or {}).get("bootstrap") or {}
+        if not secret or bootstrap.get("dataSecretName") == secret:
+            return machine
+        patch = {"spec": {"bootstrap": {"dataSecretName": secret}}}
+        return await self.infra.patch(
+            KINDS["Machine"], self.namespace, machine["metadata"]["name"], patch
+        )
+
+    async def _copy_provider_id(self, machine: JSON, ksm: JSON | None) -> JSON:
+        pid = ((ksm or {}).get("spec") or {}).get("providerID")
+        if not pid or (machine.get("spec") or {}).get("providerID") == pid:
+            return machine
+        patch = {"spec": {"providerID": pid}}
+        return await self.infra.patch(
+            KINDS["Machine"], self.namespace, machine["metadata"]["name"], patch
+        )
+
+    async def _own(self, machine: JSON, obj: JSON, kind: Kind) -> None:
+        owners: list[dict[str, Any]] = list(obj["metadata"].get("ownerReferences") or [])
         if any(o.get("controller") for o in owners):
             return
         m = machine["metadata"]
@@ -82,13 +126,11 @@ class SimulatedClusterAPI(PollingController):
         )
         patch = {
             "metadata": {
-                "resourceVersion": ksm["metadata"]["resourceVersion"],
+                "resourceVersion": obj["metadata"]["resourceVersion"],
                 "ownerReferences": owners,
             }
         }
-        await self.infra.patch(
-            KINDS["KubeSwiftMachine"], self.namespace, ksm["metadata"]["name"], patch
-        )
+        await self.infra.patch(kind, self.namespace, obj["metadata"]["name"], patch)
 
     async def _machine_status(self, machine: JSON, ksm: JSON | None) -> None:
         spec = machine.get("spec") or {}
@@ -101,9 +143,10 @@ class SimulatedClusterAPI(PollingController):
             status["phase"] = "Provisioning"
         if provisioned:
             status["phase"] = "Provisioned"
-            pid = ((ksm or {}).get("spec") or {}).get("providerID")
-            node = await self.workload.get(KINDS["Node"], None, machine["metadata"]["name"])
-            if pid and node is not None and (node.get("spec") or {}).get("providerID") == pid:
+            pid = spec.get("providerID")
+            nodes = await self.workload.list(KINDS["Node"]) if pid else []
+            node = next((n for n in nodes if (n.get("spec") or {}).get("providerID") == pid), None)
+            if node is not None:
                 status["phase"] = "Running"
                 status["nodeRef"] = {"name": node["metadata"]["name"]}
         current = machine.get("status") or {}

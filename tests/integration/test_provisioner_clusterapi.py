@@ -4,13 +4,20 @@ What this proves: with ``provisioner: ClusterAPI`` the operator creates only CAP
 after the cell, plain owner references, the drain finalizer on the Machine, the bootstrap Secret
 as ``dataSecretName``); the simulated CAPI/CAPKS controllers create the SwiftGuest from them;
 the pool reaches Ready through the same three layers, scales, and its deletion leaves nothing.
+The shipped sample's mode (``bootstrapConfigTemplateRef``: CAPI's kubeadm bootstrap provider
+renders the join data, so the Node registers without the pool's labels) works too: the Node is
+proven the cell's by providerID, then labelled.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
 from provisioner.clock import SystemClock
 from provisioner.fsm.identity import CELL_DRAIN_FINALIZER, PoolIdentity
-from provisioner.kube import KINDS, KubeApi
+from provisioner.kube import JSON, KINDS, KubeApi
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.capi import provider_id
@@ -80,3 +87,105 @@ async def test_clusterapi_pool_ready_scale_and_delete(
     finally:
         await reconciler.close()
     assert await cell_nodes(workload_api, ident) == set()
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "config" / "samples" / "clusterapi.yaml"
+
+
+def _sample_pool(namespace: str) -> JSON:
+    """config/samples/clusterapi.yaml as shipped: CAPI's bootstrap provider owns the join."""
+    pool: JSON = yaml.safe_load(SAMPLE.read_text())
+    pool["metadata"]["namespace"] = namespace
+    assert "bootstrap" not in pool["spec"]  # no joinSecretRef: the operator renders nothing
+    return pool
+
+
+def _kubeadm_config_template(namespace: str) -> JSON:
+    registration = {"kubeletExtraArgs": [{"name": "max-pods", "value": "64"}]}
+    return {
+        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
+        "kind": "KubeadmConfigTemplate",
+        "metadata": {"name": "gpu-cell-join", "namespace": namespace},
+        "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": registration}}}},
+    }
+
+
+async def test_clusterapi_sample_with_bootstrap_config_template_owns_nodes_by_provider_id(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    """The sample's mode: the Node registers without the pool's labels (the kubeadm join data
+    carries none); it is recognised by providerID, labelled, Ready through all three layers,
+    scales 1 -> 2 -> 1, deletion leaves nothing; a foreign Node is never written to."""
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    await infra_api.apply(_kubeadm_config_template(namespace))
+    key = await setup_pool(infra_api, workload, _sample_pool(namespace))
+    ident = PoolIdentity(namespace, "gpu-capi")
+    foreign_name = f"gpu-capi-foreign-{namespace[-6:]}"
+    foreign = await workload_api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": foreign_name, "labels": {"gpu": "on"}},
+            "spec": {"providerID": provider_id(namespace, foreign_name)},
+        }
+    )
+    reconciler = Reconciler(infra_api, clock)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            pool = await converge(reconciler, key, ready_with(1), timeout_s=40)
+            machine = await infra_api.get(KINDS["Machine"], namespace, "gpu-capi-0")
+            config = await infra_api.get(KINDS["KubeadmConfig"], namespace, "gpu-capi-0")
+            node = await workload_api.get(KINDS["Node"], None, "gpu-capi-0")
+            assert machine is not None and config is not None and node is not None
+            ref = machine["spec"]["bootstrap"]["configRef"]
+            assert (ref["kind"], ref["name"]) == ("KubeadmConfig", "gpu-capi-0")
+            # CABPK's Secret (named after the config), copied by CAPI, not the operator's.
+            assert machine["spec"]["bootstrap"]["dataSecretName"] == "gpu-capi-0"
+            assert not await names(infra_api, "Secret", namespace, "cells.kubeswift.io/cell")
+            assert machine["spec"]["providerID"] == provider_id(namespace, "gpu-capi-0")
+            assert machine["status"]["nodeRef"] == {"name": "gpu-capi-0"}
+            assert node["spec"]["providerID"] == machine["spec"]["providerID"]
+            labels = node["metadata"]["labels"]
+            assert labels["cells.kubeswift.io/pool-id"] == ident.pool_id
+            assert labels["cells.kubeswift.io/cell"] == "gpu-capi-0"
+            assert labels["cells.kubeswift.io/cell-index"] == "0"
+            assert labels["cells.kubeswift.io/instance"] == machine["metadata"]["uid"]
+            assert labels["gpu"] == "on"  # the pool's workloadCluster.node.labels
+            row = status(pool)["cells"][0]
+            assert row["phase"] == "Ready" and row["capacityDevices"] == 1
+
+            await infra_api.patch(
+                KINDS["GPUCellPool"], namespace, "gpu-capi", {"spec": {"replicas": 2}}
+            )
+            await converge(reconciler, key, ready_with(2), timeout_s=40)
+            assert await cell_nodes(workload_api, ident) == {"gpu-capi-0", "gpu-capi-1"}
+            await infra_api.patch(
+                KINDS["GPUCellPool"], namespace, "gpu-capi", {"spec": {"replicas": 1}}
+            )
+            await converge(reconciler, key, ready_with(1), timeout_s=40)
+            assert await cell_nodes(workload_api, ident) == {"gpu-capi-0"}
+
+            await infra_api.delete(KINDS["GPUCellPool"], namespace, "gpu-capi")
+            await converge(reconciler, key, lambda p: p is None, timeout_s=40)
+
+            async def nothing_left() -> bool:
+                kinds = ("Machine", "KubeSwiftMachine", "KubeadmConfig", "SwiftGuest")
+                for kind in (*kinds, "SwiftSeedProfile"):
+                    if await names(infra_api, kind, namespace):
+                        return False
+                return not await names(
+                    infra_api, "Secret", namespace, "cluster.x-k8s.io/cluster-name"
+                )
+
+            await poll_until(nothing_left, timeout_s=20)
+    finally:
+        await reconciler.close()
+        after = await workload_api.get(KINDS["Node"], None, foreign_name)
+        await workload_api.delete(KINDS["Node"], None, foreign_name)
+    assert await cell_nodes(workload_api, ident) == set()
+    assert await workload_api.get(KINDS["Node"], None, "gpu-capi-0") is None
+    assert after is not None  # the foreign Node: same metadata, never written to
+    assert after["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
