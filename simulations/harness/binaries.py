@@ -2,13 +2,20 @@
 
 Lookup order for etcd, kube-apiserver and kubectl: `$KUBEBUILDER_ASSETS` (the envtest layout,
 so `setup-envtest` users need nothing else), then the cache, else `go build` from the pinned
-Go tools module in `tools/k8s`. helm is built the same way from `tools/helm`. prometheus and
+Go tools module in `tools/k8s`. kube-controller-manager is not part of the envtest assets, so
+it always comes from the cache or that same build (a `KUBEBUILDER_ASSETS` user builds only it,
+once). helm is built the same way from `tools/helm`. prometheus and
 promtool come from PATH, else the cache, else the Debian package (`apt-get download` and
 `dpkg-deb -x`; no service is installed or started). Builds land in a temporary directory
 next to the cache and are renamed into place, so an interrupted build never leaves a broken
 binary behind; `versions.json` in the cache records what each file is.
 
-CLI: `python -m simulations.harness.binaries ensure [NAME ...]` and `... path NAME`.
+Go builds run under `nice` (they share the machine with test runs); set `GOFLAGS=-p=N` to
+cap their parallelism further.
+
+CLI: `python -m simulations.harness.binaries ensure [NAME ...]`, `... path NAME` and
+`... adopt NAME FILE` (copy a binary of the pinned version into the cache, e.g. a
+kube-controller-manager for a `KUBEBUILDER_ASSETS` user without Go).
 """
 
 from __future__ import annotations
@@ -70,7 +77,7 @@ def find(name: str) -> Path | None:
     if name not in versions.BINARY_VERSIONS:
         raise BinaryError(f"unknown binary {name!r}; known: {', '.join(versions.ALL_BINARIES)}")
     assets = os.environ.get("KUBEBUILDER_ASSETS")
-    if assets and name in versions.KUBE_BINARIES and _executable(Path(assets) / name):
+    if assets and name in versions.ENVTEST_BINARIES and _executable(Path(assets) / name):
         return Path(assets) / name
     if name in ("prometheus", "promtool") and (on_path := shutil.which(name)):
         return Path(on_path)
@@ -148,7 +155,9 @@ def go_toolchain() -> str:
     if exe is None:
         raise BinaryError(
             "no Go toolchain: install Go >= 1.26 or point KUBEBUILDER_ASSETS at a directory "
-            "holding etcd, kube-apiserver and kubectl (setup-envtest layout)"
+            "holding etcd, kube-apiserver and kubectl (setup-envtest layout) and put a "
+            f"{versions.KUBERNETES_VERSION} kube-controller-manager into {cache_dir()} with "
+            "`python -m simulations.harness.binaries adopt kube-controller-manager PATH`"
         )
     return exe
 
@@ -161,6 +170,7 @@ def build_go(module: str, names: Sequence[str]) -> float:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=".build-", dir=directory) as tmp:
         argv = [
+            *_nice(),
             go_toolchain(),
             "build",
             *GO_BUILD_FLAGS,
@@ -181,6 +191,12 @@ def build_go(module: str, names: Sequence[str]) -> float:
     seconds = round(time.monotonic() - started, 1)
     _record(directory, {n: _entry(n, f"go build tools/{module}", seconds) for n in names})
     return seconds
+
+
+def _nice() -> list[str]:
+    """`nice -n 10` where available: a build must not starve tests running beside it."""
+    nice = shutil.which("nice")
+    return [nice, "-n", "10"] if nice else []
 
 
 def _entry(name: str, source: str, seconds: float) -> dict[str, object]:
@@ -234,17 +250,25 @@ def adopt(name: str, path: Path, source: str) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: `ensure [NAME ...]` or `path NAME`."""
+    """CLI entry point: `ensure [NAME ...]`, `path NAME` or `adopt NAME FILE`."""
     parser = argparse.ArgumentParser(prog="python -m simulations.harness.binaries")
     sub = parser.add_subparsers(dest="command", required=True)
     ens = sub.add_parser("ensure", help="find or build/fetch the pinned binaries")
     ens.add_argument("names", nargs="*", metavar="NAME", help="default: all")
     pth = sub.add_parser("path", help="print the path of one binary (building it if needed)")
     pth.add_argument("name", choices=versions.ALL_BINARIES)
+    adp = sub.add_parser("adopt", help="copy a binary of the pinned version into the cache")
+    adp.add_argument("name", choices=versions.ALL_BINARIES)
+    adp.add_argument("file", type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "path":
             print(ensure([args.name])[args.name])
+            return 0
+        if args.command == "adopt":
+            if not _executable(args.file):
+                raise BinaryError(f"{args.file} is not an executable file")
+            print(adopt(args.name, args.file, f"adopted from {args.file}"))
             return 0
         started = time.monotonic()
         paths = ensure(args.names or versions.ALL_BINARIES)

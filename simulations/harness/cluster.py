@@ -4,16 +4,21 @@ Everything live in the project (operator, webhook, provisioner tests, benchmarks
 runs against this. One etcd on loopback with random free ports and its data in a temporary
 directory; two kube-apiservers with distinct `--etcd-prefix`, each with its own CA, serving
 certificate, service-account key, an admin client certificate in `system:masters` (RBAC is
-on, as in a real cluster) and an admin kubeconfig. No controller-manager or scheduler runs.
+on, as in a real cluster) and an admin kubeconfig. Each cluster also runs a real
+kube-controller-manager with only the controllers the project's behaviour depends on:
+`disruption` (PodDisruptionBudget status, which the Eviction API enforces), `garbagecollector`
+(ownerReferences) and `namespace` (a deleted namespace is emptied and goes away). No
+scheduler runs, and no other controller (no Deployments, no service-account tokens).
 
-`Harness.start(tmp_dir)` returns once both `/readyz` answer and the CRDs are Established;
-`stop()` (also run at interpreter exit and on garbage collection) kills every process group
-it started and waits for each exit.
+`Harness.start(tmp_dir)` returns once both `/readyz` answer, the CRDs are Established and both
+controller-managers answer `/healthz`; `stop()` (also run at interpreter exit and on garbage
+collection) kills every process group it started and waits for each exit.
 """
 
 from __future__ import annotations
 
 import secrets
+import ssl
 import time
 import urllib.request
 import weakref
@@ -24,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from simulations.harness import binaries as bins
-from simulations.harness.certs import ClusterPKI, cluster_pki
+from simulations.harness.certs import ClusterPKI, KeyPair, cluster_pki
 from simulations.harness.endpoint import ClusterEndpoint, write_kubeconfig
 from simulations.harness.procs import HarnessTimeout, ManagedProcess, free_port, wait_for
 from simulations.harness.versions import KUBE_BINARIES
@@ -34,6 +39,8 @@ PROJECT_CRDS = bins.REPO_ROOT / "crds"
 CLUSTERS = ("infrastructure", "workload")
 ADMIN_USER = "admin"
 START_ATTEMPTS = 3
+CONTROLLERS = ("disruption-controller", "garbage-collector-controller", "namespace-controller")
+"""kube-controller-manager `--controllers`: only what the project relies on (see module doc)."""
 
 
 class HarnessError(RuntimeError):
@@ -98,8 +105,45 @@ def apiserver_args(exe: Path, cfg: ApiserverConfig) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class ControllerManagerConfig:
+    """One kube-controller-manager: the cluster it serves and its own /healthz port."""
+
+    name: str
+    port: int
+    kubeconfig: Path
+    serving: KeyPair
+
+
+def controller_manager_args(exe: Path, cfg: ControllerManagerConfig) -> list[str]:
+    """kube-controller-manager flags: the CONTROLLERS only, one process per cluster, small.
+
+    Admin credentials for every controller (`--use-service-account-credentials=false`: no
+    token controller runs to mint per-controller tokens); no leader election (one instance);
+    /healthz on a loopback port, served with the apiserver's certificate so the harness CA
+    verifies it; low worker counts (test clusters hold a few hundred objects).
+    """
+    return [
+        str(exe),
+        f"--kubeconfig={cfg.kubeconfig}",
+        f"--controllers={','.join(CONTROLLERS)}",
+        "--leader-elect=false",
+        "--use-service-account-credentials=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={cfg.port}",
+        f"--tls-cert-file={cfg.serving.cert}",
+        f"--tls-private-key-file={cfg.serving.key}",
+        "--concurrent-disruption-syncs=2",
+        "--concurrent-gc-syncs=2",
+        "--concurrent-namespace-syncs=2",
+        "--profiling=false",
+        "-v=1",
+    ]
+
+
 class Harness:
-    """A running etcd and two apiservers; use `Harness.start()`, then `stop()` or `with`."""
+    """Running etcd, two apiservers and their controller-managers; `Harness.start()`, then
+    `stop()` or `with`."""
 
     def __init__(
         self,
@@ -124,14 +168,20 @@ class Harness:
 
     @property
     def pids(self) -> list[int]:
-        """PIDs of etcd and both apiservers."""
+        """PIDs of etcd, both apiservers and both controller-managers."""
         return [p.pid for p in self.processes]
 
     @property
     def ports(self) -> list[int]:
         """Every TCP port the harness listens on."""
         etcd_ports = [int(u.rsplit(":", 1)[1]) for u in (self.etcd_url, self._etcd_peer_url)]
-        return [*etcd_ports, self.infra.port, self.workload.port]
+        kcm_ports = [
+            int(a.split("=", 1)[1])
+            for p in self.processes
+            for a in p.argv
+            if a.startswith("--secure-port=") and p.name.startswith("kube-controller-manager")
+        ]
+        return [*etcd_ports, self.infra.port, self.workload.port, *kcm_ports]
 
     @property
     def _etcd_peer_url(self) -> str:
@@ -152,7 +202,9 @@ class Harness:
         crd_dirs: Sequence[Path] | None = None,
         timeout: float = 120.0,
     ) -> Harness:
-        """Start etcd and both apiservers under `tmp_dir` and install the CRDs."""
+        """Start etcd and both apiservers under `tmp_dir`, install the CRDs, start both
+        controller-managers (the infrastructure one after the CRDs, so its garbage collector
+        sees them from the start)."""
         paths = dict(binaries) if binaries is not None else bins.ensure(KUBE_BINARIES)
         root = Path(tmp_dir)
         root.mkdir(parents=True, exist_ok=True)
@@ -162,10 +214,19 @@ class Harness:
         try:
             etcd_url = _start_etcd(paths["etcd"], root, started, timeout)
             timings["etcd"] = time.monotonic() - t0
-            endpoints = _start_apiservers(paths, root, etcd_url, started, timeout)
+            files = {name: _cluster_files(root, name) for name in CLUSTERS}
+            endpoints = _start_apiservers(paths, root, etcd_url, files, started, timeout)
             timings["apiservers"] = time.monotonic() - t0
+            kcm = [_ControllerManagerStart(paths["kube-controller-manager"], root, started)]
+            kcm[0].launch(endpoints["workload"], files["workload"][0].serving)
             dirs = [THIRD_PARTY_CRDS, PROJECT_CRDS] if crd_dirs is None else list(crd_dirs)
             install_crds(endpoints["infrastructure"], dirs, timeout)
+            timings["crds"] = time.monotonic() - t0
+            kcm.append(_ControllerManagerStart(paths["kube-controller-manager"], root, started))
+            kcm[1].launch(endpoints["infrastructure"], files["infrastructure"][0].serving)
+            for launched in kcm:
+                launched.wait(timeout)
+            timings["controller-managers"] = time.monotonic() - t0
             timings["total"] = time.monotonic() - t0
         except BaseException:
             _stop_all(started)
@@ -189,7 +250,7 @@ class Harness:
 
 
 def _stop_all(processes: list[ManagedProcess]) -> None:
-    for proc in reversed(processes):  # apiservers first, etcd last
+    for proc in reversed(processes):  # controller-managers, then apiservers, etcd last
         proc.stop()
 
 
@@ -280,10 +341,10 @@ def _start_apiservers(
     paths: Mapping[str, Path],
     root: Path,
     etcd_url: str,
+    files: Mapping[str, tuple[ClusterPKI, Path, str]],
     started: list[ManagedProcess],
     timeout: float,
 ) -> dict[str, ClusterEndpoint]:
-    files = {name: _cluster_files(root, name) for name in CLUSTERS}
     endpoints: dict[str, ClusterEndpoint] = {}
     pending = list(CLUSTERS)
     for _attempt in range(START_ATTEMPTS):
@@ -337,3 +398,59 @@ def install_crds(endpoint: ClusterEndpoint, dirs: Sequence[Path], timeout: float
         "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", "crd", "--all",
         timeout=timeout + 10,
     )  # fmt: skip
+
+
+def _controllers_healthy(url: str, ca: Path) -> bool:
+    """True when the controller-manager's `/healthz?verbose` (TLS verified with the cluster CA)
+    passes and lists every one of CONTROLLERS: each adds its check once it has started."""
+    try:
+        ctx = ssl.create_default_context(cafile=str(ca))
+        with urllib.request.urlopen(url + "/healthz?verbose", context=ctx, timeout=2) as resp:
+            body = resp.read().decode(errors="replace")
+    except (OSError, ssl.SSLError):
+        return False
+    return all(f"[+]{name} ok" in body for name in CONTROLLERS)
+
+
+@dataclass
+class _ControllerManagerStart:
+    """One kube-controller-manager being started: `launch`, later `wait` (relaunching it on a
+    port lost to a race, like the apiservers)."""
+
+    exe: Path
+    root: Path
+    started: list[ManagedProcess]
+    proc: ManagedProcess | None = None
+    args: tuple[ClusterEndpoint, KeyPair] | None = None
+    url: str = ""
+
+    def launch(self, endpoint: ClusterEndpoint, serving: KeyPair) -> None:
+        """Start it for `endpoint`'s cluster, serving /healthz with `serving`; no waiting."""
+        self.args = (endpoint, serving)
+        cfg = ControllerManagerConfig(endpoint.name, free_port(), endpoint.kubeconfig_path, serving)
+        self.url = f"https://127.0.0.1:{cfg.port}"
+        self.proc = _launch(
+            f"kube-controller-manager[{cfg.name}]",
+            controller_manager_args(self.exe, cfg),
+            self.root / "logs" / f"kube-controller-manager-{cfg.name}.log",
+            self.started,
+        )
+
+    def wait(self, timeout: float) -> None:
+        """Until its controllers report healthy; HarnessError if it exits or times out."""
+        for _attempt in range(START_ATTEMPTS):
+            if self.proc is None or self.args is None:
+                raise HarnessError("kube-controller-manager awaited before it was launched")
+            proc, (endpoint, serving) = self.proc, self.args
+            ready = partial(_controllers_healthy, self.url, endpoint.ca_path)
+            _await(proc, ready, timeout, "/healthz")
+            if proc.running():
+                return
+            self.started.remove(proc)
+            proc.stop()
+            if "address already in use" not in proc.log_tail(200):
+                raise _fail(proc, "exited during start")
+            self.launch(endpoint, serving)
+        raise HarnessError(
+            f"kube-controller-manager could not get a free port in {START_ATTEMPTS} attempts"
+        )

@@ -23,7 +23,6 @@ from provisioner.clock import Clock
 from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.twin.capi import SimulatedClusterAPI
-from simulations.twin.disruption import SimulatedDisruptionController
 from simulations.twin.kubeswift import SimulatedKubeSwift
 from simulations.twin.node_agent import SimulatedNodeAgent
 
@@ -137,17 +136,15 @@ class Twin:
     kubeswift: SimulatedKubeSwift = field(init=False)
     nodes: SimulatedNodeAgent = field(init=False)
     capi: SimulatedClusterAPI = field(init=False)
-    disruption: SimulatedDisruptionController = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.kubeswift = SimulatedKubeSwift(self.infra, self.clock, self.namespace)
         self.nodes = SimulatedNodeAgent(self.infra, self.workload, self.clock, self.namespace)
         self.capi = SimulatedClusterAPI(self.infra, self.workload, self.clock, self.namespace)
-        self.disruption = SimulatedDisruptionController(self.workload, self.clock, self.namespace)
 
     async def __aenter__(self) -> Twin:
-        for ctl in (self.kubeswift, self.nodes, self.capi, self.disruption):
+        for ctl in (self.kubeswift, self.nodes, self.capi):
             self._tasks.append(asyncio.create_task(ctl.run()))
         return self
 

@@ -1,8 +1,13 @@
-"""The live harness itself: two independent apiservers, the stand-in CRDs, clean teardown."""
+"""The live harness itself: two independent apiservers, the stand-in CRDs, a real
+kube-controller-manager per cluster (PDB status, garbage collection, namespace deletion), clean
+teardown."""
 
 from __future__ import annotations
 
 import json
+import re
+import secrets
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +15,8 @@ from kubernetes_asyncio import client, config
 
 from simulations.harness import ApiError, ClusterEndpoint, Harness, HarnessError, binaries, versions
 from simulations.harness.binaries import REPO_ROOT, ensure, go_output_name
-from simulations.harness.procs import pid_alive, port_is_free, wait_for
+from simulations.harness.cluster import CONTROLLERS
+from simulations.harness.procs import HarnessTimeout, pid_alive, port_is_free, wait_for
 
 # (group, version, plural, kind, namespaced, has status subresource)
 THIRD_PARTY = [
@@ -42,8 +48,8 @@ THIRD_PARTY = [
 ]
 
 
-def _configmap(name: str, namespace: str) -> dict[str, object]:
-    meta = {"name": name, "namespace": namespace}
+def _configmap(name: str, namespace: str, **meta_extra: object) -> dict[str, object]:
+    meta = {"name": name, "namespace": namespace, **meta_extra}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
 
 
@@ -194,7 +200,8 @@ def test_stop_leaves_no_process_or_port_behind(tmp_path: Path) -> None:
         tmp_path / "second", binaries=ensure(versions.KUBE_BINARIES), crd_dirs=[]
     )
     pids, ports = second.pids, second.ports
-    assert len(pids) == 3
+    assert len(pids) == 5  # etcd, two apiservers, two controller-managers
+    assert len(ports) == 6
     assert all(pid_alive(pid) for pid in pids)
     assert not any(port_is_free(port) for port in ports)
     second.stop()
@@ -256,6 +263,11 @@ def test_kubebuilder_assets_come_first_then_a_versioned_cache(
     assert binaries.find("etcd") == binaries.ensure(["etcd"])["etcd"]
     envtest = _fake_binary(assets / "etcd")
     assert binaries.find("etcd") == envtest
+    # envtest assets have no controller-manager: one placed there is not used, the cache is.
+    _fake_binary(assets / "kube-controller-manager")
+    assert binaries.find("kube-controller-manager") is None
+    kcm = binaries.adopt("kube-controller-manager", cached, "test")
+    assert binaries.find("kube-controller-manager") == kcm == cache / "kube-controller-manager"
     with pytest.raises(binaries.BinaryError):
         binaries.find("kube-scheduler")
 
@@ -271,3 +283,165 @@ def test_a_hanging_server_times_out_and_its_whole_process_group_is_killed(tmp_pa
     assert _processes_mentioning(str(tmp_path)) == []
     pid = int(child_pid.read_text())
     assert not pid_alive(pid)  # the sleep child died with its process group
+
+
+# --- kube-controller-manager: disruption, garbage collector, namespace -----------------------
+
+PDB_PATH = "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+CONTROLLER_SETTLE_S = 30.0  # generous for a loaded 2-core machine; normally well under 2 s
+
+
+def test_controller_names_are_those_of_the_pinned_controller_manager() -> None:
+    help_text = subprocess.run(
+        [str(ensure(["kube-controller-manager"])["kube-controller-manager"]), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    flag = help_text[help_text.index("--controllers strings") :].split("\n      --", 1)[0]
+    known = set(re.findall(r"[a-z][a-z0-9-]*-controller\b", flag))
+    assert set(CONTROLLERS) <= known
+
+
+def test_each_cluster_runs_a_healthy_controller_manager(harness: Harness) -> None:
+    kcm = [p for p in harness.processes if p.name.startswith("kube-controller-manager")]
+    assert sorted(p.name for p in kcm) == [
+        "kube-controller-manager[infrastructure]",
+        "kube-controller-manager[workload]",
+    ]
+    assert all(p.running() for p in kcm)
+    for proc in kcm:
+        controllers = next(a for a in proc.argv if a.startswith("--controllers="))
+        assert controllers == "--controllers=" + ",".join(CONTROLLERS)
+
+
+def _pod(namespace: str, name: str) -> dict[str, object]:
+    meta = {"name": name, "namespace": namespace, "labels": {"app": "kcm-probe"}}
+    spec = {"containers": [{"name": "c", "image": "busybox"}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _make_ready(endpoint: ClusterEndpoint, namespace: str, name: str) -> None:
+    """Play the kubelet: the pod is Running and Ready (what the disruption controller counts)."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+    pod = endpoint.request("GET", path)
+    pod["status"] = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    endpoint.request("PUT", path, pod)
+
+
+def _pdb_status(endpoint: ClusterEndpoint, namespace: str) -> dict[str, object]:
+    pdb = endpoint.request("GET", PDB_PATH.format(ns=namespace) + "/probe")
+    status: dict[str, object] = pdb.get("status") or {}
+    if status.get("observedGeneration") != pdb["metadata"]["generation"]:
+        return {}
+    return status
+
+
+def test_disruption_controller_computes_pdb_status(
+    workload: ClusterEndpoint, namespace: str
+) -> None:
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    for name in ("a", "b", "c"):
+        workload.request("POST", pods, _pod(namespace, name))
+        _make_ready(workload, namespace, name)
+    spec = {"minAvailable": 2, "selector": {"matchLabels": {"app": "kcm-probe"}}}
+    meta = {"name": "probe", "namespace": namespace}
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta}
+    workload.request("POST", PDB_PATH.format(ns=namespace), {**pdb, "spec": spec})
+
+    def counted(healthy: int, allowed: int) -> dict[str, object] | None:
+        st = _pdb_status(workload, namespace)
+        got = (st.get("currentHealthy"), st.get("desiredHealthy"), st.get("disruptionsAllowed"))
+        return st if got == (healthy, 2, allowed) else None
+
+    st = wait_for(lambda: counted(3, 1), timeout=CONTROLLER_SETTLE_S, what="PDB status 3/2/1")
+    assert st["expectedPods"] == 3
+    workload.request("DELETE", f"{pods}/a?gracePeriodSeconds=0")
+    wait_for(lambda: counted(2, 0), timeout=CONTROLLER_SETTLE_S, what="PDB status 2/2/0")
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "b"}}
+    with pytest.raises(ApiError) as refused:
+        workload.request("POST", f"{pods}/b/eviction", eviction)
+    assert refused.value.status == 429  # the apiserver enforces the status the controller wrote
+
+
+def _exists(endpoint: ClusterEndpoint, path: str) -> bool:
+    try:
+        endpoint.request("GET", path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_garbage_collector_deletes_dependents_of_a_deleted_custom_resource(
+    infra: ClusterEndpoint, namespace: str
+) -> None:
+    guests = f"/apis/swift.kubeswift.io/v1alpha1/namespaces/{namespace}/swiftguests"
+    spec = {"guestClassRef": {"name": "gpu-small"}}
+    for name in ("owner", "survivor"):
+        guest = {
+            "apiVersion": "swift.kubeswift.io/v1alpha1",
+            "kind": "SwiftGuest",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+        infra.request("POST", guests, guest)
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    for owner in ("owner", "survivor"):
+        uid = infra.request("GET", f"{guests}/{owner}")["metadata"]["uid"]
+        ref = {"apiVersion": "swift.kubeswift.io/v1alpha1", "kind": "SwiftGuest"}
+        refs = [{**ref, "name": owner, "uid": uid}]
+        infra.request(
+            "POST", configmaps, _configmap(f"of-{owner}", namespace, ownerReferences=refs)
+        )
+    infra.request("DELETE", f"{guests}/owner")
+    wait_for(
+        lambda: not _exists(infra, f"{configmaps}/of-owner"),
+        timeout=CONTROLLER_SETTLE_S,
+        what="the garbage collector to delete the dependent of a deleted SwiftGuest",
+    )
+    assert _exists(infra, f"{configmaps}/of-survivor")  # its owner is alive: untouched
+
+
+def test_garbage_collector_takes_a_lease_whose_node_is_deleted(workload: ClusterEndpoint) -> None:
+    """What a kubelet's Lease relies on: the Node is its owner (the twin's Nodes are too)."""
+    name = f"kcm-gc-{secrets.token_hex(3)}"
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    uid = workload.request("POST", "/api/v1/nodes", node)["metadata"]["uid"]
+    leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+    owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease", "ownerReferences": [owner]},
+        "spec": {"holderIdentity": name},
+    }
+    workload.request("POST", leases, lease)
+    workload.request("DELETE", f"/api/v1/nodes/{name}")
+    wait_for(
+        lambda: not _exists(workload, f"{leases}/{name}"),
+        timeout=CONTROLLER_SETTLE_S,
+        what="the garbage collector to delete the Lease of a deleted Node",
+    )
+
+
+def test_a_deleted_namespace_is_emptied_and_goes_away(harness: Harness) -> None:
+    for endpoint in harness.endpoints:
+        name = f"kcm-ns-{secrets.token_hex(3)}"
+        endpoint.create_namespace(name)
+        endpoint.request("POST", f"/api/v1/namespaces/{name}/configmaps", _configmap("x", name))
+        endpoint.delete_namespace(name)
+        try:
+            wait_for(
+                lambda ep=endpoint, ns=name: not _exists(ep, f"/api/v1/namespaces/{ns}"),
+                timeout=CONTROLLER_SETTLE_S,
+                what=f"namespace {name} to finish deleting in {endpoint.name}",
+            )
+        except HarnessTimeout:
+            left = endpoint.request("GET", f"/api/v1/namespaces/{name}")
+            pytest.fail(f"namespace still there: {left.get('status')}")

@@ -2,8 +2,8 @@
 
 What these prove: with ``autoscaling.drain.mode: Evict`` a scale-down empties the leaving cell
 through ``pods/eviction`` only - the operator never DELETEs a pod, and every pod that left got an
-eviction. The PDB is enforced by the real apiserver from the PDB status that the simulated
-disruption controller writes (the harness runs no kube-controller-manager): with one disruption
+eviction. The PDB is enforced by the real apiserver from the PDB status that the real disruption
+controller of the harness's kube-controller-manager writes: with one disruption
 allowed the pods leave one at a time (the second eviction is refused with 429 until the first
 pod's replacement is healthy); with none allowed the drain waits until ``drain.timeout`` and
 then, as the API documents for an implicit drain, is abandoned: the Node is uncordoned, the
@@ -19,10 +19,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from provisioner.clock import SystemClock
-from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.kube import JSON, KINDS, Kind, KubeApi
 from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.disruption import PDB
 from simulations.twin.scenario import Twin, converge, poll_until, swiftguest_pool
 from tests.integration.provisioner_support import (
     RecordingKubeApi,
@@ -36,6 +35,7 @@ from tests.integration.provisioner_support import (
 )
 
 APP = {"app": "trainer"}
+PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 
 
 def _pdb(namespace: str, min_available: int) -> JSON:
@@ -65,7 +65,8 @@ async def _healthy(workload_api: KubeApi, namespace: str) -> list[JSON]:
 async def _start_pods(
     workload_api: KubeApi, namespace: str, placement: dict[str, str], allowed: int
 ) -> None:
-    """Create the pods (the twin kubelet starts them) and wait for the PDB to allow them."""
+    """Create the pods (the twin kubelet starts them) and wait until kube-controller-manager's
+    disruption controller has counted them into the PDB's status."""
     for name, node in placement.items():
         await workload_api.create(gpu_pod(namespace, name, node, APP))
 
