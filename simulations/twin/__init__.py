@@ -9,14 +9,23 @@ reconciler under test must not depend on their timing anyway.
 """
 
 from simulations.twin.capi import SimulatedClusterAPI
+from simulations.twin.hami import SimulatedHAMi
+from simulations.twin.hami_exporter import start_hami_exporter
 from simulations.twin.kubeswift import GuestFault, GuestTimings, SimulatedKubeSwift
 from simulations.twin.node_agent import NodeFault, SimulatedNodeAgent
+from simulations.twin.player import PlayerProgress, TracePlayer
+from simulations.twin.pod_lifecycle import PodLifecycle
 
 __all__ = [
     "GuestFault",
     "GuestTimings",
     "NodeFault",
+    "PlayerProgress",
+    "PodLifecycle",
     "SimulatedClusterAPI",
+    "SimulatedHAMi",
     "SimulatedKubeSwift",
     "SimulatedNodeAgent",
+    "TracePlayer",
+    "start_hami_exporter",
 ]

@@ -1,0 +1,336 @@
+"""Simulated HAMi scheduler (extender + device plugin's Allocate) for the twin's workload cluster.
+
+Why this module exists: the operator's scale-up signal is "a pod HAMi could not place", and
+its utilisation reading is HAMi's pod annotations and ``hami_*`` metrics. In a live end-to-end
+run without GPUs something must play HAMi on the real workload apiserver, with HAMi's rules
+and HAMi's strings, so the operator under test sees exactly what it would see in production.
+
+Every ``poll_s`` this controller:
+
+* rebuilds HAMi's cache from the API, as the real scheduler does after a restart: Nodes with
+  the ``hami.io/node-nvidia-register`` annotation and allocatable ``nvidia.com/gpu`` > 0, and
+  usage from the ``hami.io/vgpu-devices-allocated`` annotation of every non-terminal pod
+  labelled ``hami.io/vgpu-node`` (all namespaces: HAMi sees every pod). Nothing is kept in
+  memory between passes, so a restarted twin never double-allocates;
+* places each unbound ``hami-scheduler`` pod of ``namespace`` (oldest first) with the
+  simulator's own placement (``twin.hami_placement``): node ``binpack`` (default) or
+  ``spread``, GPU ``spread``, the pod's nodeSelector/affinity/tolerations against the Node;
+* on success writes HAMi's annotations and label (``/filter`` then ``/bind``: vgpu-node,
+  vgpu-time, devices-to-allocate, devices-allocated, bind-phase ``allocating``, bind-time),
+  binds through the Binding API, then plays the device plugin's ``Allocate`` (bind-phase
+  ``success``, to-allocate emptied to ``;`` separators);
+* otherwise sets ``PodScheduled=False/Unschedulable`` with kube-scheduler's message over
+  HAMi's per-node reasons (hami-facts §3.1-3.2), only when the message changed.
+
+A pod annotated for a node but not yet bound (a pass died in between) is bound to that node on
+the next pass; a bound pod still ``allocating`` gets its device-plugin step. Not simulated:
+the node lock, Events (FilteringFailed / FailedScheduling), quotas, MIG, GPU-type selectors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.policy.demand import constraints_from_pod, container_ask
+from autoscaler.policy.errors import AskError
+from autoscaler.policy.types import GPUAsk, PlacementConstraints
+from provisioner.clock import Clock
+from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound, kind_of
+from simulations.engine.hami import allocate
+from simulations.twin.common import PollingController, condition
+from simulations.twin.hami_codec import (
+    ALLOCATED,
+    BIND_PHASE,
+    BIND_TIME,
+    SCHEDULER_NAME,
+    TO_ALLOCATE,
+    VGPU_NODE,
+    VGPU_TIME,
+    ContainerAllocation,
+    NodeAllocation,
+    emptied_plan,
+    format_plan,
+    natural_key,
+    parse_plan,
+    unschedulable_message,
+)
+from simulations.twin.hami_exporter import render_metrics
+from simulations.twin.hami_placement import (
+    BINPACK,
+    SPREAD,
+    NodeState,
+    Placement,
+    fits_some_empty_node,
+    node_state,
+    place,
+)
+
+log = logging.getLogger("simulations.twin.hami")
+BINDING = kind_of("Binding", "v1")
+_TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class PodAsks:
+    """A pod's containers in HAMi's order (init first), each with its ask or None."""
+
+    names: tuple[str, ...]
+    asks: tuple[GPUAsk | None, ...]
+    constraints: PlacementConstraints
+
+
+def pod_asks(pod: Mapping[str, Any]) -> PodAsks | AskError:
+    """Per-container asks read as HAMi's scheduler reads the stored pod (no webhook)."""
+    spec = pod.get("spec") or {}
+    containers = list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+    asks: list[GPUAsk | None] = []
+    for container in containers:
+        ask = container_ask(container.get("resources") or {})
+        if isinstance(ask, AskError):
+            return ask
+        asks.append(ask)
+    constraints = constraints_from_pod(pod)
+    if isinstance(constraints, AskError):
+        return constraints
+    names = tuple(str(c.get("name", i)) for i, c in enumerate(containers))
+    return PodAsks(names, tuple(asks), constraints)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def book(node: NodeState, pod: Mapping[str, Any], plan: str) -> None:
+    """Add a pod's allocation plan to a node's usage (unknown devices are ignored)."""
+    position = {d.uuid: i for i, d in enumerate(node.devices)}
+    spec = pod.get("spec") or {}
+    names = [c.get("name", "") for c in (spec.get("initContainers") or [])]
+    names += [c.get("name", "") for c in (spec.get("containers") or [])]
+    meta = _meta(pod)
+    seen: dict[int, int] = {}
+    for entry in parse_plan(plan):
+        i = position.get(entry.uuid)
+        if i is None:
+            continue
+        ask = GPUAsk(1, entry.memory_mib, None, entry.cores)
+        allocate(node.usage, node.shape, ask, (i,))
+        vdevice = seen.get(entry.container_index, 0)
+        seen[entry.container_index] = vdevice + 1
+        name = names[entry.container_index] if entry.container_index < len(names) else ""
+        node.containers.append(
+            ContainerAllocation(
+                str(meta.get("namespace", "")),
+                str(meta.get("name", "")),
+                entry.container_index,
+                str(name),
+                vdevice,
+                entry.uuid,
+                entry.memory_mib,
+                entry.cores,
+            )
+        )
+
+
+def rebuild(nodes: Sequence[JSON], allocated_pods: Sequence[JSON]) -> dict[str, NodeState]:
+    """HAMi's cache from Nodes and the pods' ``vgpu-devices-allocated`` annotations.
+
+    A bound pod counts on its Node; an unbound pod annotated for a node that may take pods
+    counts there too (its binding is about to be retried); terminal pods count nowhere.
+    """
+    states = {s.name: s for s in (node_state(n) for n in nodes)}
+    for pod in allocated_pods:
+        if _phase(pod) in _TERMINAL:
+            continue
+        target = (pod.get("spec") or {}).get("nodeName") or _annotations(pod).get(VGPU_NODE)
+        node = states.get(str(target or ""))
+        if node is None or not node.registered:
+            continue
+        if not (pod.get("spec") or {}).get("nodeName") and node.blocked is not None:
+            continue
+        book(node, pod, _annotations(pod).get(ALLOCATED, ""))
+    return states
+
+
+def plan_for(placement: Placement, node: NodeState, asks: Sequence[GPUAsk | None]) -> str:
+    """The device plan string of a placement (memory resolved on the node's GPUs)."""
+    containers = []
+    for ask, gpus in zip(asks, placement.gpus, strict=True):
+        devices = []
+        for i in gpus:
+            assert ask is not None
+            memory = ask.memory_on(node.devices[i].devmem)
+            devices.append((node.devices[i].uuid, memory, min(ask.cores_percent, 100)))
+        containers.append(devices)
+    return format_plan(containers)
+
+
+@dataclass
+class SimulatedHAMi(PollingController):
+    """HAMi on the workload cluster: places ``hami-scheduler`` pods of ``namespace``.
+
+    ``node_label_selector`` is HAMi's ``--node-label-selector``: only matching Nodes are
+    known (tests use it to keep to their own Nodes on a shared apiserver).
+    """
+
+    workload: KubeApi
+    clock: Clock
+    namespace: str | None = None
+    policy: str = BINPACK
+    poll_s: float = 0.1
+    gpu_policy: str = SPREAD
+    node_label_selector: str = ""
+    scheduler_name: str = SCHEDULER_NAME
+    _snapshot: dict[str, NodeAllocation] = field(default_factory=dict)
+
+    def allocations(self) -> dict[str, NodeAllocation]:
+        """Per node (HAMi's cache after the last pass): devices, usage, container allocations."""
+        return dict(self._snapshot)
+
+    def metrics_text(self) -> str:
+        """The ``hami_*`` exposition of the last pass (see ``twin.hami_exporter``)."""
+        return render_metrics(self._snapshot.values())
+
+    async def step(self) -> None:
+        now = self.clock.now()
+        nodes = await self.workload.list(KINDS["Node"], label_selector=self.node_label_selector)
+        allocated = await self.workload.list(KINDS["Pod"], None, label_selector=VGPU_NODE)
+        selector = f"spec.nodeName=,spec.schedulerName={self.scheduler_name}"
+        pending = await self.workload.list(KINDS["Pod"], self.namespace, field_selector=selector)
+        states = rebuild(nodes, allocated)
+        try:
+            await self._finish_allocations(allocated, states)
+            for pod in sorted(pending, key=_age_key):
+                if _meta(pod).get("deletionTimestamp") is None:
+                    await self._schedule(pod, states, now)
+        finally:
+            self._snapshot = {
+                name: states[name].snapshot()
+                for name in sorted(states, key=natural_key)
+                if states[name].registered
+            }
+
+    async def _finish_allocations(self, pods: Sequence[JSON], states: dict[str, NodeState]) -> None:
+        """The device plugin's step for bound pods a previous pass left ``allocating``."""
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node in states and _annotations(pod).get(BIND_PHASE) == "allocating":
+                await self._device_plugin_allocate(pod)
+
+    async def _schedule(self, pod: JSON, states: dict[str, NodeState], now: float) -> None:
+        resumed = _annotations(pod).get(VGPU_NODE)
+        node = states.get(str(resumed or ""))
+        if resumed and node is not None and node.blocked is None:
+            await self._bind(pod, str(resumed))  # filtered by an earlier pass, bind it now
+            return
+        parsed = pod_asks(pod)
+        if isinstance(parsed, AskError):
+            await self._unschedulable(pod, f"twin: cannot read the pod's HAMi ask: {parsed}", now)
+            return
+        ordered = [states[n] for n in sorted(states, key=natural_key)]
+        result = place(parsed.asks, parsed.constraints, ordered, self.policy, self.gpu_policy)
+        if isinstance(result, Placement):
+            await self._assign(pod, result, states[result.node], parsed, now)
+        else:
+            fits = fits_some_empty_node(parsed.asks, ordered)
+            await self._unschedulable(pod, unschedulable_message(result, fits), now)
+
+    async def _assign(
+        self, pod: JSON, placement: Placement, node: NodeState, parsed: PodAsks, now: float
+    ) -> None:
+        """/filter's and /bind's annotations (one write), the Binding, then Allocate."""
+        plan = plan_for(placement, node, parsed.asks)
+        meta = _meta(pod)
+        stamp = str(int(now))
+        patch = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "labels": {VGPU_NODE: node.name},
+                "annotations": {
+                    VGPU_NODE: node.name,
+                    VGPU_TIME: stamp,
+                    TO_ALLOCATE: plan,
+                    ALLOCATED: plan,
+                    BIND_PHASE: "allocating",
+                    BIND_TIME: stamp,
+                },
+            }
+        }
+        try:
+            await self.workload.patch(KINDS["Pod"], meta["namespace"], meta["name"], patch)
+        except (Conflict, NotFound):
+            return  # changed or gone since the list: next pass
+        book(node, pod, plan)
+        await self._bind(pod, node.name)
+
+    async def _bind(self, pod: JSON, node: str) -> None:
+        meta = _meta(pod)
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            await self.workload.create(binding)
+        except (Conflict, NotFound) as exc:
+            log.debug("binding %s/%s to %s failed: %s", meta["namespace"], meta["name"], node, exc)
+            return
+        await self._device_plugin_allocate(pod)
+
+    async def _device_plugin_allocate(self, pod: JSON) -> None:
+        meta = _meta(pod)
+        spec = pod.get("spec") or {}
+        containers = len(spec.get("initContainers") or []) + len(spec.get("containers") or [])
+        patch = {
+            "metadata": {
+                "annotations": {BIND_PHASE: "success", TO_ALLOCATE: emptied_plan(containers)}
+            }
+        }
+        try:
+            await self.workload.patch(KINDS["Pod"], meta["namespace"], meta["name"], patch)
+        except NotFound:
+            return
+
+    async def _unschedulable(self, pod: JSON, message: str, now: float) -> None:
+        """PodScheduled=False/Unschedulable, written only when the message changed."""
+        conditions = list((pod.get("status") or {}).get("conditions") or [])
+        current: dict[str, Any] = next(
+            (c for c in conditions if c.get("type") == "PodScheduled"), {}
+        )
+        if (current.get("status"), current.get("reason"), current.get("message")) == (
+            "False",
+            "Unschedulable",
+            message,
+        ):
+            return
+        kept = [c for c in conditions if c.get("type") != "PodScheduled"]
+        cond = condition("PodScheduled", False, "Unschedulable", message, now)
+        cond["lastProbeTime"] = None
+        meta = _meta(pod)
+        try:
+            await self.workload.patch(
+                KINDS["Pod"],
+                meta["namespace"],
+                meta["name"],
+                {"status": {"conditions": [*kept, cond]}},
+                status=True,
+            )
+        except NotFound:
+            return
+
+
+def _age_key(pod: Mapping[str, Any]) -> tuple[str, tuple[object, ...]]:
+    meta = _meta(pod)
+    return str(meta.get("creationTimestamp", "")), natural_key(str(meta.get("name", "")))

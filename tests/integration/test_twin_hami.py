@@ -1,0 +1,435 @@
+"""The simulated HAMi, pod lifecycle, exporter and trace player on a real workload apiserver.
+
+What these prove: a pod is bound where HAMi's binpack (or spread) puts it, with HAMi's
+annotations; a pod that fits nowhere gets PodScheduled=False/Unschedulable with HAMi's reasons,
+written once; fractional asks pack onto one GPU until memory runs out; nodeSelector is
+honoured; a restarted HAMi rebuilds its allocations from the annotations (and finishes a bind
+an earlier pass started); a pod ends after its duration and frees its GPU; the exporter's
+``hami_*`` numbers equal the allocation table; the player creates pods at their scaled arrival
+times and resumes after a restart without creating anything twice.
+
+Nodes are cluster-scoped and the apiserver is shared by the whole session, so every test
+labels its Nodes with its namespace and gives HAMi that label as its node selector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from autoscaler.policy.types import GPUAsk
+from provisioner.clock import SystemClock
+from provisioner.kube import JSON, KINDS, KubeApi
+from simulations.harness import ClusterEndpoint
+from simulations.traces.model import TracePod
+from simulations.twin import PodLifecycle, SimulatedHAMi, TracePlayer, start_hami_exporter
+from simulations.twin.pod_lifecycle import DURATION_ANNOTATION
+from simulations.twin.scenario import api_for, poll_until
+from tests.integration.provisioner_support import RecordingKubeApi
+
+MIB = 1048576
+GIB = 1024
+TEST_LABEL = "twin.gpucellpool.test/ns"
+
+
+@pytest.fixture
+async def api(workload: ClusterEndpoint, namespace: str) -> AsyncIterator[KubeApi]:
+    client = await api_for(workload.kubeconfig_path)
+    yield client
+    for node in await client.list(KINDS["Node"], label_selector=f"{TEST_LABEL}={namespace}"):
+        await client.delete(KINDS["Node"], None, node["metadata"]["name"])
+    await client.close()
+
+
+async def register_node(
+    api: KubeApi,
+    namespace: str,
+    suffix: str,
+    gpus: int = 1,
+    memory_mib: int = 24 * GIB,
+    labels: dict[str, str] | None = None,
+) -> str:
+    """A Node exactly as the twin's node agent leaves it: Ready, ``gpu=on``, the HAMi
+    register annotation (v2.8+ JSON, index 0 omitted) and allocatable ``gpus x 10``."""
+    name = f"{namespace}-{suffix}"
+    devices: list[dict[str, Any]] = [
+        {
+            "id": f"GPU-{suffix}-{i}",
+            "index": i,
+            "count": 10,
+            "devmem": memory_mib,
+            "devcore": 100,
+            "type": "NVIDIA GeForce GTX 1080",
+            "mode": "hami-core",
+            "health": True,
+        }
+        for i in range(gpus)
+    ]
+    for device in devices:
+        if device["index"] == 0:
+            del device["index"]
+    node_labels = {"kubernetes.io/hostname": name, "gpu": "on", TEST_LABEL: namespace}
+    meta = {
+        "name": name,
+        "labels": {**node_labels, **(labels or {})},
+        "annotations": {"hami.io/node-nvidia-register": json.dumps(devices)},
+    }
+    await api.create({"apiVersion": "v1", "kind": "Node", "metadata": meta})
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}
+    alloc = {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": str(gpus * 10)}
+    status = {"conditions": [ready], "capacity": alloc, "allocatable": alloc}
+    await api.patch(KINDS["Node"], None, name, {"status": status}, status=True)
+    return name
+
+
+def hami_pod(
+    namespace: str,
+    name: str,
+    mem_mib: int | None = 8 * GIB,
+    cores: int = 0,
+    gpus: int = 1,
+    selector: dict[str, str] | None = None,
+    duration_s: float | None = None,
+) -> JSON:
+    limits = {"nvidia.com/gpu": str(gpus)}
+    if mem_mib is not None:
+        limits["nvidia.com/gpumem"] = str(mem_mib)
+    if cores:
+        limits["nvidia.com/gpucores"] = str(cores)
+    spec: JSON = {
+        "schedulerName": "hami-scheduler",
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    meta: JSON = {"name": name, "namespace": namespace}
+    if duration_s is not None:
+        meta["annotations"] = {DURATION_ANNOTATION: str(duration_s)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def new_hami(api: KubeApi, namespace: str, **kwargs: Any) -> SimulatedHAMi:
+    selector = f"{TEST_LABEL}={namespace}"
+    return SimulatedHAMi(api, SystemClock(), namespace, node_label_selector=selector, **kwargs)
+
+
+async def get_pod(api: KubeApi, namespace: str, name: str) -> JSON:
+    pod = await api.get(KINDS["Pod"], namespace, name)
+    assert pod is not None, f"pod {name} is gone"
+    return pod
+
+
+def scheduled(pod: JSON) -> dict[str, Any]:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "PodScheduled"), {})
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
+    await poll_until(check, timeout_s=timeout_s, interval_s=0.05)
+
+
+@contextlib.asynccontextmanager
+async def running(*controllers: Any) -> AsyncIterator[None]:
+    tasks = [asyncio.create_task(c.run()) for c in controllers]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_fitting_pod_binds_to_the_binpacked_node_with_hami_annotations(
+    api: KubeApi, namespace: str
+) -> None:
+    first = await register_node(api, namespace, "0")
+    second = await register_node(api, namespace, "1")
+    hami = new_hami(api, namespace)
+    await api.create(hami_pod(namespace, "a", 8 * GIB, cores=30))
+    await hami.step()
+    await api.create(hami_pod(namespace, "b", 4 * GIB, cores=20))
+    await hami.step()
+    a, b = await get_pod(api, namespace, "a"), await get_pod(api, namespace, "b")
+    # Both empty: the tie goes to the first node; then binpack prefers the fuller one.
+    assert a["spec"]["nodeName"] == first and b["spec"]["nodeName"] == first
+    notes = b["metadata"]["annotations"]
+    assert notes["hami.io/vgpu-node"] == first
+    assert b["metadata"]["labels"]["hami.io/vgpu-node"] == first
+    assert notes["hami.io/vgpu-devices-allocated"] == "GPU-0-0,NVIDIA,4096,20:;"
+    assert notes["hami.io/vgpu-devices-to-allocate"] == ";"
+    assert notes["hami.io/bind-phase"] == "success"
+    assert abs(int(notes["hami.io/vgpu-time"]) - time.time()) < 60
+    assert abs(int(notes["hami.io/bind-time"]) - time.time()) < 60
+    assert scheduled(b)["status"] == "True"
+    usage = hami.allocations()[first].usage()
+    assert (usage[0].memory_mib, usage[0].cores_percent, usage[0].slots) == (12 * GIB, 50, 2)
+    assert hami.allocations()[second].usage()[0].slots == 0
+
+
+async def test_spread_policy_takes_the_emptier_node(api: KubeApi, namespace: str) -> None:
+    first = await register_node(api, namespace, "0")
+    second = await register_node(api, namespace, "1")
+    hami = new_hami(api, namespace, policy="spread")
+    await api.create(hami_pod(namespace, "a"))
+    await hami.step()
+    await api.create(hami_pod(namespace, "b"))
+    await hami.step()
+    a, b = await get_pod(api, namespace, "a"), await get_pod(api, namespace, "b")
+    assert (a["spec"]["nodeName"], b["spec"]["nodeName"]) == (first, second)
+
+
+async def test_pod_that_fits_nowhere_is_unschedulable_with_hami_reasons_written_once(
+    workload: ClusterEndpoint, api: KubeApi, namespace: str
+) -> None:
+    await register_node(api, namespace, "0", gpus=1)
+    await register_node(api, namespace, "1", gpus=1)
+    recording = RecordingKubeApi(api)
+    hami = new_hami(recording, namespace)
+    await api.create(hami_pod(namespace, "huge", 30 * GIB))
+    await api.create(hami_pod(namespace, "pair", 4 * GIB, gpus=2))
+    for _ in range(4):
+        await hami.step()
+    huge, pair = await get_pod(api, namespace, "huge"), await get_pod(api, namespace, "pair")
+    assert not huge["spec"].get("nodeName") and not pair["spec"].get("nodeName")
+    cond = scheduled(huge)
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+    assert cond["message"] == (
+        "0/2 nodes are available: 2 1/1 CardInsufficientMemory. "
+        "The pod does not fit any of these nodes even when empty."
+    )
+    assert scheduled(pair)["message"].startswith(
+        "0/2 nodes are available: 2 NodeInsufficientDevice."
+    )
+    writes = [c for c in recording.of("patch", "Pod") if c.name == "huge"]
+    assert len(writes) == 1, writes  # four passes, one status write: only changes are written
+    assert "hami.io/vgpu-node" not in (huge["metadata"].get("annotations") or {})
+
+
+async def test_fractional_pods_pack_one_gpu_until_memory_runs_out(
+    api: KubeApi, namespace: str
+) -> None:
+    node = await register_node(api, namespace, "0", memory_mib=24 * GIB)
+    hami = new_hami(api, namespace)
+    for i in range(4):
+        await api.create(hami_pod(namespace, f"p{i}", 8 * GIB))
+        await hami.step()
+    pods = [await get_pod(api, namespace, f"p{i}") for i in range(4)]
+    assert [p["spec"].get("nodeName") for p in pods[:3]] == [node] * 3
+    assert not pods[3]["spec"].get("nodeName")
+    assert scheduled(pods[3])["message"] == "0/1 nodes are available: 1 1/1 CardInsufficientMemory."
+    device = hami.allocations()[node].devices[0]
+    assert (device.used_memory_mib, device.used_slots) == (24 * GIB, 3)
+
+
+async def test_node_selector_is_honoured(api: KubeApi, namespace: str) -> None:
+    await register_node(api, namespace, "0", labels={"zone": "a"})
+    b = await register_node(api, namespace, "1", labels={"zone": "b"})
+    hami = new_hami(api, namespace)
+    await api.create(hami_pod(namespace, "to-b", selector={"zone": "b"}))
+    await api.create(hami_pod(namespace, "to-c", selector={"zone": "c"}))
+    await hami.step()
+    assert (await get_pod(api, namespace, "to-b"))["spec"]["nodeName"] == b
+    to_c = await get_pod(api, namespace, "to-c")
+    assert not to_c["spec"].get("nodeName")
+    assert scheduled(to_c)["message"] == (
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    )
+
+
+async def test_restarted_hami_rebuilds_allocations_and_finishes_an_interrupted_bind(
+    api: KubeApi, namespace: str
+) -> None:
+    node = await register_node(api, namespace, "0", memory_mib=24 * GIB)
+    first = new_hami(api, namespace)
+    for name in ("a", "b"):
+        await api.create(hami_pod(namespace, name, 8 * GIB))
+    await first.step()
+    # A pass that died after /filter's annotations but before the Binding:
+    plan = "GPU-0-0,NVIDIA,4096,0:;"
+    interrupted = hami_pod(namespace, "c", 4 * GIB)
+    interrupted["metadata"]["labels"] = {"hami.io/vgpu-node": node}
+    interrupted["metadata"]["annotations"] = {
+        "hami.io/vgpu-node": node,
+        "hami.io/vgpu-devices-allocated": plan,
+        "hami.io/vgpu-devices-to-allocate": plan,
+        "hami.io/bind-phase": "allocating",
+    }
+    await api.create(interrupted)
+    restarted = new_hami(api, namespace)
+    await api.create(hami_pod(namespace, "d", 8 * GIB))  # 8 + 8 + 4 + 8 > 24: must not fit
+    await restarted.step()
+    c, d = await get_pod(api, namespace, "c"), await get_pod(api, namespace, "d")
+    assert c["spec"]["nodeName"] == node
+    assert c["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
+    assert not d["spec"].get("nodeName")
+    assert "CardInsufficientMemory" in scheduled(d)["message"]
+    device = restarted.allocations()[node].devices[0]
+    assert (device.used_memory_mib, device.used_slots) == (20 * GIB, 3)
+
+
+async def test_pod_ends_after_its_duration_and_frees_its_gpu(api: KubeApi, namespace: str) -> None:
+    node = await register_node(api, namespace, "0")
+    hami = new_hami(api, namespace)
+    lifecycle = PodLifecycle(api, SystemClock(), namespace)
+    await api.create(hami_pod(namespace, "short", None, cores=100, duration_s=1.5))
+    async with running(hami, lifecycle):
+
+        async def short_running() -> bool:
+            pod = await api.get(KINDS["Pod"], namespace, "short")
+            return bool((pod or {}).get("status", {}).get("phase") == "Running")
+
+        await until(short_running)
+        started = time.monotonic()
+        await api.create(hami_pod(namespace, "next", None, cores=100, duration_s=60))
+
+        async def next_bound() -> bool:
+            pod = await api.get(KINDS["Pod"], namespace, "next")
+            return bool((pod or {}).get("spec", {}).get("nodeName"))
+
+        async def next_waiting() -> bool:
+            return scheduled(await get_pod(api, namespace, "next")).get("reason") == "Unschedulable"
+
+        await until(next_waiting)  # the whole GPU is taken while "short" runs
+        await until(next_bound)
+        bound_after = time.monotonic() - started
+        assert await api.get(KINDS["Pod"], namespace, "short") is None  # finished and deleted
+    assert bound_after >= 1.5 - 0.2  # not before "short" ran its 1.5 s
+    assert (await get_pod(api, namespace, "next"))["spec"]["nodeName"] == node
+    assert hami.allocations()[node].devices[0].used_slots == 1
+
+
+async def test_exporter_serves_the_allocation_table(api: KubeApi, namespace: str) -> None:
+    node = await register_node(api, namespace, "0", gpus=2, memory_mib=16 * GIB)
+    hami = new_hami(api, namespace)
+    await api.create(hami_pod(namespace, "a", 6 * GIB, cores=40))
+    await api.create(hami_pod(namespace, "b", 2 * GIB, cores=10, gpus=2))
+    await hami.step()
+    runner, port = await start_hami_exporter(hami)
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/metrics") as resp,
+        ):
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain")
+            text = await resp.text()
+    finally:
+        await runner.cleanup()
+    samples: dict[tuple[str, str], float] = {}
+    vgpu: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != "hami_build_info":
+                assert sample.labels["zone"] == "vGPU"
+            if sample.labels.get("node") == node and "device_uuid" in sample.labels:
+                if sample.name.startswith("hami_vgpu"):
+                    vgpu[(sample.name, sample.labels["pod"])] = (
+                        vgpu.get((sample.name, sample.labels["pod"]), 0.0) + sample.value
+                    )
+                else:
+                    samples[(sample.name, sample.labels["device_uuid"])] = sample.value
+    table = {d.device.uuid: d for d in hami.allocations()[node].devices}
+    assert sum(d.used_slots for d in table.values()) == 3
+    for uuid, d in table.items():
+        assert samples[("hami_gpu_memory_limit_bytes", uuid)] == 16 * GIB * MIB
+        assert samples[("hami_gpu_core_limit_ratio", uuid)] == 100
+        assert samples[("hami_gpu_memory_allocated_bytes", uuid)] == d.used_memory_mib * MIB
+        assert samples[("hami_gpu_core_allocated_ratio", uuid)] == d.used_cores
+        assert samples[("hami_gpu_shared_count", uuid)] == d.used_slots
+    assert vgpu[("hami_vgpu_memory_allocated_bytes", "a")] == 6 * GIB * MIB
+    assert vgpu[("hami_vgpu_memory_allocated_bytes", "b")] == 2 * 2 * GIB * MIB
+    assert vgpu[("hami_vgpu_core_allocated_ratio", "b")] == 20
+
+
+def trace(arrivals: list[float]) -> list[TracePod]:
+    ask = GPUAsk(1, 2 * GIB, None, 10)
+    return [TracePod(f"k{i}", at, 50.0, ask) for i, at in enumerate(arrivals)]
+
+
+class CreateTimes:
+    """Wraps a ``KubeApi``; remembers the wall time each Pod create was *issued*."""
+
+    def __init__(self, inner: KubeApi) -> None:
+        self.inner = inner
+        self.pods: list[tuple[str, float]] = []
+
+    async def create(self, obj: JSON) -> JSON:
+        if obj["kind"] == "Pod":
+            self.pods.append((obj["metadata"]["name"], time.time()))
+        return await self.inner.create(obj)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_player_creates_pods_at_scaled_arrival_times(api: KubeApi, namespace: str) -> None:
+    calls = CreateTimes(api)
+    pods = trace([100.0, 110.0, 110.0, 130.0])  # speed 20: 0, 0.5, 0.5, 1.5 s
+    origin = time.time() + 0.3
+    player = TracePlayer(
+        cast(KubeApi, calls),
+        pods,
+        SystemClock(),
+        namespace,
+        speed=20.0,
+        labels={"trial": "t"},
+        name_prefix="tp",
+        origin=origin,
+    )
+    await asyncio.wait_for(player.run(), timeout=30)
+    assert [name for name, _ in calls.pods] == ["tp-00000", "tp-00001", "tp-00002", "tp-00003"]
+    offsets = [at - origin for _, at in calls.pods]
+    for got, want in zip(offsets, [0.0, 0.5, 0.5, 1.5], strict=True):
+        assert want - 0.01 <= got <= want + 0.5, offsets  # never early, late only under load
+    progress = player.progress()
+    assert (progress.created, progress.total, progress.done) == (4, 4, True)
+    assert progress.trace_seconds >= 130.0
+    pod = await get_pod(api, namespace, "tp-00003")
+    assert pod["metadata"]["annotations"][DURATION_ANNOTATION] == "2.500"
+    assert pod["metadata"]["labels"]["trial"] == "t"
+    assert pod["spec"]["schedulerName"] == "hami-scheduler"
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {
+        "nvidia.com/gpu": "1",
+        "nvidia.com/gpumem": "2048",
+        "nvidia.com/gpucores": "10",
+    }
+
+
+async def test_player_resumes_after_a_restart_without_creating_twice(
+    api: KubeApi, namespace: str
+) -> None:
+    pods = trace([0.0, 0.0, 20.0, 30.0])  # speed 10: 0, 0, 2, 3 s
+    origin = time.time()
+    first = CreateTimes(api)
+    player = TracePlayer(cast(KubeApi, first), pods, SystemClock(), namespace, 10.0, origin=origin)
+    task = asyncio.create_task(player.run())
+
+    async def two_created() -> bool:
+        return player.progress().created >= 2
+
+    await until(two_created)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert player.progress().created == 2  # the third is due 2 s in
+    await api.delete(KINDS["Pod"], namespace, "trace-00000", 0)  # finished meanwhile
+    second = CreateTimes(api)
+    again = TracePlayer(cast(KubeApi, second), pods, SystemClock(), namespace, speed=10.0)
+    await asyncio.wait_for(again.run(), timeout=30)
+    assert [name for name, _ in second.pods] == ["trace-00002", "trace-00003"]
+    late = second.pods[-1][1] - origin
+    assert 3.0 - 0.01 <= late <= 3.5  # still on the first run's timeline
+    names = {p["metadata"]["name"] for p in await api.list(KINDS["Pod"], namespace)}
+    assert names == {"trace-00001", "trace-00002", "trace-00003"}
