@@ -1,4 +1,4 @@
-"""Live test harness: real etcd + two kube-apiservers, and the pinned binaries they need.
+"""Live test harness: real etcd, two kube-apiservers with their controller-managers, binaries.
 
 Import `Harness` and `ClusterEndpoint` from here; see docs/development.md. Names load lazily so
 that `python -m simulations.harness.binaries` does not import itself twice.

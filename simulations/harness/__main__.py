@@ -1,7 +1,7 @@
 """`python -m simulations.harness up`: run the two test clusters by hand (demos, debugging).
 
-Prints where the admin kubeconfigs are and keeps etcd and both apiservers running until
-Ctrl-C or SIGTERM, then stops them all.
+Prints where the admin kubeconfigs are and keeps etcd, both apiservers and their
+controller-managers running until Ctrl-C or SIGTERM, then stops them all.
 """
 
 from __future__ import annotations

@@ -126,7 +126,9 @@ class ClusterEndpoint:
         return self.request("POST", "/api/v1/namespaces", body)
 
     def delete_namespace(self, name: str) -> None:
-        """Request deletion of a namespace; does not wait (no namespace controller runs)."""
+        """Request deletion of a namespace; does not wait (the controller-manager's namespace
+        controller empties it and removes it; objects with finalizers nobody releases keep
+        it Terminating)."""
         try:
             self.request("DELETE", f"/api/v1/namespaces/{name}")
         except ApiError as exc:

@@ -4,11 +4,20 @@ What these prove: a pool becomes Ready only when all three layers agree (VM runn
 address, Node Ready, HAMi advertising the GPU); scaling 1 -> 3 -> 1 creates and drains cells
 (cordon, wait for idle, Node deleted, finalizer released, guest + seed + Secret gone); pool
 deletion drains everything and leaves nothing behind.
+
+The harness runs kube-controller-manager's garbage collector, which deletes whatever still names
+a deleted pool as owner: after a pool is gone an empty namespace no longer proves that the
+operator cleaned up. So the deletion test looks at the moment the operator releases the pool
+finalizer: the pool still exists then, so the collector has not touched its dependents, and
+anything left at that moment is the operator's leftover.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from provisioner.clock import SystemClock
 from provisioner.fsm.identity import (
@@ -17,11 +26,12 @@ from provisioner.fsm.identity import (
     POOL_FINALIZER,
     PoolIdentity,
 )
-from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.kube import JSON, KINDS, Kind, KubeApi
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, converge, swiftguest_pool
 from tests.integration.provisioner_support import (
+    RecordingKubeApi,
     apis,  # noqa: F401  (fixture)
     cell_nodes,
     cond,
@@ -143,6 +153,40 @@ async def test_scale_one_three_one_drains_removed_cells(
     assert await cell_nodes(workload_api, ident) == {"scale-0"}
 
 
+@dataclass
+class _FinalizerReleaseWitness(RecordingKubeApi):
+    """The operator's infrastructure client; when a patch drops the pool finalizer it first
+    records what the pool still has (``left``), before the patch reaches the apiserver."""
+
+    workload: KubeApi | None = None
+    ident: PoolIdentity | None = None
+    left: dict[str, set[str]] | None = None
+
+    async def patch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        status: bool = False,
+    ) -> JSON:
+        finalizers = (patch.get("metadata") or {}).get("finalizers")
+        if (
+            kind.kind == "GPUCellPool"
+            and finalizers is not None
+            and POOL_FINALIZER not in finalizers
+        ):
+            assert self.workload is not None and self.ident is not None and namespace
+            sel = f"cells.kubeswift.io/pool-id={self.ident.pool_id}"
+            self.left = {
+                "SwiftGuest": await names(self.inner, "SwiftGuest", namespace),
+                "SwiftSeedProfile": await names(self.inner, "SwiftSeedProfile", namespace),
+                "Secret": await names(self.inner, "Secret", namespace, sel),
+                "Node": await cell_nodes(self.workload, self.ident),
+            }
+        return await super().patch(kind, namespace, name, patch, status)
+
+
 async def test_pool_deletion_drains_and_leaves_nothing_behind(
     apis: tuple[KubeApi, KubeApi],  # noqa: F811
     workload: ClusterEndpoint,
@@ -152,7 +196,8 @@ async def test_pool_deletion_drains_and_leaves_nothing_behind(
     clock = SystemClock()
     key = await setup_pool(infra_api, workload, swiftguest_pool("gone", namespace, replicas=2))
     ident = PoolIdentity(namespace, "gone")
-    reconciler = Reconciler(infra_api, clock)
+    witness = _FinalizerReleaseWitness(infra_api, workload=workload_api, ident=ident)
+    reconciler = Reconciler(witness, clock)
     try:
         async with Twin(infra_api, workload_api, clock, namespace):
             await converge(reconciler, key, ready_with(2), timeout_s=40)
@@ -160,6 +205,11 @@ async def test_pool_deletion_drains_and_leaves_nothing_behind(
             await converge(reconciler, key, lambda p: p is None, timeout_s=30)
     finally:
         await reconciler.close()
+    # The operator's own cleanup, seen while the pool (the owner) still existed: the garbage
+    # collector cannot have helped yet.
+    nothing = {"SwiftGuest": set(), "SwiftSeedProfile": set(), "Secret": set(), "Node": set()}
+    assert witness.left == nothing
+    # And after it is gone (now including anything the garbage collector did).
     sel = f"cells.kubeswift.io/pool-id={ident.pool_id}"
     assert await names(infra_api, "SwiftGuest", namespace) == set()
     assert await names(infra_api, "SwiftSeedProfile", namespace) == set()
