@@ -17,6 +17,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("gpucellpool.crdgen", "write (or --check) the generated CRD files"),
     "run": ("gpucellpool.run", "run the autoscaling operator (watch-driven, leader-elected)"),
     "simulate": ("simulations.cli", "replay a GPU demand trace through scaling policies"),
+    "demo": (
+        "simulations.demo.cli",
+        "the real operator on the twin: replay a compressed trace, report, compare to simulate",
+    ),
     "sweep": ("simulations.sweep", "sweep policy knobs; print the cost/wait Pareto front"),
     "trace": ("simulations.record", "record a trace from Prometheus (trace record ...)"),
 }

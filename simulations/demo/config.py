@@ -1,0 +1,168 @@
+"""One demo scenario, expressed identically for the twin and for the simulator.
+
+Why this module exists: fidelity means "the same inputs in both worlds". The demo compresses a
+slice of the bundled openb trace from hours to minutes, so every duration that shapes the cell
+timeline is compressed by the same factor in both: pod arrivals and durations (pre-compressed
+here, the player replays at speed 1), the boot time (the twin's KubeSwift delay and the
+simulator's boot model), the scale-down stabilisation window and the delay after a scale-up
+(written into the pool's ``spec.autoscaling``; the simulator's ``PolicyConfig`` is derived from
+that very spec by ``policy_config_from_spec``), the control tick and the drain time. Nothing
+else differs between the worlds: the pool manifest below is the one the operator is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.types import CellShape, PolicyConfig
+from gpucellpool.api.spec import GPUCellPoolSpec
+from simulations.engine import BootModel, ProductionPolicy, SimConfig
+from simulations.engine import hami as sim_hami
+from simulations.traces import RescaleSpec, TracePod, load_generic, load_openb, rescale
+from simulations.traces.bundled import BUNDLED_OPENB_PATH, open_text
+
+HOUR = 3600.0
+SHAPE = CellShape(gpus=1, memory_mib=24576, cores_percent=100, slots=10)
+# A slice of the bundled trace (seconds from its start) with a ramp, a plateau with short
+# bursts, and (cut at its end) a fall back to zero; ~18 cells peak at the default thinning.
+DEFAULT_START = 148.0 * 86400 + 15 * HOUR
+DEFAULT_HOURS = 3.0
+DEFAULT_MULTIPLIER = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSpec:
+    """A demo run in trace time; ``compression`` maps it to wall time (trace s per wall s)."""
+
+    trace: Path | None = None  # None: the bundled openb trace
+    start_seconds: float = DEFAULT_START
+    hours: float = DEFAULT_HOURS
+    multiplier: float = DEFAULT_MULTIPLIER  # < 1 thins the trace (fewer cells for a laptop)
+    compression: float = 60.0
+    boot_seconds: float = 300.0  # trace time, both worlds
+    scale_down_window_seconds: float = 600.0
+    scale_down_delay_seconds: float = 600.0
+    tick_seconds: float = 30.0
+    drain_seconds: float = 30.0  # the simulator's cordon-to-gone; the twin measures its own
+    react_seconds: float = 15.0  # the simulator's pending-pod -> decision delay (twin: real)
+    max_cells: int = 40
+    seed: int = 0
+
+    def wall(self, trace_seconds: float) -> float:
+        """A trace duration in wall (compressed) seconds."""
+        return trace_seconds / self.compression
+
+    @property
+    def horizon_seconds(self) -> float:
+        """Compressed seconds the replay lasts, then scale-down to zero."""
+        tail = self.scale_down_window_seconds + self.scale_down_delay_seconds
+        return self.wall(self.hours * HOUR + tail + 2 * self.boot_seconds)
+
+
+def _whole(seconds: float) -> int:
+    """API fields that are whole seconds; never 0 for a positive duration."""
+    return max(1, round(seconds)) if seconds > 0 else 0
+
+
+def pool_manifest(
+    spec: DemoSpec, name: str, namespace: str, demand_label: tuple[str, str], prometheus_url: str
+) -> dict[str, Any]:
+    """The GPUCellPool the operator gets; windows are in compressed seconds."""
+    from simulations.twin.scenario import swiftguest_pool  # noqa: PLC0415 - twin side only
+
+    pool = swiftguest_pool(name, namespace, replicas=0)
+    pool["spec"]["autoscaling"] = autoscaling(spec, demand_label, prometheus_url)
+    return pool
+
+
+def autoscaling(
+    spec: DemoSpec, demand_label: tuple[str, str], prometheus_url: str
+) -> dict[str, Any]:
+    window = _whole(spec.wall(spec.scale_down_window_seconds))
+    return {
+        "enabled": True,
+        "minReplicas": 0,
+        "maxReplicas": spec.max_cells,
+        "scaleDown": "Auto",
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": window}},
+        "scaleDownDelayAfterScaleUp": f"{spec.wall(spec.scale_down_delay_seconds):g}s",
+        "prewarm": {"bootTime": f"{spec.wall(spec.boot_seconds):g}s"},
+        "cellShape": {
+            "gpuMemoryMiB": SHAPE.memory_mib,
+            "gpuCores": SHAPE.cores_percent,
+            "slots": SHAPE.slots,
+        },
+        "demand": {"podSelector": {"matchLabels": dict([demand_label])}},
+        "prometheus": {"url": prometheus_url, "staleAfter": "30s"},
+    }
+
+
+def policy_config(spec: DemoSpec) -> PolicyConfig:
+    """The simulator's policy config: from the same ``spec.autoscaling`` the operator reads."""
+    pool = pool_manifest(spec, "demo", "demo", ("demo", "x"), "http://127.0.0.1:9090")
+    return policy_config_from_spec(GPUCellPoolSpec.model_validate(pool["spec"]))
+
+
+def sim_config(spec: DemoSpec) -> SimConfig:
+    """The simulator world matching the twin: fixed boot time, cold start, compressed timings."""
+    config = policy_config(spec)
+    return SimConfig(
+        policy_config=config,
+        tick_seconds=spec.wall(spec.tick_seconds),
+        react_on_arrival=True,
+        react_delay_seconds=spec.wall(spec.react_seconds),
+        boot=BootModel(median_seconds=spec.wall(spec.boot_seconds), sigma=0.0, min_seconds=0.0),
+        drain_seconds=spec.wall(spec.drain_seconds),
+        warm_start=False,  # the twin's pool starts empty too
+        tail_seconds=spec.horizon_seconds,
+        samples=4000,
+        seed=spec.seed,
+    )
+
+
+def sim_policy(spec: DemoSpec) -> ProductionPolicy:
+    """The production policy, ticking as often as the live loop does in the demo."""
+    policy = ProductionPolicy()
+    policy.tick_seconds = spec.wall(spec.tick_seconds)
+    return policy
+
+
+def load_pods(trace: Path | None) -> tuple[TracePod, ...]:
+    path = trace or BUNDLED_OPENB_PATH
+    with open_text(path) as stream:
+        header = stream.readline()
+    loaded = load_openb(path) if "gpu_milli" in header else load_generic(path)
+    return loaded.pods
+
+
+def compressed_pods(spec: DemoSpec) -> tuple[TracePod, ...]:
+    """The slice, thinned and compressed (arrivals and durations / ``compression``).
+
+    Pods a 1-GPU cell can never host are left out (both worlds would only report them), and
+    pods still running at the slice's end are cut there, so the run ends with a scale-down.
+    """
+    pods = load_pods(spec.trace)
+    end = spec.start_seconds + spec.hours * HOUR
+    window = RescaleSpec(
+        start_seconds=spec.start_seconds,
+        end_seconds=end,
+        time_compression=spec.compression,
+        duration_scale=1.0 / spec.compression,
+        arrival_multiplier=spec.multiplier,
+        jitter_seconds=0.0,
+        seed=spec.seed,
+    )
+    limit = spec.wall(spec.hours * HOUR)
+    fitting = [p for p in rescale(pods, window) if sim_hami.fits_fresh_cell(p.ask, SHAPE)]
+    first = min((p.arrival_seconds for p in fitting), default=0.0)  # the player's time zero
+    return tuple(
+        replace(
+            p,
+            arrival_seconds=p.arrival_seconds - first,
+            duration_seconds=min(p.duration_seconds, limit - p.arrival_seconds),
+        )
+        for p in fitting
+    )

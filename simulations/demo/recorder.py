@@ -1,0 +1,209 @@
+"""What the twin did, recorded from watches: cells over time and every pod's wait.
+
+Why this module exists: the fidelity check compares the twin's cell-count timeline with the
+simulator's, and the report computes the simulator's metrics (cell-hours, waits, churn) from
+the twin's run, so both must be measured from the outside, as a user would: SwiftGuests in the
+infrastructure cluster (a cell costs from its guest's creation until the guest is gone, as in
+the simulator), the pool's status (Ready cells, desired), and pods in the workload cluster
+(wait = creation until bound to a Node). Watches give every change; ``sample()`` adds a point
+at a fixed interval too, so the progress line and the timeline never go quiet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.policy.demand import pod_ask
+from autoscaler.policy.types import GPUAsk
+from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.rest import RestClient
+from simulations.demo.config import SHAPE
+from simulations.engine import Sample
+from simulations.engine import hami as sim_hami
+
+POOLS = "/apis/cells.kubeswift.io/v1alpha1/namespaces/{ns}/gpucellpools"
+GUESTS = "/apis/swift.kubeswift.io/v1alpha1/namespaces/{ns}/swiftguests"
+PODS = "/api/v1/namespaces/{ns}/pods"
+
+
+@dataclass
+class PodTimes:
+    created: float
+    bound: float | None = None
+    ended: float | None = None
+    ask: GPUAsk | None = None
+
+
+@dataclass
+class Snapshot:
+    """The state at one instant (what the progress line prints)."""
+
+    time_seconds: float
+    cells: int
+    ready: int
+    draining: int
+    desired: int
+    demand_cells: int
+    pods_created: int
+    pods_pending: int
+    pods_running: int
+
+
+@dataclass
+class Recorder:
+    """Watches one pool's guests, status and pods; times are seconds since ``start()``."""
+
+    infra: RestClient
+    workload: RestClient
+    namespace: str
+    pool: str
+    t0: float = field(default_factory=time.monotonic)
+    samples: list[Snapshot] = field(default_factory=list)
+    pods: dict[str, PodTimes] = field(default_factory=dict)
+    created_guests: set[str] = field(default_factory=set)
+    deleted_guests: int = 0
+    guest_added: dict[str, float] = field(default_factory=dict)  # cell name -> first seen
+    boots: dict[str, float] = field(default_factory=dict)  # cell name -> guest seen to Ready
+    _status: JSON = field(default_factory=dict)
+    _caches: list[WatchCache] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    async def start(self) -> None:
+        """Start the three watches and wait until they listed once."""
+        ns = self.namespace
+        self._caches = [
+            WatchCache(self.infra, Query(GUESTS.format(ns=ns)), self._guest),
+            WatchCache(
+                self.infra,
+                Query(POOLS.format(ns=ns), field_selector=f"metadata.name={self.pool}"),
+                self._pool,
+            ),
+            WatchCache(self.workload, Query(PODS.format(ns=ns)), self._pod),
+        ]
+        self._tasks = [asyncio.create_task(c.run(), name="demo:recorder") for c in self._caches]
+        await asyncio.wait_for(asyncio.gather(*(c.synced.wait() for c in self._caches)), 30)
+
+    def restart_clock(self) -> None:
+        """Time zero is the start of the replay."""
+        shift = time.monotonic() - self.t0
+        self.guest_added = {k: v - shift for k, v in self.guest_added.items()}
+        self.t0 += shift
+        self.samples.clear()
+        self.sample()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- watch callbacks ----------------------------------------------------------------------
+
+    def _guest(self, kind: str, obj: JSON) -> None:
+        if kind == "ADDED":
+            self.created_guests.add(str(obj["metadata"]["uid"]))
+            self.guest_added.setdefault(str(obj["metadata"]["name"]), self.now())
+        elif kind == "DELETED":
+            self.deleted_guests += 1
+        self.sample()
+
+    def _pool(self, kind: str, obj: JSON) -> None:
+        del kind
+        self._status = obj.get("status") or {}
+        now = self.now()
+        for cell in self._status.get("cells") or []:
+            name = str(cell.get("name"))
+            if cell.get("phase") == "Ready" and name in self.guest_added:
+                self.boots.setdefault(name, now - self.guest_added[name])
+        self.sample()
+
+    def _pod(self, kind: str, obj: JSON) -> None:
+        name, now = str(obj["metadata"]["name"]), self.now()
+        times = self.pods.get(name)
+        if times is None:
+            ask = pod_ask(obj)
+            times = self.pods[name] = PodTimes(now, ask=ask if isinstance(ask, GPUAsk) else None)
+        phase = (obj.get("status") or {}).get("phase")
+        if times.bound is None and (obj.get("spec") or {}).get("nodeName"):
+            times.bound = now
+        ended = kind == "DELETED" or phase in ("Succeeded", "Failed")
+        if ended and times.ended is None:
+            times.ended = now
+        self.sample()
+
+    # -- samples ------------------------------------------------------------------------------
+
+    def sample(self) -> Snapshot:
+        """Record (and return) the state now; repeated states are kept only at the interval."""
+        status = self._status
+        phases = Counter(c.get("phase") for c in status.get("cells") or [])
+        live = [p for p in self.pods.values() if p.ended is None]
+        asks = [p.ask for p in live if p.ask is not None]
+        snap = Snapshot(
+            time_seconds=max(0.0, self.now()),
+            cells=len(self._caches[0].objects) if self._caches else 0,
+            ready=int(status.get("readyCells") or 0),
+            draining=phases["Draining"] + phases["Deleting"],
+            desired=int(status.get("desiredReplicas") or 0),
+            demand_cells=sim_hami.pack_count(asks, SHAPE),
+            pods_created=len(self.pods),
+            pods_pending=sum(1 for p in live if p.bound is None),
+            pods_running=sum(1 for p in live if p.bound is not None),
+        )
+        self.samples.append(snap)
+        return snap
+
+    def status(self) -> JSON:
+        """The pool's last observed status."""
+        return self._status
+
+    async def sample_every(self, interval_s: float) -> None:
+        """A point every ``interval_s`` (cancelled by the caller)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self.sample()
+
+    # -- results ------------------------------------------------------------------------------
+
+    def cell_timeline(self) -> list[tuple[float, float]]:
+        """(seconds, cells incl. booting and draining): the fidelity check's twin side."""
+        return [(s.time_seconds, float(s.cells)) for s in self.samples]
+
+    def timeline(self) -> tuple[Sample, ...]:
+        """The simulator's ``Sample`` shape, for the report and the plot."""
+        return tuple(
+            Sample(
+                time_seconds=s.time_seconds,
+                demand_cells=s.demand_cells,
+                ready=s.ready,
+                booting=max(0, s.cells - s.ready - s.draining),
+                draining=s.draining,
+                desired=s.desired,
+            )
+            for s in self.samples
+        )
+
+    def waits(self, end: float) -> tuple[float, ...]:
+        """Per pod: creation to bound (censored at ``end`` for pods never bound)."""
+        return tuple(
+            max(0.0, (p.bound if p.bound is not None else end) - p.created)
+            for p in self.pods.values()
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "guests_created": len(self.created_guests),
+            "guests_deleted": self.deleted_guests,
+            "pods": len(self.pods),
+            "pods_never_bound": sum(1 for p in self.pods.values() if p.bound is None),
+            "boot_seconds": sorted(self.boots.values()),
+        }

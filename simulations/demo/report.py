@@ -1,0 +1,178 @@
+"""The demo's report: the simulator's metrics computed from the twin run, next to the simulator.
+
+Why this module exists: a twin run is only convincing next to the offline prediction for the
+same inputs. This replays the same compressed trace through ``simulate`` with the same pool
+spec (``config.sim_config``), turns the twin's recording into a ``SimResult`` so the very same
+``summarise`` / ``markdown`` / ``plot_timelines`` apply to both, and measures fidelity
+(``simulations.fidelity``) over the simulator's horizon: from the replay's start until its last
+pod ended (what the simulator accounts; the twin's scale-down tail after that is shown on the
+plot but not compared). Reported times are trace time (compressed seconds x compression), so
+the numbers read like ``gpucellpool simulate`` output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from simulations.baselines.oracle import oracle
+from simulations.demo.config import SHAPE, DemoSpec, sim_config, sim_policy
+from simulations.demo.twin_run import TwinResult
+from simulations.engine import Sample, SimResult, simulate
+from simulations.fidelity import Fidelity, compare
+from simulations.report import PlotUnavailable, PolicySummary, markdown, plot_timelines, summarise
+
+TWIN = "gpucellpool on the twin"
+
+
+@dataclass(frozen=True, slots=True)
+class DemoReport:
+    spec: DemoSpec
+    fidelity: Fidelity  # compressed seconds
+    results: tuple[SimResult, ...]  # oracle, simulator, twin; trace time
+    summaries: tuple[PolicySummary, ...]
+    wall_seconds: float
+    cpu_seconds: dict[str, float]
+    twin_counts: dict[str, Any]
+    timelines: dict[str, list[tuple[float, float]]]  # compressed seconds
+
+
+def cells_of(result: SimResult) -> list[tuple[float, float]]:
+    """A simulator run's billed cells (ready + booting + draining) as a step function."""
+    return [(s.time_seconds, float(s.ready + s.booting + s.draining)) for s in result.timeline]
+
+
+def twin_result(run: TwinResult, horizon: float, fidelity: Fidelity) -> SimResult:
+    """The twin run in the simulator's result shape (compressed seconds)."""
+    rec = run.recorder
+    counts = rec.summary()
+    return SimResult(
+        policy=TWIN,
+        pods=len(run.pods),
+        cost_cell_hours=fidelity.cell_hours_a,
+        waits_seconds=rec.waits(run.end_seconds),
+        unplaced=counts["pods_never_bound"],
+        unschedulable=0,
+        evictions=0,
+        scale_up_cells=counts["guests_created"],
+        scale_down_cells=counts["guests_deleted"],
+        boot_failures=0,
+        mean_utilisation=0.0,  # not measured on the twin (HAMi's metrics hold it)
+        end_seconds=horizon,
+        events=len(rec.samples),
+        decisions=0,
+        reasons=(),
+        timeline=rec.timeline(),
+        boot_seconds=run.spec.wall(run.spec.boot_seconds),
+    )
+
+
+def to_trace_time(result: SimResult, factor: float) -> SimResult:
+    """``result`` with every time (and cell-hours) multiplied by ``factor``."""
+    return replace(
+        result,
+        cost_cell_hours=result.cost_cell_hours * factor,
+        waits_seconds=tuple(w * factor for w in result.waits_seconds),
+        end_seconds=result.end_seconds * factor,
+        boot_seconds=result.boot_seconds * factor,
+        timeline=tuple(replace(s, time_seconds=s.time_seconds * factor) for s in result.timeline),
+    )
+
+
+def _clip(result: SimResult, end: float) -> SimResult:
+    kept: list[Sample] = [s for s in result.timeline if s.time_seconds <= end]
+    return replace(result, timeline=tuple(kept))
+
+
+def build_report(run: TwinResult) -> DemoReport:
+    """Simulate the same inputs, compare, and summarise both worlds in trace time."""
+    spec = run.spec
+    simulated = simulate(run.pods, sim_policy(spec), sim_config(spec))
+    horizon = min(simulated.end_seconds, run.end_seconds)
+    twin_cells = run.recorder.cell_timeline()
+    fidelity = compare(twin_cells, cells_of(simulated), 0.0, horizon)
+    twin = twin_result(run, horizon, fidelity)
+    reference = oracle(run.pods, SHAPE)
+    results = tuple(
+        to_trace_time(r, spec.compression)
+        for r in (reference, simulated, _clip(twin, run.end_seconds))
+    )
+    boot = spec.boot_seconds
+    summaries = tuple(summarise(r, results[0].cost_cell_hours, boot) for r in results)
+    return DemoReport(
+        spec=spec,
+        fidelity=fidelity,
+        results=results,
+        summaries=summaries,
+        wall_seconds=run.wall_seconds,
+        cpu_seconds=dict(run.cpu_seconds),
+        twin_counts=run.recorder.summary(),
+        timelines={"twin": twin_cells, "simulator": cells_of(simulated)},
+    )
+
+
+def _verdict(f: Fidelity) -> str:
+    return "PASS" if f.passes() else "FAIL"
+
+
+def markdown_report(report: DemoReport) -> str:
+    spec, f = report.spec, report.fidelity
+    trace = str(spec.trace) if spec.trace else "bundled openb (Alibaba GPU 2023)"
+    cpu = ", ".join(f"{k} {v:.0f} s" for k, v in report.cpu_seconds.items())
+    return "\n".join(
+        [
+            "# gpucellpool demo: the real operator on the twin",
+            "",
+            f"- trace: {trace}, {spec.hours:g} h from {spec.start_seconds / 86400:.2f} d, "
+            f"thinned x{spec.multiplier:g}: {report.results[1].pods} pods",
+            f"- compressed x{spec.compression:g} (1 wall second = {spec.compression:g} trace "
+            f"seconds) in both worlds: boot {spec.boot_seconds:g} s, scale-down window "
+            f"{spec.scale_down_window_seconds:g} s, delay after scale-up "
+            f"{spec.scale_down_delay_seconds:g} s, tick {spec.tick_seconds:g} s (trace time)",
+            "- times and cell-hours below are trace time",
+            "",
+            markdown(report.summaries),
+            "## Fidelity (twin vs `gpucellpool simulate`, same trace, same pool spec)",
+            "",
+            f"- within +/-1 cell: **{100 * f.within_fraction:.1f} %** of the time "
+            f"(criterion >= 95 %)",
+            f"- cell-hours twin / simulator: **{f.cell_hours_ratio:.3f}** "
+            f"({f.cell_hours_a * spec.compression:.2f} / {f.cell_hours_b * spec.compression:.2f}"
+            f"; criterion within 5 %)",
+            f"- largest gap: {f.max_gap_cells:g} cells; horizon: the simulator's, "
+            f"{f.end_seconds * spec.compression / 60:.0f} trace minutes",
+            f"- verdict: **{_verdict(f)}**",
+            "",
+            f"Wall time {report.wall_seconds:.0f} s; CPU: {cpu}.",
+            "",
+        ]
+    )
+
+
+def write_report(report: DemoReport, out: Path) -> list[Path]:
+    """report.md, report.json and demand-vs-cells.png (when matplotlib is there) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "report.md", out / "report.json"]
+    written[0].write_text(markdown_report(report), encoding="utf-8")
+    payload = {
+        "spec": {k: str(v) if isinstance(v, Path) else v for k, v in vars_of(report.spec).items()},
+        "policies": [s.as_dict() for s in report.summaries],
+        "fidelity": report.fidelity.as_dict(),
+        "wall_seconds": report.wall_seconds,
+        "cpu_seconds": report.cpu_seconds,
+        "twin": report.twin_counts,
+        "timelines_compressed_seconds": report.timelines,
+    }
+    written[1].write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    try:
+        title = f"demand vs cells: simulator and twin ({report.spec.hours:g} h of trace)"
+        written.append(plot_timelines(report.results[1:], out / "demand-vs-cells.png", title))
+    except PlotUnavailable as error:
+        written[0].write_text(markdown_report(report) + f"\nplot skipped: {error}\n")
+    return written
+
+
+def vars_of(spec: DemoSpec) -> dict[str, Any]:
+    return {name: getattr(spec, name) for name in spec.__dataclass_fields__}
