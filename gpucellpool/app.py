@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,12 @@ from gpucellpool.kube.adapters import (
 )
 from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig, client_in_cluster_or
+from gpucellpool.kube.reviews import KubeAccessReviewer
 from gpucellpool.kube.workload import ClientFactory, ClusterKey, WorkloadClusters
 from gpucellpool.leader import ElectionSettings, LeaderElector
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
+from gpucellpool.secure_metrics import MetricsOptions, secure_site
 from provisioner.kube import RestKubeApi
 from provisioner.reconciler import Reconciler
 from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
@@ -70,6 +72,7 @@ class Settings:
     api_timeout_s: float = 10.0
     provision: bool = True  # False: decide only (another process runs the provisioner)
     webhook: WebhookOptions | None = None  # None: no admission webhook in this process
+    metrics: MetricsOptions = field(default_factory=MetricsOptions)  # secure=False: plain
 
 
 class App:
@@ -121,8 +124,11 @@ class App:
         ]
         self._cluster_of: dict[tuple[str, str], ClusterKey] = {}
         self._releases: set[asyncio.Task[None]] = set()
+        site, self._metrics_cert = secure_site(
+            settings.metrics, KubeAccessReviewer(infra), self.clock.now
+        )
         self.health = HealthServer(
-            self.live, self.ready, self.registry, settings.health_host, settings.health_port
+            self.live, self.ready, self.registry, settings.health_host, settings.health_port, site
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.webhook: RunningWebhook | None = None
@@ -190,6 +196,8 @@ class App:
         if self.settings.webhook is not None:  # every replica serves admission, leader or not
             self.webhook = await start_webhook(self.infra.api_client, self.settings.webhook)
         await self.health.start()
+        if self._metrics_cert is not None:
+            self._metrics_cert.start()
         self._tasks = [
             asyncio.create_task(self.pools.run(), name="watch:gpucellpools"),
             asyncio.create_task(self.elector.run(), name="leader-election"),
@@ -213,6 +221,8 @@ class App:
         await self.reconciler.close()
         await self.clusters.close()
         await self.usage.close()
+        if self._metrics_cert is not None:
+            await self._metrics_cert.stop()
         await self.health.stop()
         if self.webhook is not None:
             await self.webhook.stop()

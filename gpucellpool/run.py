@@ -15,9 +15,11 @@ import contextlib
 import os
 import signal
 import socket
+from pathlib import Path
 
 from gpucellpool import logs
 from gpucellpool.app import Settings, build, webhook_options_from_env
+from gpucellpool.secure_metrics import MetricsOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retry-period", type=float, default=2.0, help="seconds")
     parser.add_argument("--health-port", type=int, default=8081)
     parser.add_argument("--health-host", default="0.0.0.0")
+    parser.add_argument(
+        "--metrics-secure",
+        action="store_true",
+        help="serve /metrics over TLS on --metrics-port, only to bearer tokens the cluster "
+        "authenticates (TokenReview) and authorises for get /metrics (SubjectAccessReview)",
+    )
+    parser.add_argument("--metrics-port", type=int, default=8443)
+    parser.add_argument(
+        "--metrics-cert-dir",
+        type=Path,
+        default=None,
+        help="tls.crt/tls.key for the metrics port (re-read on change); default: self-signed",
+    )
     parser.add_argument("--debounce", type=float, default=0.15, help="seconds")
     parser.add_argument("--tick", type=float, default=10.0, help="seconds")
     parser.add_argument("--namespace", default=None, help="only pools in this namespace")
@@ -59,6 +74,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         pool_namespace=args.namespace,
         provision=args.provision,
         webhook=webhook_options_from_env(os.environ),
+        metrics=MetricsOptions(
+            secure=args.metrics_secure,
+            host=args.health_host,
+            port=args.metrics_port,
+            cert_dir=args.metrics_cert_dir,
+        ),
     )
 
 

@@ -1,0 +1,116 @@
+"""``/metrics`` access rules: bearer parsing, the review outcome, and the review cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from gpucellpool.metrics_access import (
+    Identity,
+    MetricsGuard,
+    ReviewUnavailable,
+    bearer_token,
+    decide,
+    token_key,
+)
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Bearer abc.def", "abc.def"),
+        ("bearer   abc  ", "abc"),
+        ("Basic dXNlcjpwYXNz", None),
+        ("Bearer", None),
+        ("Bearer a b", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_bearer_token(header: str | None, token: str | None) -> None:
+    assert bearer_token(header) == token
+
+
+def test_decide_maps_reviews_to_http_answers() -> None:
+    prom = Identity("system:serviceaccount:mon:prometheus")
+    assert decide(None, False).status == 401
+    denied = decide(prom, False)
+    assert denied.status == 403 and "system:serviceaccount:mon:prometheus" in denied.reason
+    assert decide(prom, True).allowed
+
+
+@dataclass
+class CountingReviewer:
+    """Answers from tables and counts the calls (an in-memory AccessReviewer)."""
+
+    users: dict[str, Identity]
+    allowed: set[str]
+    down: bool = False
+    calls: list[str] = field(default_factory=list)
+
+    async def authenticate(self, token: str) -> Identity | None:
+        self.calls.append("authn")
+        if self.down:
+            raise ReviewUnavailable("apiserver timed out")
+        return self.users.get(token)
+
+    async def authorize(self, identity: Identity, verb: str, path: str) -> bool:
+        self.calls.append(f"authz {verb} {path}")
+        return identity.user in self.allowed
+
+
+@dataclass
+class Clock:
+    t: float = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def reviewer() -> CountingReviewer:
+    users = {"good": Identity("prom"), "other": Identity("bob")}
+    return CountingReviewer(users, allowed={"prom"})
+
+
+async def test_guard_answers_and_asks_for_get_metrics() -> None:
+    r, clock = reviewer(), Clock()
+    guard = MetricsGuard(r, clock.now)
+    assert (await guard.check(None)).status == 401
+    assert (await guard.check("Bearer unknown")).status == 401
+    assert (await guard.check("Bearer other")).status == 403
+    assert (await guard.check("Bearer good")).status == 200
+    assert "authz get /metrics" in r.calls
+
+
+async def test_guard_caches_per_token_until_the_ttl() -> None:
+    r, clock = reviewer(), Clock()
+    guard = MetricsGuard(r, clock.now, ttl_s=60)
+    await guard.check("Bearer good")
+    calls = len(r.calls)
+    clock.t += 59
+    assert (await guard.check("Bearer good")).allowed
+    assert len(r.calls) == calls  # served from the cache
+    clock.t += 2
+    assert (await guard.check("Bearer good")).allowed
+    assert len(r.calls) == 2 * calls  # reviewed again after the TTL
+
+
+async def test_guard_never_caches_an_unavailable_review_and_keeps_no_raw_token() -> None:
+    r, clock = reviewer(), Clock()
+    guard = MetricsGuard(r, clock.now)
+    r.down = True
+    answer = await guard.check("Bearer good")
+    assert answer.status == 503 and "good" not in answer.reason
+    r.down = False
+    assert (await guard.check("Bearer good")).allowed  # the outage was not remembered
+    assert "good" not in guard._cache and token_key("good") in guard._cache
+
+
+async def test_guard_cache_is_bounded() -> None:
+    users = {f"t{i}": Identity(f"u{i}") for i in range(20)}
+    r, clock = CountingReviewer(users, allowed=set()), Clock()
+    guard = MetricsGuard(r, clock.now, max_entries=5)
+    for i in range(20):
+        assert (await guard.check(f"Bearer t{i}")).status == 403
+        assert len(guard._cache) <= 5
