@@ -14,7 +14,9 @@ later. The player sleeps until the next arrival, never polls.
 Restart safety: pods are named ``<name_prefix>-<index>`` in arrival order, and a ConfigMap
 ``<name_prefix>-player`` records the origin and how many pods were created. A restarted
 player resumes on the same timeline and skips what was created (a pod that already exists
-is taken as created), even when earlier pods have finished and been deleted since.
+is taken as created), even when earlier pods have finished and been deleted since. The
+record is written after each batch of creations: a player killed between a batch and its
+record re-creates that batch's pods if they also finished and were deleted before the restart.
 """
 
 from __future__ import annotations
