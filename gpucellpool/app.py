@@ -68,11 +68,19 @@ class Settings:
     health_port: int = 8081
     debounce_s: float = 0.15
     tick_s: float = 10.0
-    pool_namespace: str | None = None  # None: every namespace
+    pool_namespace: str | None = None  # one namespace (kept for callers); see pool_namespaces
+    pool_namespaces: tuple[str, ...] = ()  # with pool_namespace: the watched set; none: all
     api_timeout_s: float = 10.0
     provision: bool = True  # False: decide only (another process runs the provisioner)
     webhook: WebhookOptions | None = None  # None: no admission webhook in this process
     metrics: MetricsOptions = field(default_factory=MetricsOptions)  # secure=False: plain
+
+
+def watched_namespaces(settings: Settings) -> tuple[str | None, ...]:
+    """The namespaces to watch, in order, without repeats; ``(None,)`` means all of them."""
+    named = [settings.pool_namespace, *settings.pool_namespaces]
+    unique = tuple(dict.fromkeys(ns for ns in named if ns))
+    return unique or (None,)
 
 
 class App:
@@ -117,9 +125,13 @@ class App:
             RestKubeApi(infra.api_client, settings.api_timeout_s), self.clock
         )
         self.driver = ProvisionerDriver(self.reconciler, self.clock, lambda: self.elector.is_leader)
-        self.pools = WatchCache(infra, Query(_path(settings, POOLS_PATH)), self._pool_changed)
+        namespaces = watched_namespaces(settings)
+        self.pool_caches = [
+            WatchCache(infra, Query(_path(ns, POOLS_PATH)), self._pool_changed) for ns in namespaces
+        ]
         self.outer = [
-            WatchCache(infra, Query(_path(settings, path)), self._outer_changed)
+            WatchCache(infra, Query(_path(ns, path)), self._outer_changed)
+            for ns in namespaces
             for path in (SWIFTGUESTS_PATH, MACHINES_PATH)
         ]
         self._cluster_of: dict[tuple[str, str], ClusterKey] = {}
@@ -179,7 +191,7 @@ class App:
         return (not dead, f"stopped: {', '.join(dead)}")
 
     def ready(self) -> tuple[bool, str]:
-        if not self.pools.synced.is_set():
+        if not all(c.synced.is_set() for c in self.pool_caches):
             return False, "GPUCellPool cache not synced"
         if not self.elector.known:
             return False, "leader election has not completed a round"
@@ -199,8 +211,8 @@ class App:
         if self._metrics_cert is not None:
             self._metrics_cert.start()
         self._tasks = [
-            asyncio.create_task(self.pools.run(), name="watch:gpucellpools"),
             asyncio.create_task(self.elector.run(), name="leader-election"),
+            *(asyncio.create_task(c.run(), name=f"watch:{c.query.path}") for c in self.pool_caches),
         ]
         if self.settings.provision:
             self._tasks += [
@@ -265,9 +277,8 @@ SWIFTGUESTS_PATH = "/apis/swift.kubeswift.io/v1alpha1/swiftguests"
 MACHINES_PATH = "/apis/cluster.x-k8s.io/v1beta2/machines"
 
 
-def _path(settings: Settings, cluster_path: str) -> str:
-    """The collection path, narrowed to one namespace when configured."""
-    ns = settings.pool_namespace
+def _path(ns: str | None, cluster_path: str) -> str:
+    """The collection path, narrowed to namespace ``ns`` (None: all namespaces)."""
     if not ns:
         return cluster_path
     head, _, plural = cluster_path.rpartition("/")

@@ -48,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--debounce", type=float, default=0.15, help="seconds")
     parser.add_argument("--tick", type=float, default=10.0, help="seconds")
-    parser.add_argument("--namespace", default=None, help="only pools in this namespace")
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="only pools in this namespace; repeat or comma-separate for several (default: all)",
+    )
     parser.add_argument("--log-level", default=env("LOG_LEVEL") or "INFO")
     parser.add_argument(
         "--no-provision",
@@ -71,7 +76,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         health_port=args.health_port,
         debounce_s=args.debounce,
         tick_s=args.tick,
-        pool_namespace=args.namespace,
+        pool_namespaces=tuple(
+            ns.strip() for value in args.namespace for ns in value.split(",") if ns.strip()
+        ),
         provision=args.provision,
         webhook=webhook_options_from_env(os.environ),
         metrics=MetricsOptions(

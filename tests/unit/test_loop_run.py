@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucellpool.app import webhook_options_from_env
+from gpucellpool.app import watched_namespaces, webhook_options_from_env
 from gpucellpool.cli import build_parser
 from gpucellpool.logs import JsonFormatter
 from gpucellpool.run import settings_from
@@ -24,12 +24,24 @@ def test_run_flags_map_to_settings() -> None:
     argv = ["run", "--identity", "pod-a", "--lease-namespace", "ops", "--namespace", "team",
             "--lease-duration", "20", "--debounce", "0.1", "--no-provision"]  # fmt: skip
     settings = settings_from(build_parser(argv).parse_args(argv))
-    assert (settings.identity, settings.lease_namespace, settings.pool_namespace) == (
-        "pod-a",
-        "ops",
-        "team",
-    )
+    assert (settings.identity, settings.lease_namespace) == ("pod-a", "ops")
+    assert watched_namespaces(settings) == ("team",)
     assert settings.lease_s == 20 and settings.debounce_s == 0.1 and not settings.provision
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], (None,)),
+        (["--namespace", "a"], ("a",)),
+        (["--namespace", "a,b", "--namespace", "c", "--namespace", "a"], ("a", "b", "c")),
+        (["--namespace", " , "], (None,)),
+    ],
+)
+def test_namespace_flag_repeats_and_splits(flags: list[str], expected: tuple[str, ...]) -> None:
+    argv = ["run", *flags]
+    settings = settings_from(build_parser(argv).parse_args(argv))
+    assert watched_namespaces(settings) == expected
 
 
 def test_webhook_options_from_env() -> None:
