@@ -41,9 +41,9 @@ from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
     counts_as_demand,
+    index_pods,
     observation,
     pending_for_pool,
-    pods_by_node,
     remember_first_seen,
     utilisation,
     with_requested,
@@ -260,13 +260,14 @@ class Autoscaler:
             stale = MetricsHealth(False, 0.0, snap.error or "workload caches not synced")
             return observation((), cells, (), stale, False)
         selection, ns_labels = pool.spec.autoscaling.demand, snap.namespace_labels
+        index = snap.pod_index or index_pods(snap.pods)
         uids = [
             _meta(p, "uid")
-            for p in snap.pods
+            for p in index.unbound
             if counts_as_demand(p, selection, ns_labels.get(_meta(p, "namespace")))
         ]
         state.first_seen = remember_first_seen(state.first_seen, uids, now)
-        pending, bad = pending_for_pool(pool, snap.pods, snap.namespace_labels, state.first_seen)
+        pending, bad = pending_for_pool(pool, index.unbound, ns_labels, state.first_seen)
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
@@ -280,7 +281,7 @@ class Autoscaler:
                 health = MetricsHealth(False, 0.0, "Prometheus read timed out")
                 prom_usage = {}
         shape = policy_config_from_spec(pool.spec).shape
-        inputs = CellInputs(shape, nodes, pods_by_node(snap.pods), prom_usage)
+        inputs = CellInputs(shape, nodes, index.by_node, prom_usage)
         cells, unknown = cells_for_pool(pool, inputs, now)
         since = state.memory.last_scale_up_at if state.memory else None
         cells = with_requested(cells, self._requested(state), since or now)

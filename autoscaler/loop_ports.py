@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from autoscaler.observe import PodIndex
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from gpucellpool.api.pool import GPUCellPool
 
@@ -32,6 +33,8 @@ class WorkloadSnapshot:
     nodes: Sequence[JSON] = ()
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     error: str = ""
+    pod_index: PodIndex | None = None
+    """``pods`` already indexed (shared by the cluster's pools); None: the loop indexes."""
 
 
 class WorkloadView(Protocol):

@@ -175,6 +175,36 @@ def pods_by_node(pods: Iterable[JSON]) -> dict[str, list[JSON]]:
 
 
 @dataclass(frozen=True, slots=True)
+class PodIndex:
+    """A workload cluster's pods split once, for every pool of that cluster to share.
+
+    ``unbound`` holds the pods that could be pending demand (phase Pending, no nodeName: a
+    superset of ``is_pending_hami_pod`` for any scheduler name and selection); ``by_node``
+    the pods bound to each Node. A pool's decision then scans only the unbound pods and
+    looks up its own cells' Nodes, instead of walking every pod of the cluster (10,000 pods
+    x 50 pools per burst was the live operator's hot spot; see docs/benchmarks.md).
+    """
+
+    unbound: tuple[JSON, ...]
+    by_node: Mapping[str, Sequence[JSON]]
+
+
+def index_pods(pods: Iterable[JSON]) -> PodIndex:
+    unbound: list[JSON] = []
+    by_node: dict[str, list[JSON]] = defaultdict(list)
+    for pod in pods:
+        spec = pod.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        if node:
+            by_node[str(node)].append(pod)
+            continue
+        status = pod.get("status")
+        if isinstance(status, Mapping) and status.get("phase") == "Pending":
+            unbound.append(pod)
+    return PodIndex(tuple(unbound), dict(by_node))
+
+
+@dataclass(frozen=True, slots=True)
 class CellInputs:
     """What ``cells_for_pool`` needs besides the pool."""
 

@@ -14,11 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autoscaler.loop_ports import WorkloadSnapshot
+from autoscaler.observe import PodIndex, index_pods
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.signals.ports import PrometheusUnavailable
 from autoscaler.signals.prometheus import PrometheusSource
 from autoscaler.signals.prometheus_config import source_from_spec
 from gpucellpool.api.pool import PLURAL, GPUCellPool
+from gpucellpool.kube.cache import WatchCache
 from gpucellpool.kube.rest import HTTP_CONFLICT, ApiError, RestClient
 from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
 from gpucellpool.leader import LeaseConflict, micro_time
@@ -77,24 +79,43 @@ class KubePoolWriter:
 
 
 class CacheWorkloadView:
-    """``WorkloadView`` over the shared per-cluster caches."""
+    """``WorkloadView`` over the shared per-cluster caches.
+
+    The pods are indexed (``index_pods``) once per change of a cluster's Pods cache and the
+    index is handed to every pool of that cluster: a burst of pod events wakes all of them,
+    and each would otherwise walk every pod of the cluster.
+    """
 
     def __init__(self, clusters: WorkloadClusters) -> None:
         self.clusters = clusters
+        self._indexes: dict[ClusterKey, tuple[WatchCache, int, PodIndex]] = {}
+
+    def pod_index(self, key: ClusterKey, pods: WatchCache) -> PodIndex:
+        cached = self._indexes.get(key)
+        if cached is not None and cached[0] is pods and cached[1] == pods.version:
+            return cached[2]
+        index = index_pods(pods.objects.values())
+        self._indexes[key] = (pods, pods.version, index)
+        return index
 
     def cluster_of(self, pool: GPUCellPool) -> ClusterKey:
         wc = pool.spec.workload_cluster
         return ClusterKey(pool.metadata.namespace, wc.kubeconfig_secret_ref.name, wc.key)
 
     def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot:
-        cluster = self.clusters.ensure(self.cluster_of(pool))
+        key = self.cluster_of(pool)
+        cluster = self.clusters.ensure(key)
         if not cluster.synced() or cluster.pods is None or cluster.nodes is None:
+            self._indexes.pop(key, None)
             return WorkloadSnapshot(False, error=cluster.error or "workload caches syncing")
         labels = {
             str(ns["metadata"]["name"]): dict(ns["metadata"].get("labels") or {})
             for ns in (cluster.namespaces.items() if cluster.namespaces else [])
         }
-        return WorkloadSnapshot(True, cluster.pods.items(), cluster.nodes.items(), labels)
+        index = self.pod_index(key, cluster.pods)
+        return WorkloadSnapshot(
+            True, cluster.pods.items(), cluster.nodes.items(), labels, pod_index=index
+        )
 
 
 class LeaseClient:

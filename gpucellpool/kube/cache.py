@@ -73,6 +73,8 @@ class WatchCache:
         self.resource_version = ""
         self.relists = 0
         self.last_error = ""
+        self.version = 0
+        """Bumped on every change to ``objects``: readers may reuse what they derived from it."""
         self._on_change = on_change
         self._retry_s = retry_s
         self._max_retry_s = max_retry_s
@@ -97,6 +99,7 @@ class WatchCache:
         self.objects = fresh
         self.resource_version = version
         self.relists += 1
+        self.version += 1
         for key, obj in fresh.items():
             before = old.get(key)
             if before is None:
@@ -124,6 +127,7 @@ class WatchCache:
             self.objects.pop(key, None)
         else:
             self.objects[key] = obj
+        self.version += 1
         self.resource_version = version or self.resource_version
         self._notify(kind, obj)
 
