@@ -1,0 +1,406 @@
+"""Live operator at scale: one ``gpucellpool run`` process, 50 pools, 1,000 Nodes, 10,000 Pods.
+
+Run with ``make bench`` (or ``pytest tests/bench/test_scale_bench.py -m bench -s``). A dedicated
+harness (its own etcd and apiservers, so the 10,000 pods never slow another test) holds 50
+autoscaled pools with 20 Ready cells each (``status.cells`` rows, as the provisioner writes
+them) and, in the workload cluster, the cells' 1,000 Nodes shaped like the twin's and 200 HAMi
+pods per pool (190 bound and Running with HAMi allocation annotations, 10 pending). Objects are
+made with at most 32 requests in flight. Then the operator starts as a subprocess
+(``--no-provision``: decisions only, so nothing but the policy loop is measured) and we record:
+time to ready (``/readyz``: pool cache, leader election and workload caches synced) and to
+every pool's first decision; then rounds in which every pool gets one new pending 24 GiB pod at
+once, timing pod creation -> the pool's status showing the new ask in ``lastDecision``
+(stamped in a GPUCellPool watch callback); CPU seconds and RSS from /proc; apiserver object
+counts; the operator's own ``gpucellpool_decision_latency_seconds`` histogram. Results go to
+docs/benchmarks.md between the ``live-scale`` markers.
+
+``GPUCELLPOOL_BENCH_PROFILE=/path/out.prof`` runs the operator under cProfile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.rest import RestClient
+from simulations.harness import ClusterEndpoint, Harness
+from simulations.harness.binaries import BinaryError, ensure
+from simulations.harness.versions import KUBE_BINARIES
+from simulations.twin.scenario import kubeconfig_secret
+from tests.bench.bench_doc import load_note, percentile, write_block
+from tests.bench.scale_objects import (
+    bounded,
+    cell_rows,
+    count,
+    create_bound,
+    create_node,
+    scale_pool,
+)
+from tests.integration.test_loop_helpers import client_for, hami_pod, mark_unschedulable
+
+pytestmark = pytest.mark.bench
+
+POOLS = 50
+CELLS_PER_POOL = 20
+PODS_PER_POOL = 200
+PENDING_PER_POOL = 10
+ROUNDS = 8
+IN_FLIGHT = 32
+NS = "scale"
+POOLS_PATH = f"/apis/cells.kubeswift.io/v1alpha1/namespaces/{NS}/gpucellpools"
+
+
+def pool_name(i: int) -> str:
+    return f"p{i:02d}"
+
+
+def pod_namespace(i: int) -> str:
+    return f"scale-{i:02d}"
+
+
+@pytest.fixture(scope="module")
+def scale_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    """A harness of its own: 10,000 pods must not slow the shared one's tests."""
+    try:
+        paths = ensure(KUBE_BINARIES)
+    except BinaryError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"test binaries unavailable in CI: {exc}")
+        pytest.skip(f"etcd/kube-apiserver/kubectl absent and cannot be built here: {exc}")
+    started = Harness.start(tmp_path_factory.mktemp("scale-harness"), binaries=paths)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+# -- the operator process ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    cpu_s: float
+    rss_mib: float
+    hwm_mib: float
+
+
+def usage_of(pid: int) -> Usage:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    status = Path(f"/proc/{pid}/status").read_text()
+
+    def kib(key: str) -> float:
+        match = re.search(rf"^{key}:\s+(\d+) kB", status, re.M)
+        return int(match.group(1)) / 1024 if match else 0.0
+
+    return Usage(cpu, kib("VmRSS"), kib("VmHWM"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_operator(infra: ClusterEndpoint, port: int, log: Path) -> subprocess.Popen[bytes]:
+    run = [
+        "-m",
+        "gpucellpool.cli",
+        "run",
+        f"--kubeconfig={infra.kubeconfig_path}",
+        "--identity=scale-bench",
+        f"--lease-namespace={NS}",
+        f"--namespace={NS}",
+        "--health-host=127.0.0.1",
+        f"--health-port={port}",
+        "--no-provision",
+        "--log-level=WARNING",
+    ]
+    profile = os.environ.get("GPUCELLPOOL_BENCH_PROFILE")
+    argv = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []), *run]
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+
+# -- watching the pools -------------------------------------------------------------------------
+
+
+@dataclass
+class Pools:
+    """Every pool status seen, stamped in the watch callback."""
+
+    seen: dict[str, list[tuple[float, JSON]]] = field(default_factory=dict)
+    last_change: float = 0.0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def on_change(self, kind: str, obj: JSON) -> None:
+        if kind == "DELETED":
+            return
+        now = time.monotonic()
+        self.seen.setdefault(obj["metadata"]["name"], []).append((now, obj.get("status") or {}))
+        self.last_change = now
+        self.changed.set()
+
+    def first(self, name: str, since: float, asks: int) -> float | None:
+        for at, status in self.seen.get(name, ()):
+            decided = status.get("lastDecision") or {}
+            if at >= since and decided.get("pendingAsks") == asks:
+                return at
+        return None
+
+    async def until(self, done: Callable[[], bool], timeout_s: float) -> None:
+        async with asyncio.timeout(timeout_s):
+            while not done():
+                self.changed.clear()
+                await self.changed.wait()
+
+    async def quiet(self, quiet_s: float, timeout_s: float) -> None:
+        """Until no pool status changed for ``quiet_s`` (bounded by ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            wait = quiet_s - (time.monotonic() - self.last_change)
+            if wait <= 0:
+                return
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), min(wait, left))
+
+
+# -- metrics -------------------------------------------------------------------------------------
+
+
+def histogram_quantile(text: str, name: str, q: float) -> tuple[float, int, float]:
+    """(bucket upper bound holding quantile ``q``, count, mean) summed over every pool."""
+    buckets: dict[float, float] = {}
+    total = sum_ = 0.0
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{"):
+            le = re.search(r'le="([^"]+)"', line)
+            assert le is not None
+            bound = float("inf") if le.group(1) == "+Inf" else float(le.group(1))
+            buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+        elif line.startswith(f"{name}_count{{"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith(f"{name}_sum{{"):
+            sum_ += float(line.rsplit(" ", 1)[1])
+    if not total:
+        return 0.0, 0, 0.0
+    bound = next(b for b in sorted(buckets) if buckets[b] >= q * total)
+    return bound, int(total), sum_ / total
+
+
+# -- the benchmark ---------------------------------------------------------------------------
+
+
+async def populate(infra: RestClient, workload: RestClient, kubeconfig: str) -> float:
+    """Pools (with Ready cell rows), Nodes and pods; seconds taken."""
+    started = time.monotonic()
+    await infra.call("POST", "/api/v1/namespaces", None, {"metadata": {"name": NS}})
+    await infra.create(f"/api/v1/namespaces/{NS}/secrets", kubeconfig_secret(NS, kubeconfig))
+    for i in range(POOLS):
+        await workload.call(
+            "POST", "/api/v1/namespaces", None, {"metadata": {"name": pod_namespace(i)}}
+        )
+
+    async def pool(i: int) -> None:
+        name = pool_name(i)
+        await infra.create(POOLS_PATH, scale_pool(name, NS))
+        rows = {"status": {"cells": cell_rows(name, CELLS_PER_POOL)}}
+        await infra.merge_patch(f"{POOLS_PATH}/{name}/status", rows)
+
+    await bounded([lambda i=i: pool(i) for i in range(POOLS)], IN_FLIGHT)
+    await bounded(
+        [
+            lambda i=i, j=j: create_node(workload, NS, pool_name(i), j)
+            for i in range(POOLS)
+            for j in range(CELLS_PER_POOL)
+        ],
+        IN_FLIGHT,
+    )
+    bound = PODS_PER_POOL - PENDING_PER_POOL
+    jobs = []
+    for i in range(POOLS):
+        ns, name = pod_namespace(i), pool_name(i)
+        for k in range(bound):
+            node = f"{name}-{k % CELLS_PER_POOL}"
+            jobs.append(
+                lambda ns=ns, k=k, name=name, node=node: create_bound(
+                    workload, ns, f"run-{k}", name, node
+                )
+            )
+        for k in range(PENDING_PER_POOL):
+            jobs.append(
+                lambda ns=ns, k=k, name=name: create_pending(workload, ns, f"wait-{k}", name)
+            )
+    await bounded(jobs, IN_FLIGHT)
+    return time.monotonic() - started
+
+
+async def create_pending(workload: RestClient, ns: str, pod: str, pool: str) -> None:
+    await workload.create(f"/api/v1/namespaces/{ns}/pods", hami_pod(ns, pod, pool, 24576))
+    await mark_unschedulable(workload, ns, pod)
+
+
+async def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    async with httpx.AsyncClient(timeout=2) as http:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert proc.poll() is None, "operator exited"
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                    return
+            assert time.monotonic() < deadline, "operator not ready"
+            await asyncio.sleep(0.05)  # a readiness probe has no watch
+
+
+@pytest.mark.timeout(2400)
+async def test_one_operator_fifty_pools(scale_harness: Harness, tmp_path: Path) -> None:
+    infra_ep, workload_ep = scale_harness.infra, scale_harness.workload
+    infra, workload = await client_for(infra_ep), await client_for(workload_ep)
+    pools = Pools()
+    cache = WatchCache(infra, Query(POOLS_PATH), pools.on_change)
+    proc: subprocess.Popen[bytes] | None = None
+    watch_task: asyncio.Task[None] | None = None
+    try:
+        setup_s = await populate(infra, workload, workload_ep.kubeconfig_path.read_text())
+        objects = {
+            "Nodes": await count(workload, "/api/v1/nodes"),
+            "Pods": await count(workload, "/api/v1/pods"),
+            "GPUCellPools": await count(infra, POOLS_PATH),
+        }
+        print(f"\nsetup {setup_s:.0f}s: {objects}")
+        watch_task = asyncio.create_task(cache.run())
+        await asyncio.wait_for(cache.synced.wait(), 30)
+        port = free_port()
+        started = time.monotonic()
+        proc = start_operator(infra_ep, port, tmp_path / "operator.log")
+        await wait_ready(port, proc, 300)
+        ready_s = time.monotonic() - started
+        at_ready = usage_of(proc.pid)
+        print(f"operator ready after {ready_s:.1f}s, {at_ready}", flush=True)
+        await pools.until(
+            lambda: all(
+                pools.first(pool_name(i), started, PENDING_PER_POOL) is not None
+                for i in range(POOLS)
+            ),
+            300,
+        )
+        first_decisions_s = time.monotonic() - started
+        print(f"every pool decided after {first_decisions_s:.1f}s", flush=True)
+        await pools.quiet(3.0, 60)
+        before_rounds = usage_of(proc.pid)
+        per_pool: dict[str, list[float]] = {pool_name(i): [] for i in range(POOLS)}
+        round_walls: list[float] = []
+        for r in range(ROUNDS):
+            asks = PENDING_PER_POOL + r + 1
+            created: dict[str, float] = {}
+
+            async def one(i: int, r: int = r, created: dict[str, float] = created) -> None:
+                name = pool_name(i)
+                created[name] = time.monotonic()
+                await create_pending(workload, pod_namespace(i), f"round-{r}", name)
+
+            round_start = time.monotonic()
+            await bounded([lambda i=i: one(i) for i in range(POOLS)], IN_FLIGHT)
+            await pools.until(
+                lambda asks=asks, created=created: all(
+                    pools.first(n, created[n], asks) is not None for n in created
+                ),
+                120,
+            )
+            for name, at in created.items():
+                found = pools.first(name, at, asks)
+                assert found is not None
+                per_pool[name].append(found - at)
+            round_walls.append(time.monotonic() - round_start)
+            await pools.quiet(2.0, 30)
+        after_rounds = usage_of(proc.pid)
+        idle_s = 30.0
+        await asyncio.sleep(idle_s)  # idle: only the 10 s ticks run
+        after_idle = usage_of(proc.pid)
+        async with httpx.AsyncClient(timeout=10) as http:
+            metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+            if proc.poll() is None:
+                proc.kill()
+        if watch_task is not None:
+            watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch_task
+        await infra.close()
+        await workload.close()
+
+    every = [v for values in per_pool.values() for v in values]
+    pool_p95 = sorted(percentile(v, 0.95) for v in per_pool.values())
+    hist_bound, hist_n, hist_mean = histogram_quantile(
+        metrics, "gpucellpool_decision_latency_seconds", 0.95
+    )
+    rounds_cpu = after_rounds.cpu_s - before_rounds.cpu_s
+    idle_cpu = after_idle.cpu_s - after_rounds.cpu_s
+    table = [
+        "| measure | value |",
+        "|---|---|",
+        f"| objects | {objects['GPUCellPools']} pools, {objects['Nodes']:,} Nodes, "
+        f"{objects['Pods']:,} Pods (before the rounds) |",
+        f"| setup (bench client, {IN_FLIGHT} in flight) | {setup_s:.0f} s |",
+        f"| operator start -> `/readyz` (caches synced) | {ready_s:.1f} s |",
+        f"| operator start -> every pool's first decision | {first_decisions_s:.1f} s |",
+        f"| pod created -> its pool's decision, all {len(every)} samples p50 / p95 / max | "
+        f"{percentile(every, 0.5):.2f} / {percentile(every, 0.95):.2f} / {max(every):.2f} s |",
+        f"| per-pool p95 ({ROUNDS} samples each): min / median / max over pools | "
+        f"{pool_p95[0]:.2f} / {percentile(pool_p95, 0.5):.2f} / {pool_p95[-1]:.2f} s |",
+        f"| round wall time (50 pods created -> all 50 pools decided) p50 / max | "
+        f"{percentile(round_walls, 0.5):.2f} / {max(round_walls):.2f} s |",
+        f"| `gpucellpool_decision_latency_seconds` (all pools): n / mean / p95 bucket | "
+        f"{hist_n} / {hist_mean:.2f} s / <= {hist_bound:g} s |",
+        f"| operator CPU: start -> ready / -> first decisions settled | "
+        f"{at_ready.cpu_s:.1f} / {before_rounds.cpu_s:.1f} s |",
+        f"| operator CPU: {ROUNDS} rounds / {idle_s:.0f} s idle after | "
+        f"{rounds_cpu:.1f} / {idle_cpu:.1f} s |",
+        f"| operator RSS: ready / end / peak (VmHWM) | {at_ready.rss_mib:.0f} / "
+        f"{after_idle.rss_mib:.0f} / {after_idle.hwm_mib:.0f} MiB |",
+    ]
+    write_block(
+        "live-scale",
+        "## Live operator at scale\n\n"
+        f"One `gpucellpool run` process (a subprocess, `--no-provision`, default debounce and "
+        f"10 s tick) against a dedicated harness: {POOLS} autoscaled pools in one namespace "
+        f"sharing one workload cluster, each with {CELLS_PER_POOL} Ready cells (`status.cells` "
+        "rows, as the provisioner writes them) whose Nodes are shaped like the twin's (pool "
+        "identity labels, HAMi register annotation, allocatable `nvidia.com/gpu` 10, Ready), "
+        f"and {PODS_PER_POOL} HAMi pods per pool in its own namespace: "
+        f"{PODS_PER_POOL - PENDING_PER_POOL} bound and Running with "
+        f"`hami.io/vgpu-devices-allocated`, {PENDING_PER_POOL} pending (24 GiB, "
+        "PodScheduled=False/Unschedulable). Each of the "
+        f"{ROUNDS} rounds creates one more pending pod in every pool at once; a sample is pod "
+        "created (just before the create call) -> the pool's status shows the new ask count in "
+        "`lastDecision`, stamped in a GPUCellPool watch callback in the benchmark process. "
+        "`gpucellpool_decision_latency_seconds` is the operator's own histogram (pending pod "
+        "first seen -> cell requested). CPU and RSS from `/proc/<pid>`. Regenerate with "
+        "`pytest tests/bench/test_scale_bench.py -m bench -s`.\n\n"
+        + "\n".join(table)
+        + f"\n\nShared, busy 2-core VM: the numbers move with other jobs; at the end of the "
+        f"run: {load_note()}.\n",
+    )
+    print("\n".join(table))
+    assert objects["Nodes"] >= 1000 and objects["Pods"] >= 10_000
+    assert len(every) == POOLS * ROUNDS
