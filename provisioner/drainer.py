@@ -17,7 +17,7 @@ from provisioner.backends.base import (
     DRAIN_STARTED_ANNOTATION,
     CellBackend,
     CellObjects,
-    unmark_draining,
+    abandon_draining,
 )
 from provisioner.cells import identity
 from provisioner.fsm.drain import (
@@ -129,7 +129,7 @@ async def _observe(
 
 
 async def _perform(
-    step: DrainStep, cell: CellObjects, backend: CellBackend, workload: KubeApi | None
+    step: DrainStep, cell: CellObjects, backend: CellBackend, workload: KubeApi | None, now: float
 ) -> None:
     action = step.action
     if action is DrainAction.CORDON and workload is not None:
@@ -143,7 +143,7 @@ async def _perform(
     elif action is DrainAction.ABANDON:
         if workload is not None:
             await workload.patch(KINDS["Node"], None, cell.name, {"spec": {"unschedulable": None}})
-        await unmark_draining(backend.api, backend.outer_kind, cell)
+        await abandon_draining(backend.api, backend.outer_kind, cell, now)
     elif action is DrainAction.DELETE_NODE and workload is not None:
         await workload.delete(KINDS["Node"], None, cell.name)
     elif action is DrainAction.RELEASE_FINALIZER:
@@ -169,7 +169,7 @@ async def drive_drain(
         if step.action in (DrainAction.WAIT, DrainAction.DONE):
             return step
         try:
-            await _perform(step, cell, backend, workload)
+            await _perform(step, cell, backend, workload, clock_now)
         except Conflict:
             # Someone (CAPI, KubeSwift) wrote the object meanwhile: re-read, decide again.
             meta = cell.outer["metadata"]

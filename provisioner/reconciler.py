@@ -10,7 +10,8 @@ crash left behind are swept. Order of a pass:
 1. read the pool; deletion -> drain every cell, then release the pool finalizer;
 2. add the pool finalizer; connect to and probe the workload cluster (failure is state);
 3. list the cells through the backend and run the cell state machine on each;
-4. plan membership (pure); mark removals/replacements Draining on the outer object;
+4. plan membership (pure); scale-down victims in drain back-off are swapped or held
+   (``drain_holds``); mark removals/replacements Draining on the outer object;
 5. drive every draining cell one re-checked step at a time; create new cells;
 6. sweep orphaned dependents and dead orphan Nodes; write status through the subresource.
 """
@@ -29,6 +30,7 @@ from provisioner.backends.clusterapi import ClusterAPIBackend
 from provisioner.backends.swiftguest import SwiftGuestBackend
 from provisioner.cells import identity, observe_cell, sweep_orphan_nodes, teardown_row
 from provisioner.clock import Clock
+from provisioner.drain_holds import hold_scale_down
 from provisioner.drainer import drive_drain
 from provisioner.events import EventSink, KubeEventSink, emit_all
 from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
@@ -169,6 +171,7 @@ class Reconciler:
                 free_gpus=free,
             )
         )
+        plan = hold_scale_down(pool, cells, rows, plan, now)
         await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)
         await self._mark(backend, cells, plan.replace, DrainCause.REPLACE_FAILED, now)
         for cell in cells.values():

@@ -19,6 +19,13 @@ from typing import Any, Protocol
 
 from gpucellpool.api.pool import GPUCellPool
 from provisioner.fsm.cell_state import OuterStatus
+from provisioner.fsm.drain_backoff import (
+    DRAIN_ABANDON_COUNT_ANNOTATION,
+    DRAIN_ABANDONED_ANNOTATION,
+    AbandonRecord,
+    parse_record,
+    record_abandon,
+)
 from provisioner.fsm.identity import POOL_ID_LABEL, PoolIdentity, parse_cell_index
 from provisioner.kube import JSON, Kind, KubeApi
 
@@ -46,6 +53,11 @@ class CellObjects:
     @property
     def drain_cause(self) -> str:
         return self.annotations.get(DRAIN_ANNOTATION, "")
+
+    @property
+    def abandon_record(self) -> AbandonRecord:
+        """Abandoned drains of this incarnation (``fsm.drain_backoff``)."""
+        return parse_record(self.annotations)
 
     @property
     def finalizers(self) -> list[str]:
@@ -123,8 +135,21 @@ async def mark_draining(
     cell.outer = await api.patch(kind, ns, cell.name, patch)
 
 
-async def unmark_draining(api: KubeApi, kind: Kind, cell: CellObjects) -> None:
-    patch = {"metadata": {"annotations": {DRAIN_ANNOTATION: None, DRAIN_STARTED_ANNOTATION: None}}}
+async def abandon_draining(api: KubeApi, kind: Kind, cell: CellObjects, now: float) -> None:
+    """Back in service after an abandoned drain: drop the drain mark and, in the same patch,
+    record the abandon (count + time) that the drain back-off reads - one write, so no crash
+    leaves the cell in service without the memory of why."""
+    record = record_abandon(cell.abandon_record, now)
+    patch = {
+        "metadata": {
+            "annotations": {
+                DRAIN_ANNOTATION: None,
+                DRAIN_STARTED_ANNOTATION: None,
+                DRAIN_ABANDON_COUNT_ANNOTATION: str(record.count),
+                DRAIN_ABANDONED_ANNOTATION: rfc3339_micro(now),
+            }
+        }
+    }
     ns = cell.outer["metadata"].get("namespace")
     cell.outer = await api.patch(kind, ns, cell.name, patch)
 

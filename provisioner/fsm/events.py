@@ -35,6 +35,7 @@ WARNING_REASONS = frozenset(
         "RegistrationUnparseable",
         "DRAFeatureGateMissing",
         "DRADeviceClassMissing",
+        "ScaleDownHeld",
     }
 )
 # Drain progress reasons announced even when the phase stays Draining.

@@ -82,3 +82,6 @@ class StallReason(enum.StrEnum):
     BOOTSTRAP_CREDENTIAL_SUSPECT = "BootstrapCredentialSuspect"
     UNREACHABLE = "Unreachable"
     BOOTSTRAP_TEMPLATE_INVALID = "BootstrapTemplateInvalid"
+    # Not membership's own: a scale-down victim is in drain back-off (fsm.drain_backoff) and
+    # no other cell can stand in, so the pool stays above its target for now.
+    SCALE_DOWN_HELD = "ScaleDownHeld"

@@ -1,0 +1,55 @@
+"""Apply the drain back-off to membership's scale-down victims (the shell side).
+
+Why this module exists: membership (``fsm.membership``) picks scale-down victims without knowing
+which cells just had a drain abandoned; ``fsm.drain_backoff.choose_victims`` decides which of
+them are held and which cell stands in. This module feeds it the live cells and their abandon
+records (annotations on the outer objects) and folds its answer back into the plan: the held
+victims are not marked, and when the scale-down is held the plan carries ``ScaleDownHeld`` with
+the reason, which becomes the ``Progressing`` condition and a Warning Event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import CellStatus
+from provisioner.backends.base import CellObjects
+from provisioner.fsm.drain_backoff import VictimCandidate, choose_victims, held_until_s
+from provisioner.fsm.membership import MembershipPlan
+from provisioner.fsm.vocabulary import TEARDOWN_PHASES, StallReason
+
+
+def _candidates(
+    pool: GPUCellPool, cells: Mapping[str, CellObjects], rows: Mapping[str, CellStatus]
+) -> tuple[VictimCandidate, ...]:
+    drain = pool.spec.autoscaling.drain
+    timeout = drain.timeout.seconds if drain.timeout is not None else None
+    found = []
+    for name, cell in cells.items():
+        row = rows.get(name)
+        if cell.drain_cause or cell.deleting or (row is not None and row.phase in TEARDOWN_PHASES):
+            continue
+        record = cell.abandon_record
+        found.append(VictimCandidate(name, cell.index, record, held_until_s(record, timeout)))
+    return tuple(found)
+
+
+def hold_scale_down(
+    pool: GPUCellPool,
+    cells: Mapping[str, CellObjects],
+    rows: Mapping[str, CellStatus],
+    plan: MembershipPlan,
+    now: float,
+) -> MembershipPlan:
+    """The plan with held victims replaced or held back (and the reason, when held)."""
+    if not plan.remove:
+        return plan
+    choice = choose_victims(plan.remove, _candidates(pool, cells, rows), now)
+    if choice.remove == plan.remove:
+        return plan
+    held = replace(plan, remove=choice.remove)
+    if choice.held and plan.stall is None:
+        held = replace(held, stall=StallReason.SCALE_DOWN_HELD, stall_message=choice.message)
+    return held
