@@ -236,7 +236,7 @@ class SimulatedHAMi(PollingController):
             return
         parsed = pod_asks(pod)
         if isinstance(parsed, AskError):
-            await self._unschedulable(pod, f"twin: cannot read the pod's HAMi ask: {parsed}", now)
+            await self._unschedulable(pod, f"twin: unreadable HAMi ask: {parsed.message}", now)
             return
         ordered = [states[n] for n in sorted(states, key=natural_key)]
         result = place(parsed.asks, parsed.constraints, ordered, self.policy, self.gpu_policy)
