@@ -58,6 +58,7 @@ from autoscaler.policy.types import (
     Reason,
 )
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import CellPhase
 
 __all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
 
@@ -273,7 +274,11 @@ class Autoscaler:
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
         prom_usage, health = None, MetricsHealth(True, 0.0, "HAMi pod annotations")
         if self.usage is not None and pool.spec.autoscaling.prometheus is not None:
-            names = [c.node_name or c.name for c in pool.status.cells or []]
+            # Only cells HAMi can already report: a booting cell has no Node (or no HAMi
+            # registration) yet, so its missing series is expected, not staleness.
+            names = [
+                c.node_name or c.name for c in pool.status.cells or [] if c.phase in _REPORTING
+            ]
             try:
                 async with asyncio.timeout(self.settings.usage_timeout_s):
                     prom_usage, health = await self.usage.usage(pool, names)
@@ -341,6 +346,9 @@ class Autoscaler:
                 if pod.key not in state.latency_reported:
                     recorder.observe_decision_latency(now - pod.first_seen)
             state.latency_reported = {p.key for p in obs.pending}
+
+
+_REPORTING = (CellPhase.READY, CellPhase.DRAINING)
 
 
 def _meta(obj: JSON, field_name: str) -> str:

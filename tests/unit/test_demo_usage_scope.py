@@ -1,0 +1,47 @@
+"""The loop asks Prometheus only about cells HAMi can report (found by the twin demo).
+
+A booting cell has no Node, or a Node HAMi has not registered, so it can have no ``hami_*``
+series yet; asking for it made every reading "stale" while any cell booted, which froze
+scale-down for the whole of a scale-up (the twin held 12 cells for 18 s the simulator had
+already released). Ready and Draining cells are still read, and their staleness still counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from autoscaler.loop import Autoscaler
+from autoscaler.policy.types import GPUUsage, MetricsHealth
+from gpucellpool.api.pool import GPUCellPool
+from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, VirtualClock, with_cells
+from tests.unit.test_loop_signals import PROM, SETTINGS, pool_manifest
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.asked: list[list[str]] = []
+
+    async def usage(
+        self, pool: GPUCellPool, nodes: Sequence[str]
+    ) -> tuple[Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
+        del pool
+        self.asked.append(sorted(nodes))
+        return {n: (GPUUsage(),) for n in nodes}, MetricsHealth(True, 0.0, "test")
+
+
+async def test_only_ready_and_draining_cells_are_read_from_prometheus() -> None:
+    rows = [
+        {"name": "a-0", "index": 0, "phase": "Ready", "nodeName": "a-0"},
+        {"name": "a-1", "index": 1, "phase": "Draining", "nodeName": "a-1"},
+        {"name": "a-2", "index": 2, "phase": "Booting"},
+        {"name": "a-3", "index": 3, "phase": "AwaitingGPUCapacity", "nodeName": "a-3"},
+    ]
+    clock, workload, writer, usage = VirtualClock(), FakeWorkload(), FakeWriter(), Recording()
+    workload.nodes = [{"metadata": {"name": n}} for n in ("a-0", "a-1", "a-3")]
+    scaler = Autoscaler(workload, writer, clock, usage=usage, settings=SETTINGS)
+    try:
+        scaler.pool_event("ADDED", with_cells(pool_manifest("a", **PROM), rows))
+        await clock.advance(0.2)
+        assert usage.asked and usage.asked[-1] == ["a-0", "a-1"]
+    finally:
+        await scaler.close()
