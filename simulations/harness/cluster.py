@@ -206,6 +206,8 @@ class Harness:
         controller-managers (the infrastructure one after the CRDs, so its garbage collector
         sees them from the start)."""
         paths = dict(binaries) if binaries is not None else bins.ensure(KUBE_BINARIES)
+        if missing := [name for name in KUBE_BINARIES if name not in paths]:
+            paths.update(bins.ensure(missing))  # e.g. a caller's map from before the KCM
         root = Path(tmp_dir)
         root.mkdir(parents=True, exist_ok=True)
         started: list[ManagedProcess] = []
