@@ -14,7 +14,9 @@ Every ``poll_s`` this controller:
   memory between passes, so a restarted twin never double-allocates;
 * places each unbound ``hami-scheduler`` pod of ``namespace`` (oldest first) with the
   simulator's own placement (``twin.hami_placement``): node ``binpack`` (default) or
-  ``spread``, GPU ``spread``, the pod's nodeSelector/affinity/tolerations against the Node;
+  ``spread``, GPU ``spread`` (a pod's ``hami.io/node-scheduler-policy`` and
+  ``hami.io/gpu-scheduler-policy`` annotations override them), the pod's
+  nodeSelector/affinity/tolerations against the Node;
 * on success writes HAMi's annotations and label (``/filter`` then ``/bind``: vgpu-node,
   vgpu-time, devices-to-allocate, devices-allocated, bind-phase ``allocating``, bind-time),
   binds through the Binding API, then plays the device plugin's ``Allocate`` (bind-phase
@@ -71,6 +73,8 @@ from simulations.twin.hami_placement import (
 log = logging.getLogger("simulations.twin.hami")
 BINDING = kind_of("Binding", "v1")
 _TERMINAL = ("Succeeded", "Failed")
+NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
+GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"  # binpack | spread simulated
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +206,16 @@ class SimulatedHAMi(PollingController):
         """The ``hami_*`` exposition of the last pass (see ``twin.hami_exporter``)."""
         return render_metrics(self._snapshot.values())
 
+    def policies_for(self, pod: Mapping[str, Any]) -> tuple[str, str]:
+        """Node and GPU policy: the pod's ``hami.io/*-scheduler-policy`` annotations win."""
+        notes = _annotations(pod)
+        node = notes.get(NODE_POLICY_ANNOTATION, self.policy)
+        gpu = notes.get(GPU_POLICY_ANNOTATION, self.gpu_policy)
+        return (
+            node if node in (BINPACK, SPREAD) else self.policy,
+            gpu if gpu in (BINPACK, SPREAD) else self.gpu_policy,
+        )
+
     async def step(self) -> None:
         now = self.clock.now()
         nodes = await self.workload.list(KINDS["Node"], label_selector=self.node_label_selector)
@@ -239,7 +253,8 @@ class SimulatedHAMi(PollingController):
             await self._unschedulable(pod, f"twin: unreadable HAMi ask: {parsed.message}", now)
             return
         ordered = [states[n] for n in sorted(states, key=natural_key)]
-        result = place(parsed.asks, parsed.constraints, ordered, self.policy, self.gpu_policy)
+        policy, gpu_policy = self.policies_for(pod)
+        result = place(parsed.asks, parsed.constraints, ordered, policy, gpu_policy)
         if isinstance(result, Placement):
             await self._assign(pod, result, states[result.node], parsed, now)
         else:

@@ -83,6 +83,14 @@ async def test_spread_policy_takes_the_emptier_node(api: KubeApi, namespace: str
     await hami.step()
     a, b = await get_pod(api, namespace, "a"), await get_pod(api, namespace, "b")
     assert (a["spec"]["nodeName"], b["spec"]["nodeName"]) == (first, second)
+    await api.create(hami_pod(namespace, "c", 2 * GIB))
+    await hami.step()  # first: 8 GiB, second: 8 GiB; spread, tie -> first
+    overridden = hami_pod(namespace, "d", 2 * GIB)
+    overridden["metadata"]["annotations"] = {"hami.io/node-scheduler-policy": "binpack"}
+    await api.create(overridden)
+    await hami.step()  # first is fuller (10 GiB): the pod's own binpack takes it
+    c, d = await get_pod(api, namespace, "c"), await get_pod(api, namespace, "d")
+    assert (c["spec"]["nodeName"], d["spec"]["nodeName"]) == (first, first)
 
 
 async def test_pod_that_fits_nowhere_is_unschedulable_with_hami_reasons_written_once(
