@@ -19,7 +19,7 @@ from autoscaler.policy.types import (
 )
 from simulations.engine import hami as engine
 from simulations.engine.world import World
-from simulations.twin.hami import PodAsks, book, pod_asks, rebuild
+from simulations.twin.hami import PodAsks, book, plan_for, pod_asks, rebuild
 from simulations.twin.hami_codec import Device
 from simulations.twin.hami_placement import (
     CORDONED,
@@ -203,3 +203,12 @@ def test_book_ignores_devices_the_node_does_not_have() -> None:
     book(state, {"metadata": {"name": "p"}, "spec": {}}, "GPU-x,NVIDIA,5,5:;n-g0,NVIDIA,7,3:;")
     assert state.usage == [GPUUsage(7, 3, 1)]
     assert state.containers[0].container_index == 1
+
+
+def test_plan_resolves_a_memory_percentage_on_the_chosen_device() -> None:
+    state = node("n", gpus=2, memory=24576)
+    asks = [GPUAsk(1, None, 50, 10), None, GPUAsk(2, 1000, None, 150)]
+    placement = Placement("n", ((1,), (), (0, 1)))
+    assert plan_for(placement, state, asks) == (
+        "n-g1,NVIDIA,12288,10:;;n-g0,NVIDIA,1000,100:n-g1,NVIDIA,1000,100:;"
+    )
