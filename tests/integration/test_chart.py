@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from gpucellpool import dashboards
+from gpucellpool.app import watched_namespaces
 from gpucellpool.cli import build_parser
 from gpucellpool.run import settings_from
 from simulations.harness.binaries import BinaryError, ensure
@@ -51,10 +52,15 @@ SCENARIOS: dict[str, Doc] = {
             }
         }
     },
-    "watch-namespaces": {"watchNamespaces": ["team-a"], "poolNamespaces": ["team-a", "team-b"]},
+    "watch-namespaces": {
+        "watchNamespaces": ["team-a", "team-c"],
+        "poolNamespaces": ["team-a", "team-b", "team-c"],
+    },
     "replicas-2": {"replicaCount": 2},
     "metrics-off": {"metrics": {"enabled": False}, **MONITORING_ON},
     "webhook-off": {"webhook": {"enabled": False}},
+    "metrics-plain": {"metrics": {"secure": False}, **MONITORING_ON},
+    "metrics-cert": {"metrics": {"certSecret": "metrics-tls"}, **MONITORING_ON},
 }
 
 
@@ -124,7 +130,9 @@ def test_lint(helm: Path, tmp_path: Path, scenario: str) -> None:
         ({"webhook": {"failurePolicy": "Never"}}, "failurePolicy"),
         ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
         ({"health": {"port": 70000}}, "port"),
-        ({"watchNamespaces": ["a", "b"]}, "watchNamespaces"),  # the operator watches one or all
+        ({"watchNamespaces": ["a", "a"]}, "watchNamespaces"),  # repeated
+        ({"metrics": {"port": 0}}, "port"),
+        ({"metrics": {"secure": "yes"}}, "secure"),
         ({"monitoring": {"serviceMonitor": {"interval": "soon"}}}, "interval"),
         ({"webhook": {"certManager": {"issuerRef": {"name": "x"}}}}, "issuerRef"),
         ({"replicas": 2}, "replicas"),  # a typo of replicaCount is refused, not ignored
@@ -161,7 +169,8 @@ def test_no_cluster_wide_secret_access(rendered: dict[str, list[Doc]], scenario:
     docs = rendered[scenario]
     for role in find(docs, "ClusterRole"):
         for rule in rules(role):
-            assert "secrets" not in rule["resources"] and "*" not in rule["resources"], role
+            resources = rule.get("resources") or ()  # nonResourceURLs rules have none
+            assert "secrets" not in resources and "*" not in resources, role
             assert "*" not in rule["verbs"]
     allowed = set(SCENARIOS[scenario].get("poolNamespaces")
                   or SCENARIOS[scenario].get("watchNamespaces") or ()) | {NS}  # fmt: skip
@@ -184,21 +193,22 @@ def test_watch_namespaces_move_provisioning_into_roles(rendered: dict[str, list[
     assert grants_guests(one(default, "ClusterRole", f"{FULLNAME}-manager"))
     assert not grants_guests(one(scoped, "ClusterRole", f"{FULLNAME}-manager"))
     prov = {r["metadata"]["namespace"] for r in find(scoped, "Role", f"{FULLNAME}-provisioner")}
-    assert prov == {"team-a"}
+    assert prov == {"team-a", "team-c"}
     secrets = {r["metadata"]["namespace"] for r in find(scoped, "Role", f"{FULLNAME}-secrets")}
-    assert secrets == {"team-a", "team-b"}
+    assert secrets == {"team-a", "team-b", "team-c"}
     assert not find(default, "Role", f"{FULLNAME}-secrets")
     args = one(scoped, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--namespace=team-a" in args
+    settings = settings_from(build_parser(args).parse_args(args))
+    assert watched_namespaces(settings) == ("team-a", "team-c")  # every one, not the first
     selector = one(scoped, "ValidatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]
-    assert selector["matchExpressions"][0]["values"] == ["team-a"]
+    assert selector["matchExpressions"][0]["values"] == ["team-a", "team-c"]
 
 
 def test_leases_only_in_the_release_namespace(rendered: dict[str, list[Doc]]) -> None:
     for docs in rendered.values():
         for kind in ("ClusterRole", "Role"):
             for role in find(docs, kind):
-                if any("leases" in r["resources"] for r in rules(role)):
+                if any("leases" in (r.get("resources") or ()) for r in rules(role)):
                     assert kind == "Role" and role["metadata"]["namespace"] == NS
 
 
@@ -216,6 +226,8 @@ def test_args_are_accepted_by_the_real_cli(rendered: dict[str, list[Doc]], scena
     settings = settings_from(parsed)
     ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
     assert settings.health_port == ports["http"]
+    if settings.metrics.secure:
+        assert settings.metrics.port == ports["https-metrics"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert pod["containers"][0][probe]["httpGet"]["port"] == "http"
 
@@ -317,6 +329,40 @@ def test_servicemonitor_scrapes_the_metrics_service_as_the_alerts_job(
     job = svc["metadata"]["labels"][sm["spec"]["jobLabel"]]
     rules_text = (CHART / "files" / "prometheus-rules.yaml").read_text()
     assert f'up{{job="{job}"}}' in rules_text
+
+
+@pytest.mark.parametrize("scenario", ["monitoring", "metrics-cert", "metrics-plain"])
+def test_metrics_are_secured_unless_turned_off(
+    rendered: dict[str, list[Doc]], scenario: str
+) -> None:
+    docs = rendered[scenario]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    settings = settings_from(build_parser(args).parse_args(args))
+    svc_port = one(docs, "Service", f"{FULLNAME}-metrics")["spec"]["ports"][0]
+    endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    manager = one(docs, "ClusterRole", f"{FULLNAME}-manager")
+    reviews = {r for rule in rules(manager) for r in rule.get("resources") or ()}
+    reader = find(docs, "ClusterRole", f"{FULLNAME}-metrics-reader")
+    if scenario == "metrics-plain":
+        assert not settings.metrics.secure and svc_port["targetPort"] == "http"
+        assert "scheme" not in endpoint and not reader
+        assert not reviews & {"tokenreviews", "subjectaccessreviews"}
+        return
+    assert settings.metrics.secure and svc_port["targetPort"] == "https-metrics"
+    assert endpoint["scheme"] == "https" and endpoint["bearerTokenFile"].endswith("/token")
+    assert {"tokenreviews", "subjectaccessreviews"} <= reviews
+    assert list(rules(one(reader, "ClusterRole"))) == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
+    mounted = {v["name"]: v for v in pod.get("volumes") or []}
+    if scenario == "metrics-cert":
+        assert mounted["metrics-certs"]["secret"]["secretName"] == "metrics-tls"
+        assert str(settings.metrics.cert_dir) == "/etc/gpucellpool/metrics-certs"
+        assert "insecureSkipVerify" not in endpoint["tlsConfig"]
+    else:
+        assert "metrics-certs" not in mounted and settings.metrics.cert_dir is None
+        assert endpoint["tlsConfig"]["insecureSkipVerify"] is True
 
 
 def test_prometheusrule_is_the_rules_file_verbatim(rendered: dict[str, list[Doc]]) -> None:
