@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv bins lint drift test test-unit test-integration bench simulate crd clean
+.PHONY: all venv bins lint drift test test-unit test-integration bench simulate demo crd clean
 
 all: test
 
@@ -50,6 +50,11 @@ test: venv bins lint drift
 ## Benchmarks: results are written to docs/benchmarks.md.
 bench: bins
 	$(PY) -m pytest tests -q -m bench
+
+## The operator live on the twin: real apiservers and Prometheus, a compressed trace replayed in
+## a few minutes with a progress line; report and PNG in demo-out/ (DEMO_ARGS=--minutes 5 ...).
+demo: bins
+	$(VENV)/bin/gpucellpool demo $(DEMO_ARGS)
 
 ## The main job on an embedded default: replay the bundled GPU trace through every policy.
 simulate: venv
