@@ -41,6 +41,7 @@ class Outcome:
     pending_asks: int
     condition_status: str
     condition_reason: str
+    victims: tuple[str, ...] = ()
 
 
 def outcome(decision: Decision, reachable: bool) -> Outcome:
@@ -58,6 +59,7 @@ def outcome(decision: Decision, reachable: bool) -> Outcome:
         decision.cells_needed,
         decision.pending_asks,
         *cond,
+        decision.victims,
     )
 
 
@@ -110,6 +112,7 @@ def status_apply_body(pool: GPUCellPool, out: Outcome, raw_status: JSON, now: fl
             "act": out.act,
             "cellsNeeded": out.cells_needed,
             "pendingAsks": out.pending_asks,
+            **({"victims": list(out.victims)} if out.victims else {}),
         },
         "demand": {"pendingRequests": out.pending_asks, "lastObserved": rfc3339(now)},
         "conditions": [_condition(pool, out, now)],

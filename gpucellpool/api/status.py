@@ -9,6 +9,7 @@ tools) and ``lastDecision`` (the answer to "why did it scale?" in ``kubectl get`
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field
 
@@ -16,6 +17,7 @@ from gpucellpool.api.base import NAME_MAX, KubeModel, Timestamp
 from gpucellpool.api.conditions import Condition, find_condition
 
 MAX_CELLS = 10000
+CellName = Annotated[str, Field(max_length=NAME_MAX)]
 
 
 class CellPhase(StrEnum):
@@ -165,6 +167,9 @@ class LastDecision(KubeModel):
     """Cells the packed backlog needs beyond free and booting capacity."""
     pending_asks: int = 0
     """Pending pods that counted for this pool."""
+    victims: list[CellName] | None = Field(default=None, max_length=MAX_CELLS)
+    """On a scale-down: the cells chosen to leave, cheapest to drain first (the provisioner
+    drains these rather than the highest indexes)."""
 
 
 class GPUCellPoolStatus(KubeModel):
