@@ -96,6 +96,16 @@ class PlanInput:
     limits: MembershipLimits = field(default_factory=MembershipLimits)
     creation_adjustment: int = 0
     free_gpus: int | None = None
+    victims: tuple[str, ...] = ()
+
+
+def decision_victims(pool: GPUCellPool, desired: int) -> tuple[str, ...]:
+    """The autoscaler's scale-down choice, when the published decision is the one in force
+    (acted on, and its target is the desired size being converged to)."""
+    last = pool.status.last_decision
+    if last is None or not last.act or last.desired_replicas != desired:
+        return ()
+    return tuple(last.victims or ())
 
 
 def _template_error(inp: PlanInput) -> str:
@@ -131,6 +141,7 @@ def plan(inp: PlanInput) -> MembershipPlan:
             limits=inp.limits,
             creation_adjustment=inp.creation_adjustment,
             free_physical_gpus=inp.free_gpus,
+            victims=inp.victims,
             pool_ever_ready=any(r.ready_once for r in all_rows),
         )
     )

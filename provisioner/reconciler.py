@@ -45,7 +45,13 @@ from provisioner.fsm.rows import to_time, tombstone
 from provisioner.fsm.vocabulary import PRE_GPU_PHASES, TEARDOWN_PHASES, StallReason
 from provisioner.inventory import capacity_available, free_physical_gpus
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
-from provisioner.planning import JoinTemplate, PlanInput, read_join_template, render
+from provisioner.planning import (
+    JoinTemplate,
+    PlanInput,
+    decision_victims,
+    read_join_template,
+    render,
+)
 from provisioner.planning import plan as plan_cells
 from provisioner.rollout_shell import rollout_plan, updated_condition
 from provisioner.status import PassSummary, conditions, status_patch, write_status
@@ -169,6 +175,7 @@ class Reconciler:
                 limits=membership_limits(pool, self.limits),
                 creation_adjustment=rollout.creation_adjustment,
                 free_gpus=free,
+                victims=decision_victims(pool, desired) if pool.spec.autoscaling.enabled else (),
             )
         )
         plan = hold_scale_down(pool, cells, rows, plan, now)
