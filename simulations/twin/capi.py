@@ -143,9 +143,7 @@ class SimulatedClusterAPI(PollingController):
             status["phase"] = "Provisioning"
         if provisioned:
             status["phase"] = "Provisioned"
-            pid = spec.get("providerID")
-            nodes = await self.workload.list(KINDS["Node"]) if pid else []
-            node = next((n for n in nodes if (n.get("spec") or {}).get("providerID") == pid), None)
+            node = await self._node_by_provider_id(machine, spec.get("providerID"))
             if node is not None:
                 status["phase"] = "Running"
                 status["nodeRef"] = {"name": node["metadata"]["name"]}
@@ -156,6 +154,17 @@ class SimulatedClusterAPI(PollingController):
         await self.infra.patch(
             KINDS["Machine"], self.namespace, m["name"], {"status": status}, status=True
         )
+
+    async def _node_by_provider_id(self, machine: JSON, pid: str | None) -> JSON | None:
+        """The Node whose spec.providerID is the Machine's (CAPI indexes Nodes by providerID;
+        the twin tries the Machine's name first, then every Node)."""
+        if not pid:
+            return None
+        named = await self.workload.get(KINDS["Node"], None, machine["metadata"]["name"])
+        if named is not None and (named.get("spec") or {}).get("providerID") == pid:
+            return named
+        nodes = await self.workload.list(KINDS["Node"])
+        return next((n for n in nodes if (n.get("spec") or {}).get("providerID") == pid), None)
 
     # --- CAPKS ----------------------------------------------------------------------------
     async def _ksm(self, ksm: JSON) -> None:
