@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.kube import JSON, KINDS, KubeApi, NotFound
 
 SECRET_TYPE = "cluster.x-k8s.io/secret"
 CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
@@ -95,9 +95,13 @@ def _data_secret(config: JSON) -> JSON:
 
 
 async def reconcile_configs(api: KubeApi, namespace: str) -> None:
-    """One CABPK pass over the namespace's KubeadmConfigs, then the Secret GC."""
+    """One CABPK pass over the namespace's KubeadmConfigs, then the Secret GC. A cluster without
+    the KubeadmConfig CRD has no bootstrap provider: nothing to do (CAPI itself still runs)."""
     kind = KINDS["KubeadmConfig"]
-    configs = await api.list(kind, namespace)
+    try:
+        configs = await api.list(kind, namespace)
+    except NotFound:
+        return
     for config in configs:
         meta = config["metadata"]
         if meta.get("deletionTimestamp") is not None:
