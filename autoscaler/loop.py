@@ -274,10 +274,12 @@ class Autoscaler:
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
         prom_usage, health = None, MetricsHealth(True, 0.0, "HAMi pod annotations")
         if self.usage is not None and pool.spec.autoscaling.prometheus is not None:
-            # Only cells HAMi can already report: a booting cell has no Node (or no HAMi
-            # registration) yet, so its missing series is expected, not staleness.
+            # Only cells HAMi can report: a booting cell has no Node (or no HAMi registration)
+            # yet and a drained cell's Node is gone, so their missing series are expected.
             names = [
-                c.node_name or c.name for c in pool.status.cells or [] if c.phase in _REPORTING
+                name
+                for c in pool.status.cells or []
+                if c.phase in _REPORTING and (name := c.node_name or c.name) in nodes
             ]
             try:
                 async with asyncio.timeout(self.settings.usage_timeout_s):

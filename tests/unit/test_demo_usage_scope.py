@@ -3,7 +3,9 @@
 A booting cell has no Node, or a Node HAMi has not registered, so it can have no ``hami_*``
 series yet; asking for it made every reading "stale" while any cell booted, which froze
 scale-down for the whole of a scale-up (the twin held 12 cells for 18 s the simulator had
-already released). Ready and Draining cells are still read, and their staleness still counts.
+already released). Likewise a Draining row whose Node is already deleted (its series end, and
+30 s later read as stale: the twin froze scale-down for 50 s). Ready and Draining cells with a
+Node are still read, and their staleness still counts.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ async def test_only_ready_and_draining_cells_are_read_from_prometheus() -> None:
         {"name": "a-1", "index": 1, "phase": "Draining", "nodeName": "a-1"},
         {"name": "a-2", "index": 2, "phase": "Booting"},
         {"name": "a-3", "index": 3, "phase": "AwaitingGPUCapacity", "nodeName": "a-3"},
+        {"name": "a-4", "index": 4, "phase": "Draining", "nodeName": "a-4"},  # Node deleted
     ]
     clock, workload, writer, usage = VirtualClock(), FakeWorkload(), FakeWriter(), Recording()
-    workload.nodes = [{"metadata": {"name": n}} for n in ("a-0", "a-1", "a-3")]
+    workload.nodes = [{"metadata": {"name": n}} for n in ("a-0", "a-1", "a-3")]  # no a-4
     scaler = Autoscaler(workload, writer, clock, usage=usage, settings=SETTINGS)
     try:
         scaler.pool_event("ADDED", with_cells(pool_manifest("a", **PROM), rows))
