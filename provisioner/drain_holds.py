@@ -42,11 +42,14 @@ def hold_scale_down(
     rows: Mapping[str, CellStatus],
     plan: MembershipPlan,
     now: float,
+    preferred: tuple[str, ...] = (),
 ) -> MembershipPlan:
-    """The plan with held victims replaced or held back (and the reason, when held)."""
+    """The plan with held victims replaced or held back (and the reason, when held).
+    ``preferred``: the autoscaler's victims membership was given (stand-ins come from them
+    first)."""
     if not plan.remove:
         return plan
-    choice = choose_victims(plan.remove, _candidates(pool, cells, rows), now)
+    choice = choose_victims(plan.remove, _candidates(pool, cells, rows), now, preferred)
     if choice.remove == plan.remove:
         return plan
     held = replace(plan, remove=choice.remove)

@@ -161,6 +161,7 @@ class Reconciler:
         rollout = await rollout_plan(pool, cells, rows, current_hash, desired, workload)
         await self._mark(backend, cells, rollout.drain, DrainCause.ROLLING_UPDATE, now)
         free = await free_physical_gpus(self.infra, pool)
+        victims = decision_victims(pool, desired) if pool.spec.autoscaling.enabled else ()
         plan = plan_cells(
             PlanInput(
                 pool,
@@ -175,10 +176,10 @@ class Reconciler:
                 limits=membership_limits(pool, self.limits),
                 creation_adjustment=rollout.creation_adjustment,
                 free_gpus=free,
-                victims=decision_victims(pool, desired) if pool.spec.autoscaling.enabled else (),
+                victims=victims,
             )
         )
-        plan = hold_scale_down(pool, cells, rows, plan, now)
+        plan = hold_scale_down(pool, cells, rows, plan, now, victims)
         await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)
         await self._mark(backend, cells, plan.replace, DrainCause.REPLACE_FAILED, now)
         for cell in cells.values():

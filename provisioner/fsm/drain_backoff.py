@@ -8,8 +8,8 @@ schedulable and the pool never says why it does not shrink. So every abandon is 
 cell (count and time), and the cell is not chosen as a scale-down victim again until a doubling
 back-off has passed: ``drain.timeout x 2^n`` after its n-th abandoned drain, capped at
 ``DRAIN_BACKOFF_CAP_S`` (never below one timeout). Meanwhile another cell is preferred (the next
-by membership's order, highest index first); when every candidate is held, the scale-down waits
-and says so (``ScaleDownHeld``).
+by membership's order: the autoscaler's victims, then the highest index); when every candidate
+is held, the scale-down waits and says so (``ScaleDownHeld``).
 
 The record lives in two annotations on the cell's outer object (SwiftGuest or Machine), written
 in the same patch that removes the drain mark: an operator restart finds it (status can be
@@ -111,14 +111,20 @@ def _hold_message(held: list[VictimCandidate], now_s: float) -> str:
 
 
 def choose_victims(
-    planned: tuple[str, ...], candidates: tuple[VictimCandidate, ...], now_s: float
+    planned: tuple[str, ...],
+    candidates: tuple[VictimCandidate, ...],
+    now_s: float,
+    preferred: tuple[str, ...] = (),
 ) -> VictimChoice:
-    """Keep membership's victims unless held; replace a held one by the highest-index candidate
-    that is neither held nor already chosen or planned; with none, hold it back."""
+    """Keep membership's victims unless held; replace a held one by the best candidate that is
+    neither held nor already chosen or planned - membership's order: the autoscaler's
+    ``preferred`` victims first (cheapest to drain), then the highest index; with none, hold
+    it back."""
     by_name = {c.name: c for c in candidates}
+    rank = {name: i for i, name in enumerate(preferred)}
     spare = [
         c
-        for c in sorted(candidates, key=lambda c: -c.index)
+        for c in sorted(candidates, key=lambda c: (rank.get(c.name, len(rank)), -c.index))
         if c.name not in planned and not c.held(now_s)
     ]
     remove: list[str] = []

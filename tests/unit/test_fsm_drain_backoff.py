@@ -104,6 +104,15 @@ def test_choose_victims(
     assert (choice.message != "") == bool(held)
 
 
+def test_stand_in_follows_the_autoscalers_preference_then_the_highest_index() -> None:
+    cands = (cand(0), cand(1), cand(2), cand(3, 60))
+    assert choose_victims(("gpu-3",), cands, T0).remove == ("gpu-2",)
+    assert choose_victims(("gpu-3",), cands, T0, preferred=("gpu-0",)).remove == ("gpu-0",)
+    # A preferred cell that is itself held is skipped.
+    cands = (cand(0, 30), cand(1), cand(2), cand(3, 60))
+    assert choose_victims(("gpu-3",), cands, T0, preferred=("gpu-0",)).remove == ("gpu-2",)
+
+
 def test_held_message_and_requeue_say_why_and_when() -> None:
     choice = choose_victims(("gpu-1",), (cand(0, 90, count=2), cand(1, 45)), T0)
     assert choice.held == ("gpu-1",)
