@@ -12,7 +12,10 @@ else differs between the worlds: the pool manifest below is the one the operator
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+import random
+import statistics
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +30,15 @@ from simulations.traces.bundled import BUNDLED_OPENB_PATH, open_text
 HOUR = 3600.0
 SHAPE = CellShape(gpus=1, memory_mib=24576, cores_percent=100, slots=10)
 # A slice of the bundled trace (seconds from its start) with a ramp, a plateau with short
-# bursts, and (cut at its end) a fall back to zero; ~18 cells peak at the default thinning.
+# bursts and dips, and (cut at its end) a fall back to zero: ~15 cells peak in its first hour
+# at the default thinning, ~20 over three hours (the benchmark's slice).
 DEFAULT_START = 148.0 * 86400 + 15 * HOUR
-DEFAULT_HOURS = 3.0
+DEFAULT_HOURS = 1.0
 DEFAULT_MULTIPLIER = 0.5
+# The simulator ticks at t = 0; the live loop's ticks have no phase relation to the replay, and
+# the first pods reach it as an event after its last (Idle) decision. Arriving just after the
+# simulator's first tick gives the simulator the same order: arrival, reaction, decision.
+OFF_TICK = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +49,7 @@ class DemoSpec:
     start_seconds: float = DEFAULT_START
     hours: float = DEFAULT_HOURS
     multiplier: float = DEFAULT_MULTIPLIER  # < 1 thins the trace (fewer cells for a laptop)
-    compression: float = 60.0
+    compression: float = 20.0  # x20: one hour in three minutes; see docs/simulation.md
     boot_seconds: float = 300.0  # trace time, both worlds
     scale_down_window_seconds: float = 600.0
     scale_down_delay_seconds: float = 600.0
@@ -106,16 +114,83 @@ def policy_config(spec: DemoSpec) -> PolicyConfig:
     return policy_config_from_spec(GPUCellPoolSpec.model_validate(pool["spec"]))
 
 
-def sim_config(spec: DemoSpec) -> SimConfig:
-    """The simulator world matching the twin: fixed boot time, cold start, compressed timings."""
+@dataclass(frozen=True, slots=True)
+class ObservedBoots(BootModel):
+    """Boot times replayed in creation order (the twin's, measured); then their median.
+
+    A fresh instance per run: the cursor advances as the simulator creates cells.
+    """
+
+    observed: tuple[float, ...] = ()
+    cursor: list[int] = field(default_factory=lambda: [0])
+
+    def sample(self, rng: random.Random) -> tuple[float, bool]:
+        del rng
+        index = self.cursor[0]
+        self.cursor[0] += 1
+        seconds = self.observed[index] if index < len(self.observed) else self.median_seconds
+        return seconds, False
+
+
+@dataclass(frozen=True, slots=True)
+class WorldTimings:
+    """The world's latencies in compressed seconds: nominal (the spec) or measured on the twin.
+
+    The simulator takes them as a user takes ``--boot-seconds`` / ``--boot-sigma`` from their
+    own cluster: boot = guest created to cell Ready (KubeSwift's delay plus everything a loaded
+    kubelet, HAMi and provisioner add), drain = cell empty to guest gone, react = pending pod
+    to cell requested.
+    """
+
+    boot_seconds: float
+    boot_sigma: float
+    drain_seconds: float
+    react_seconds: float
+    source: str = "nominal"
+    boots: tuple[float, ...] = ()  # per cell in creation order, when measured
+
+    @classmethod
+    def nominal(cls, spec: DemoSpec) -> WorldTimings:
+        return cls(
+            spec.wall(spec.boot_seconds),
+            0.0,
+            spec.wall(spec.drain_seconds),
+            spec.wall(spec.react_seconds),
+        )
+
+    @classmethod
+    def measured(
+        cls, spec: DemoSpec, boots: list[float], drains: list[float], react: float | None
+    ) -> WorldTimings:
+        """Median and log-sd of the twin's boots, median drain; nominal where none was seen."""
+        base = cls.nominal(spec)
+        logs = [math.log(b) for b in boots if b > 0]
+        return cls(
+            boot_seconds=statistics.median(boots) if boots else base.boot_seconds,
+            boot_sigma=statistics.pstdev(logs) if len(logs) > 1 else 0.0,
+            drain_seconds=statistics.median(drains) if drains else base.drain_seconds,
+            react_seconds=react if react is not None else base.react_seconds,
+            source="measured on the twin",
+            boots=tuple(boots),
+        )
+
+    def boot_model(self) -> BootModel:
+        if self.boots:
+            return ObservedBoots(median_seconds=self.boot_seconds, observed=self.boots)
+        return BootModel(median_seconds=self.boot_seconds, sigma=self.boot_sigma, min_seconds=0.0)
+
+
+def sim_config(spec: DemoSpec, timings: WorldTimings | None = None) -> SimConfig:
+    """The simulator world matching the twin: cold start, compressed timings, same spec."""
     config = policy_config(spec)
+    t = timings or WorldTimings.nominal(spec)
     return SimConfig(
         policy_config=config,
         tick_seconds=spec.wall(spec.tick_seconds),
         react_on_arrival=True,
-        react_delay_seconds=spec.wall(spec.react_seconds),
-        boot=BootModel(median_seconds=spec.wall(spec.boot_seconds), sigma=0.0, min_seconds=0.0),
-        drain_seconds=spec.wall(spec.drain_seconds),
+        react_delay_seconds=t.react_seconds,
+        boot=t.boot_model(),
+        drain_seconds=t.drain_seconds,
         warm_start=False,  # the twin's pool starts empty too
         tail_seconds=spec.horizon_seconds,
         samples=4000,
@@ -123,9 +198,9 @@ def sim_config(spec: DemoSpec) -> SimConfig:
     )
 
 
-def sim_policy(spec: DemoSpec) -> ProductionPolicy:
+def sim_policy(spec: DemoSpec, name: str = "gpucellpool") -> ProductionPolicy:
     """The production policy, ticking as often as the live loop does in the demo."""
-    policy = ProductionPolicy()
+    policy = ProductionPolicy(name)
     policy.tick_seconds = spec.wall(spec.tick_seconds)
     return policy
 
@@ -161,7 +236,7 @@ def compressed_pods(spec: DemoSpec) -> tuple[TracePod, ...]:
     return tuple(
         replace(
             p,
-            arrival_seconds=p.arrival_seconds - first,
+            arrival_seconds=p.arrival_seconds - first + OFF_TICK,
             duration_seconds=min(p.duration_seconds, limit - p.arrival_seconds),
         )
         for p in fitting

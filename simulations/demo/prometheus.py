@@ -98,6 +98,18 @@ class Prometheus:
             raise RuntimeError(f"{expr}: {body.get('error')}")
         return list(body["data"]["result"])
 
+    async def query_range(
+        self, expr: str, start: float, end: float, step: float = 2.0
+    ) -> list[dict[str, Any]]:
+        """A range query's series (what a dashboard panel draws over [start, end])."""
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        async with httpx.AsyncClient(timeout=30.0) as http:
+            resp = await http.get(f"{self.url}/api/v1/query_range", params=params)
+        body = resp.json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"{expr}: {body.get('error')}")
+        return list(body["data"]["result"])
+
     async def targets_up(self) -> dict[str, bool]:
         """scrape URL -> last scrape healthy."""
         async with httpx.AsyncClient(timeout=10.0) as http:

@@ -35,6 +35,7 @@ PODS = "/api/v1/namespaces/{ns}/pods"
 class PodTimes:
     created: float
     bound: float | None = None
+    node: str = ""
     ended: float | None = None
     ask: GPUAsk | None = None
 
@@ -67,8 +68,14 @@ class Recorder:
     pods: dict[str, PodTimes] = field(default_factory=dict)
     created_guests: set[str] = field(default_factory=set)
     deleted_guests: int = 0
-    guest_added: dict[str, float] = field(default_factory=dict)  # cell name -> first seen
-    boots: dict[str, float] = field(default_factory=dict)  # cell name -> guest seen to Ready
+    # Cell names are reused after a scale-down, so these follow one incarnation at a time.
+    booting: dict[str, float] = field(default_factory=dict)  # name -> guest first seen
+    draining: dict[str, float] = field(default_factory=dict)  # name -> Draining first seen
+    ready_after: list[tuple[float, float]] = field(default_factory=list)  # (created, boot)
+    drains: list[float] = field(default_factory=list)  # Draining seen -> guest gone
+    first_guest: float | None = None
+    decisions: list[tuple[float, str, int]] = field(default_factory=list)  # on change
+    _live: set[str] = field(default_factory=set)
     _status: JSON = field(default_factory=dict)
     _caches: list[WatchCache] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -94,7 +101,7 @@ class Recorder:
     def restart_clock(self) -> None:
         """Time zero is the start of the replay."""
         shift = time.monotonic() - self.t0
-        self.guest_added = {k: v - shift for k, v in self.guest_added.items()}
+        self.booting = {k: v - shift for k, v in self.booting.items()}
         self.t0 += shift
         self.samples.clear()
         self.sample()
@@ -109,21 +116,35 @@ class Recorder:
     # -- watch callbacks ----------------------------------------------------------------------
 
     def _guest(self, kind: str, obj: JSON) -> None:
+        name, now = str(obj["metadata"]["name"]), self.now()
         if kind == "ADDED":
             self.created_guests.add(str(obj["metadata"]["uid"]))
-            self.guest_added.setdefault(str(obj["metadata"]["name"]), self.now())
+            self.booting[name] = now
+            self._live.add(name)
+            self.first_guest = now if self.first_guest is None else self.first_guest
         elif kind == "DELETED":
             self.deleted_guests += 1
+            self._live.discard(name)
+            self.booting.pop(name, None)
+            if name in self.draining:
+                self.drains.append(now - self._emptied(name, self.draining.pop(name)))
         self.sample()
 
     def _pool(self, kind: str, obj: JSON) -> None:
         del kind
         self._status = obj.get("status") or {}
         now = self.now()
+        last = self._status.get("lastDecision") or {}
+        outcome = (str(last.get("reason", "")), int(last.get("desiredReplicas") or 0))
+        if not self.decisions or self.decisions[-1][1:] != outcome:
+            self.decisions.append((now, *outcome))
         for cell in self._status.get("cells") or []:
             name = str(cell.get("name"))
-            if cell.get("phase") == "Ready" and name in self.guest_added:
-                self.boots.setdefault(name, now - self.guest_added[name])
+            if cell.get("phase") == "Ready" and name in self.booting:
+                created = self.booting.pop(name)
+                self.ready_after.append((created, now - created))
+            elif cell.get("phase") in ("Draining", "Deleting") and name in self._live:
+                self.draining.setdefault(name, now)
         self.sample()
 
     def _pod(self, kind: str, obj: JSON) -> None:
@@ -134,11 +155,25 @@ class Recorder:
             times = self.pods[name] = PodTimes(now, ask=ask if isinstance(ask, GPUAsk) else None)
         phase = (obj.get("status") or {}).get("phase")
         if times.bound is None and (obj.get("spec") or {}).get("nodeName"):
-            times.bound = now
+            times.bound, times.node = now, str(obj["spec"]["nodeName"])
         ended = kind == "DELETED" or phase in ("Succeeded", "Failed")
         if ended and times.ended is None:
             times.ended = now
         self.sample()
+
+    @property
+    def boots(self) -> list[float]:
+        """Guest seen to cell Ready, in the order the guests were created."""
+        return [boot for _, boot in sorted(self.ready_after)]
+
+    def _emptied(self, node: str, drain_start: float) -> float:
+        """When a draining cell's last pod ended (its drain start if it was empty)."""
+        ends = [
+            p.ended
+            for p in self.pods.values()
+            if p.node == node and p.ended is not None and p.bound is not None
+        ]
+        return max([drain_start, *ends])
 
     # -- samples ------------------------------------------------------------------------------
 
@@ -205,5 +240,7 @@ class Recorder:
             "guests_deleted": self.deleted_guests,
             "pods": len(self.pods),
             "pods_never_bound": sum(1 for p in self.pods.values() if p.bound is None),
-            "boot_seconds": sorted(self.boots.values()),
+            "boot_seconds": list(self.boots),
+            "drain_seconds": list(self.drains),
+            "first_scale_up_seconds": self.first_guest,
         }

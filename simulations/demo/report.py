@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from simulations.baselines.oracle import oracle
-from simulations.demo.config import SHAPE, DemoSpec, sim_config, sim_policy
+from simulations.demo.config import SHAPE, DemoSpec, WorldTimings, sim_config, sim_policy
 from simulations.demo.twin_run import TwinResult
 from simulations.engine import Sample, SimResult, simulate
 from simulations.fidelity import Fidelity, compare
@@ -30,8 +30,10 @@ TWIN = "gpucellpool on the twin"
 @dataclass(frozen=True, slots=True)
 class DemoReport:
     spec: DemoSpec
-    fidelity: Fidelity  # compressed seconds
-    results: tuple[SimResult, ...]  # oracle, simulator, twin; trace time
+    fidelity: Fidelity  # against the simulator given the twin's measured timings
+    fidelity_nominal: Fidelity  # against the simulator with the spec's nominal timings
+    timings: WorldTimings
+    results: tuple[SimResult, ...]  # oracle, simulator (measured), simulator (nominal), twin
     summaries: tuple[PolicySummary, ...]
     wall_seconds: float
     cpu_seconds: dict[str, float]
@@ -86,30 +88,46 @@ def _clip(result: SimResult, end: float) -> SimResult:
     return replace(result, timeline=tuple(kept))
 
 
-def build_report(run: TwinResult) -> DemoReport:
-    """Simulate the same inputs, compare, and summarise both worlds in trace time."""
+def measured_timings(run: TwinResult) -> WorldTimings:
+    rec = run.recorder
+    return WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.first_guest)
+
+
+def _simulate(run: TwinResult, timings: WorldTimings, name: str) -> tuple[SimResult, Fidelity]:
     spec = run.spec
-    simulated = simulate(run.pods, sim_policy(spec), sim_config(spec))
-    horizon = min(simulated.end_seconds, run.end_seconds)
-    twin_cells = run.recorder.cell_timeline()
-    fidelity = compare(twin_cells, cells_of(simulated), 0.0, horizon)
-    twin = twin_result(run, horizon, fidelity)
+    result = simulate(run.pods, sim_policy(spec, name), sim_config(spec, timings))
+    horizon = min(result.end_seconds, run.end_seconds)
+    return result, compare(run.recorder.cell_timeline(), cells_of(result), 0.0, horizon)
+
+
+def build_report(run: TwinResult) -> DemoReport:
+    """Simulate the same inputs (twin-measured and nominal timings), compare, summarise."""
+    spec, timings = run.spec, measured_timings(run)
+    simulated, fidelity = _simulate(run, timings, "simulator, twin's timings")
+    nominal, fidelity_nominal = _simulate(run, WorldTimings.nominal(spec), "simulator, nominal")
+    twin = twin_result(run, fidelity.end_seconds, fidelity)
     reference = oracle(run.pods, SHAPE)
     results = tuple(
         to_trace_time(r, spec.compression)
-        for r in (reference, simulated, _clip(twin, run.end_seconds))
+        for r in (reference, simulated, nominal, _clip(twin, run.end_seconds))
     )
     boot = spec.boot_seconds
     summaries = tuple(summarise(r, results[0].cost_cell_hours, boot) for r in results)
     return DemoReport(
         spec=spec,
         fidelity=fidelity,
+        fidelity_nominal=fidelity_nominal,
+        timings=timings,
         results=results,
         summaries=summaries,
         wall_seconds=run.wall_seconds,
         cpu_seconds=dict(run.cpu_seconds),
         twin_counts=run.recorder.summary(),
-        timelines={"twin": twin_cells, "simulator": cells_of(simulated)},
+        timelines={
+            "twin": run.recorder.cell_timeline(),
+            "simulator": cells_of(simulated),
+            "simulator_nominal": cells_of(nominal),
+        },
     )
 
 
@@ -117,33 +135,53 @@ def _verdict(f: Fidelity) -> str:
     return "PASS" if f.passes() else "FAIL"
 
 
+def _fidelity_lines(f: Fidelity, factor: float) -> list[str]:
+    return [
+        f"- within +/-1 cell: **{100 * f.within_fraction:.1f} %** of the time (criterion >= 95 %)",
+        f"- cell-hours twin / simulator: **{f.cell_hours_ratio:.3f}** "
+        f"({f.cell_hours_a * factor:.2f} / {f.cell_hours_b * factor:.2f}; criterion within 5 %)",
+        f"- largest gap {f.max_gap_cells:g} cells over the simulator's horizon "
+        f"({f.end_seconds * factor / 60:.0f} trace minutes): **{_verdict(f)}**",
+    ]
+
+
+def _timings_line(t: WorldTimings, factor: float) -> str:
+    return (
+        f"boot median {t.boot_seconds * factor:.0f} s (sigma {t.boot_sigma:.2f}), drain "
+        f"{t.drain_seconds * factor:.0f} s, reaction {t.react_seconds * factor:.0f} s"
+    )
+
+
 def markdown_report(report: DemoReport) -> str:
-    spec, f = report.spec, report.fidelity
+    spec, k = report.spec, report.spec.compression
     trace = str(spec.trace) if spec.trace else "bundled openb (Alibaba GPU 2023)"
-    cpu = ", ".join(f"{k} {v:.0f} s" for k, v in report.cpu_seconds.items())
+    cpu = ", ".join(f"{name} {v:.0f} s" for name, v in report.cpu_seconds.items())
+    nominal = WorldTimings.nominal(spec)
     return "\n".join(
         [
             "# gpucellpool demo: the real operator on the twin",
             "",
-            f"- trace: {trace}, {spec.hours:g} h from {spec.start_seconds / 86400:.2f} d, "
+            f"- trace: {trace}, {spec.hours:g} h from day {spec.start_seconds / 86400:.2f}, "
             f"thinned x{spec.multiplier:g}: {report.results[1].pods} pods",
-            f"- compressed x{spec.compression:g} (1 wall second = {spec.compression:g} trace "
-            f"seconds) in both worlds: boot {spec.boot_seconds:g} s, scale-down window "
-            f"{spec.scale_down_window_seconds:g} s, delay after scale-up "
-            f"{spec.scale_down_delay_seconds:g} s, tick {spec.tick_seconds:g} s (trace time)",
-            "- times and cell-hours below are trace time",
+            f"- compressed x{k:g} (1 wall second = {k:g} trace seconds) in both worlds: boot "
+            f"{spec.boot_seconds:g} s, scale-down window {spec.scale_down_window_seconds:g} s, "
+            f"delay after scale-up {spec.scale_down_delay_seconds:g} s, tick "
+            f"{spec.tick_seconds:g} s",
+            f"- the twin's measured world: {_timings_line(report.timings, k)} "
+            f"(nominal: {_timings_line(nominal, k)})",
+            "- times and cell-hours are trace time",
             "",
             markdown(report.summaries),
-            "## Fidelity (twin vs `gpucellpool simulate`, same trace, same pool spec)",
+            "## Fidelity: twin vs `gpucellpool simulate` (same trace, same pool spec)",
             "",
-            f"- within +/-1 cell: **{100 * f.within_fraction:.1f} %** of the time "
-            f"(criterion >= 95 %)",
-            f"- cell-hours twin / simulator: **{f.cell_hours_ratio:.3f}** "
-            f"({f.cell_hours_a * spec.compression:.2f} / {f.cell_hours_b * spec.compression:.2f}"
-            f"; criterion within 5 %)",
-            f"- largest gap: {f.max_gap_cells:g} cells; horizon: the simulator's, "
-            f"{f.end_seconds * spec.compression / 60:.0f} trace minutes",
-            f"- verdict: **{_verdict(f)}**",
+            "Simulator given the twin's measured boot, drain and reaction times (as a user "
+            "passes `--boot-seconds` measured on their cluster):",
+            "",
+            *_fidelity_lines(report.fidelity, k),
+            "",
+            "Simulator with the nominal timings:",
+            "",
+            *_fidelity_lines(report.fidelity_nominal, k),
             "",
             f"Wall time {report.wall_seconds:.0f} s; CPU: {cpu}.",
             "",
@@ -160,6 +198,8 @@ def write_report(report: DemoReport, out: Path) -> list[Path]:
         "spec": {k: str(v) if isinstance(v, Path) else v for k, v in vars_of(report.spec).items()},
         "policies": [s.as_dict() for s in report.summaries],
         "fidelity": report.fidelity.as_dict(),
+        "fidelity_nominal": report.fidelity_nominal.as_dict(),
+        "timings_measured_compressed_seconds": vars_of(report.timings),
         "wall_seconds": report.wall_seconds,
         "cpu_seconds": report.cpu_seconds,
         "twin": report.twin_counts,
@@ -168,11 +208,13 @@ def write_report(report: DemoReport, out: Path) -> list[Path]:
     written[1].write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     try:
         title = f"demand vs cells: simulator and twin ({report.spec.hours:g} h of trace)"
-        written.append(plot_timelines(report.results[1:], out / "demand-vs-cells.png", title))
+        shown = (report.results[1], report.results[3])
+        written.append(plot_timelines(shown, out / "demand-vs-cells.png", title))
     except PlotUnavailable as error:
         written[0].write_text(markdown_report(report) + f"\nplot skipped: {error}\n")
     return written
 
 
-def vars_of(spec: DemoSpec) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in spec.__dataclass_fields__}
+def vars_of(value: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict (slots dataclasses have no ``__dict__``)."""
+    return {name: getattr(value, name) for name in value.__dataclass_fields__}

@@ -21,7 +21,7 @@ import secrets
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from gpucellpool.kube.rest import RestClient
 from provisioner.clock import SystemClock
 from provisioner.kube import KubeApi
 from simulations.demo.config import DemoSpec, compressed_pods, pool_manifest
+from simulations.demo.panels import PanelQuery, series_counts
 from simulations.demo.prometheus import Prometheus
 from simulations.demo.recorder import Recorder, Snapshot
 from simulations.harness import ClusterEndpoint, Harness
@@ -46,7 +47,6 @@ TWIN_POLL_S = 0.1
 BOOT_OVERHEAD_S = 1.2
 
 Progress = Callable[[Snapshot, int], None]
-Inspect = Callable[[Prometheus], Awaitable[Any]]
 
 
 @dataclass
@@ -59,8 +59,8 @@ class TwinResult:
     end_seconds: float
     wall_seconds: float
     cpu_seconds: dict[str, float]
-    inspected: Any = None
-    notes: list[str] = field(default_factory=list)
+    namespace: str
+    panels: dict[PanelQuery, int]  # dashboard query -> series with data during the run
 
 
 @dataclass
@@ -190,9 +190,9 @@ async def _start(world: _World, harness: Harness, spec: DemoSpec) -> str:
 
 
 async def _first_decision(rec: Recorder, timeout_s: float = 60.0) -> None:
-    """The operator has synced the workload cluster and decided once (nothing to do yet)."""
+    """The operator has synced the workload cluster and decided there is nothing to do yet."""
     deadline = time.monotonic() + timeout_s
-    while not (rec.status().get("lastDecision") or {}).get("reason"):
+    while (rec.status().get("lastDecision") or {}).get("reason") != "Idle":
         if time.monotonic() > deadline:
             raise TimeoutError(f"no decision for the demo pool in {timeout_s:g}s")
         await asyncio.sleep(0.1)  # the recorder's watch fills the status; polled with a deadline
@@ -218,19 +218,24 @@ async def _teardown(world: _World) -> None:
                 await client.close()
 
 
-def _settled(rec: Recorder, player: asyncio.Task[Any]) -> bool:
-    """The replay is over: every pod created and ended, and the pool back at zero cells."""
+def _settled(rec: Recorder, player: asyncio.Task[Any], to_zero: bool) -> bool:
+    """The replay is over: every pod created and ended (and the pool back at zero cells)."""
     snap = rec.samples[-1] if rec.samples else None
     return (
         player.done()
         and snap is not None
         and snap.pods_pending + snap.pods_running == 0
-        and snap.cells == 0
+        and (snap.cells == 0 or not to_zero)
     )
 
 
 async def _replay(
-    world: _World, spec: DemoSpec, pods: tuple[TracePod, ...], label: str, progress: Progress | None
+    world: _World,
+    spec: DemoSpec,
+    pods: tuple[TracePod, ...],
+    label: str,
+    progress: Progress | None,
+    to_zero: bool,
 ) -> float:
     """Play the trace and wait until the pool settled (or the horizon passed); returns the end."""
     from simulations.twin.player import TracePlayer  # noqa: PLC0415
@@ -245,7 +250,7 @@ async def _replay(
     play = asyncio.create_task(player.run(), name="demo:player")
     world.tasks += [play, asyncio.create_task(rec.sample_every(SAMPLE_S), name="demo:sampler")]
     deadline = spec.horizon_seconds * 1.5 + 30.0
-    while not _settled(rec, play) and rec.now() < deadline:
+    while not _settled(rec, play, to_zero) and rec.now() < deadline:
         if play.done() and play.exception() is not None:
             raise RuntimeError("trace player failed") from play.exception()
         if progress is not None:
@@ -283,12 +288,13 @@ async def run_twin(
     harness: Harness | None = None,
     workdir: Path | None = None,
     progress: Progress | None = None,
-    inspect: Inspect | None = None,
+    to_zero: bool = True,
 ) -> TwinResult:
     """Replay ``spec``'s compressed trace through the real operator on the twin.
 
     ``harness``: reuse running apiservers (tests); else one is started and stopped here.
-    ``inspect``: awaited with the live Prometheus after the replay, before teardown.
+    ``to_zero``: after the last pod, wait for the scale-down to zero (else stop there). After
+    the replay, before teardown, every dashboard query is run against the twin's Prometheus.
     """
     pods = compressed_pods(spec)
     workdir = workdir or Path(tempfile.mkdtemp(prefix="gpucellpool-demo-"))
@@ -297,8 +303,9 @@ async def run_twin(
     async with _harness(harness, workdir) as live:
         try:
             label = await _start(world, live, spec)
-            end = await _replay(world, spec, pods, label, progress)
-            inspected = await inspect(world.prometheus) if inspect and world.prometheus else None
+            end = await _replay(world, spec, pods, label, progress, to_zero)
+            assert world.prometheus is not None
+            panels = await series_counts(world.prometheus, world.namespace, POOL)
             cpu = {
                 "operator": _cpu(world.operator.pid if world.operator else None),
                 "prometheus": _cpu(world.prometheus.process.pid if world.prometheus else None),
@@ -307,4 +314,5 @@ async def run_twin(
             await _teardown(world)
     assert world.recorder is not None
     cpu["demo process (twin, player, recorder)"] = time.process_time() - cpu0
-    return TwinResult(spec, pods, world.recorder, end, time.monotonic() - started, cpu, inspected)
+    wall = time.monotonic() - started
+    return TwinResult(spec, pods, world.recorder, end, wall, cpu, world.namespace, panels)

@@ -1,0 +1,86 @@
+"""Fidelity benchmark: the demo's slice on the twin against ``gpucellpool simulate``.
+
+Runs ``run_twin`` on the demo's slice extended to three busy hours of the bundled openb trace and
+prints and records both cell timelines' numbers: the share of time within +/-1 cell, each
+side's cell-hours and their ratio, against the simulator given the twin's measured timings and
+against the nominal ones, plus wall time, CPU and the machine's load (the twin's latencies, and
+so its fidelity at a given compression, depend on it). The result goes to the ``fidelity`` block
+of docs/benchmarks.md, replaced in place; other blocks are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from simulations.demo import DemoSpec, build_report, run_twin
+from simulations.demo.report import DemoReport, markdown_report
+from simulations.fidelity import Fidelity
+from simulations.harness import Harness
+
+pytestmark = pytest.mark.bench
+SPEC = replace(DemoSpec(), hours=3.0)  # the demo's slice, three hours instead of one, at x20
+BENCH_DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+KEY = "fidelity"
+
+
+def write_block(body: str) -> None:
+    """Replace (or append) this benchmark's marked block; read just before writing."""
+    start, end = f"<!-- {KEY}:start -->", f"<!-- {KEY}:end -->"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    text = BENCH_DOC.read_text() if BENCH_DOC.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _m: block, text, count=1)
+    else:
+        text = f"{text.rstrip()}\n\n{block}\n"
+    BENCH_DOC.write_text(text)
+
+
+def _row(name: str, f: Fidelity, k: float) -> str:
+    return (
+        f"| {name} | {100 * f.within_fraction:.1f} % | {f.cell_hours_a * k:.1f} | "
+        f"{f.cell_hours_b * k:.1f} | {f.cell_hours_ratio:.3f} | {f.max_gap_cells:g} | "
+        f"{'pass' if f.passes() else 'FAIL'} |"
+    )
+
+
+def section(report: DemoReport) -> str:
+    spec, k = report.spec, report.spec.compression
+    one, five, fifteen = os.getloadavg()
+    cpu = ", ".join(f"{n} {v:.0f} s" for n, v in report.cpu_seconds.items())
+    return "\n".join(
+        [
+            "## Fidelity: the twin against the simulator (`tests/bench/test_fidelity_bench.py`)",
+            "",
+            f"The demo's slice: {spec.hours:g} h of the bundled openb trace from day "
+            f"{spec.start_seconds / 86400:.2f}, thinned x{spec.multiplier:g}, "
+            f"{report.results[1].pods} pods, compressed x{k:g} in both worlds; the real operator "
+            "(`gpucellpool run`) on the twin vs `simulate` with the same pool spec. Cell-hours "
+            "in trace time over the simulator's horizon; criterion >= 95 % within +/-1 cell "
+            "and cell-hours within 5 %.",
+            "",
+            "| simulator given | within +/-1 cell | twin cell-hours | simulator cell-hours | "
+            "ratio | largest gap | verdict |",
+            "|---|---|---|---|---|---|---|",
+            _row("the twin's measured timings", report.fidelity, k),
+            _row("the nominal timings", report.fidelity_nominal, k),
+            "",
+            f"Twin's measured boot median {report.timings.boot_seconds * k:.0f} s trace "
+            f"(nominal {spec.boot_seconds:g} s); wall time {report.wall_seconds:.0f} s; CPU "
+            f"{cpu}; load average {one:.1f} / {five:.1f} / {fifteen:.1f} on "
+            f"{os.cpu_count()} cores.",
+        ]
+    )
+
+
+async def test_fidelity_on_the_demo_slice(harness: Harness, tmp_path: Path) -> None:
+    run = await run_twin(SPEC, harness=harness, workdir=tmp_path)
+    report = build_report(run)
+    print("\n" + markdown_report(report))
+    write_block(section(report))
+    assert report.results[-1].pods > 0
