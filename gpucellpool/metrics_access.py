@@ -47,9 +47,16 @@ class ReviewUnavailable(RuntimeError):
     """The apiserver could not be asked (timeout, 5xx): answer 503 and do not cache."""
 
 
+class TokenUnverified(RuntimeError):
+    """The apiserver answered but could not check the token (TokenReview ``status.error``,
+    e.g. its authentication webhook is down): answer 401 and do not cache, as kube-apiserver's
+    own token cache keeps no answer that came with an error."""
+
+
 class AccessReviewer(Protocol):
     async def authenticate(self, token: str) -> Identity | None:
-        """The token's identity, or None when the apiserver does not accept it."""
+        """The token's identity, or None when the apiserver does not accept it; raises
+        ``TokenUnverified`` when it could not tell, ``ReviewUnavailable`` when not asked."""
         ...
 
     async def authorize(self, identity: Identity, verb: str, path: str) -> bool:
@@ -109,6 +116,8 @@ class MetricsGuard:
             )
         except ReviewUnavailable as exc:
             return AccessDecision(503, f"cannot review the token now: {exc}")
+        except TokenUnverified:
+            return decide(None, False)  # not remembered: the next scrape asks again
         answer = decide(identity, allowed)
         self._remember(key, answer, now)
         return answer

@@ -4,25 +4,32 @@ Why this module exists: ``gpucellpool.metrics_access`` decides who may scrape ``
 two questions only the apiserver can answer - "whose token is this?" and "may they get
 /metrics?". This module asks them over the operator's own client (which needs ``create`` on
 ``tokenreviews`` and ``subjectaccessreviews``, and nothing else, for this). A failed call is
-``ReviewUnavailable``, never a silent allow or a cached deny. Tokens are sent in request bodies
-only; no error message built here contains one.
+``ReviewUnavailable``, never a silent allow or a cached deny, whatever the failure (HTTP error,
+timeout, dropped connection, an answer that is not JSON). A TokenReview that reports an error
+is ``TokenUnverified`` (denied, not cached). Tokens are sent in request bodies only; no error
+message built here contains one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
+
 from gpucellpool.kube.rest import ApiError, RestClient
-from gpucellpool.metrics_access import Identity, ReviewUnavailable
+from gpucellpool.metrics_access import Identity, ReviewUnavailable, TokenUnverified
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 def identity_from(review: dict[str, Any]) -> Identity | None:
-    """The identity of an authenticated TokenReview, None otherwise."""
+    """The identity of an authenticated TokenReview, None otherwise; ``TokenUnverified`` when
+    the review was not authenticated and reports an error (the apiserver could not tell)."""
     status = review.get("status") or {}
     user = status.get("user") or {}
+    if not status.get("authenticated") and status.get("error"):
+        raise TokenUnverified("the apiserver could not verify the token")
     if not status.get("authenticated") or not user.get("username"):
         return None
     extra = user.get("extra") or {}
@@ -56,7 +63,7 @@ class KubeAccessReviewer:
     async def _create(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
         try:
             return await self._rest.call("POST", path, None, body)
-        except (ApiError, TimeoutError, OSError) as exc:
+        except (ApiError, TimeoutError, OSError, aiohttp.ClientError, ValueError) as exc:
             status = getattr(exc, "status", "no response")
             raise ReviewUnavailable(f"{what} failed ({status})") from None
 

@@ -317,6 +317,18 @@ def test_metrics_off_renders_no_scrape_objects(rendered: dict[str, list[Doc]]) -
     assert not [s for s in find(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
 
 
+def test_metrics_off_still_keeps_metrics_secured(rendered: dict[str, list[Doc]]) -> None:
+    """metrics.enabled only drops the Service; /metrics must not fall back to plain HTTP on
+    the probe port, open to anyone who reaches the pod (it did: --metrics-secure was dropped)."""
+    docs = rendered["metrics-off"]
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert settings_from(build_parser(args).parse_args(args)).metrics.secure
+    manager = one(docs, "ClusterRole", f"{FULLNAME}-manager")
+    reviews = {r for rule in rules(manager) for r in rule.get("resources") or ()}
+    assert {"tokenreviews", "subjectaccessreviews"} <= reviews
+    assert find(docs, "ClusterRole", f"{FULLNAME}-metrics-reader")
+
+
 def test_servicemonitor_scrapes_the_metrics_service_as_the_alerts_job(
     rendered: dict[str, list[Doc]],
 ) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any, cast
 
+import aiohttp
 import pytest
 
+from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.reviews import KubeAccessReviewer
 from gpucellpool.metrics_access import (
     Identity,
     MetricsGuard,
@@ -114,3 +119,61 @@ async def test_guard_cache_is_bounded() -> None:
     for i in range(20):
         assert (await guard.check(f"Bearer t{i}")).status == 403
         assert len(guard._cache) <= 5
+
+
+@dataclass
+class ScriptedRest:
+    """A ``RestClient`` stand-in for ``KubeAccessReviewer``: answers (or raises) in turn."""
+
+    answers: list[dict[str, Any] | BaseException]
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+
+    async def call(
+        self, method: str, path: str, query: Any = None, body: Any = None
+    ) -> dict[str, Any]:
+        self.bodies.append(body)
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+AUTHENTICATED = {"status": {"authenticated": True, "user": {"username": "prom"}}}
+ALLOWED = {"status": {"allowed": True}}
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        aiohttp.ServerDisconnectedError(),  # not an OSError: used to escape as a 500
+        aiohttp.ClientPayloadError("truncated"),
+        json.JSONDecodeError("Expecting value", "<html>", 0),  # a proxy's error page
+    ],
+)
+async def test_reviewer_reports_any_failed_call_as_unavailable(failure: Exception) -> None:
+    reviewer = KubeAccessReviewer(cast(RestClient, ScriptedRest([failure])))
+    with pytest.raises(ReviewUnavailable) as caught:
+        await reviewer.authenticate("secret-token")
+    assert "secret-token" not in str(caught.value)
+    guard = MetricsGuard(KubeAccessReviewer(cast(RestClient, ScriptedRest([failure]))), Clock().now)
+    assert (await guard.check("Bearer secret-token")).status == 503
+
+
+async def test_guard_does_not_cache_a_token_review_that_reported_an_error() -> None:
+    """The apiserver could not check the token (e.g. its authentication webhook is down):
+    answer 401 now, but ask again next time, as kube-apiserver's own token cache does."""
+    broken = {"status": {"authenticated": False, "error": "webhook authenticator: timeout"}}
+    rest = ScriptedRest([broken, AUTHENTICATED, ALLOWED])
+    guard = MetricsGuard(KubeAccessReviewer(cast(RestClient, rest)), Clock().now)
+    first = await guard.check("Bearer tok")
+    assert first.status == 401 and "timeout" not in first.reason
+    assert (await guard.check("Bearer tok")).allowed  # same instant: not served from a cache
+    assert len(rest.bodies) == 3
+
+
+async def test_guard_caches_a_plain_rejection() -> None:
+    rest = ScriptedRest([{"status": {"authenticated": False}}])
+    guard = MetricsGuard(KubeAccessReviewer(cast(RestClient, rest)), Clock().now)
+    assert (await guard.check("Bearer forged")).status == 401
+    assert (await guard.check("Bearer forged")).status == 401
+    assert len(rest.bodies) == 1
