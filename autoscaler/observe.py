@@ -79,18 +79,21 @@ def _requirement(op: str, key: str, values: set[str], labels: Mapping[str, str])
 def counts_as_demand(
     pod: Mapping[str, Any], selection: DemandSelection, namespace_labels: Mapping[str, str] | None
 ) -> bool:
-    """Pending for HAMi and inside the pool's demand selection."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-    scheduler = selection.scheduler_name or str((spec or {}).get("schedulerName", ""))
-    if not is_pending_hami_pod(pod, scheduler):
-        return False
+    """Pending for HAMi and inside the pool's demand selection.
+
+    The selectors are checked first: they are cheap, and with many pools sharing a cluster
+    most pods belong to another pool (the HAMi predicate costs ~10x a label match).
+    """
     if not selector_matches(selection.pod_selector, _meta(pod).get("labels") or {}):
         return False
-    if selection.namespace_selector is not None:
-        return namespace_labels is not None and selector_matches(
-            selection.namespace_selector, namespace_labels
-        )
-    return True
+    if selection.namespace_selector is not None and not (
+        namespace_labels is not None
+        and selector_matches(selection.namespace_selector, namespace_labels)
+    ):
+        return False
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    scheduler = selection.scheduler_name or str((spec or {}).get("schedulerName", ""))
+    return is_pending_hami_pod(pod, scheduler)
 
 
 def pending_for_pool(
