@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -337,7 +338,15 @@ class Autoscaler:
             now=now,
         )
         recorder.record_reachable(obs.workload_cluster_reachable)
-        shape = policy_config_from_spec(state.pool.spec).shape
+        config = policy_config_from_spec(state.pool.spec)
+        recorder.record_limits(
+            min_cells=config.min_replicas,
+            max_cells=config.max_replicas,
+            boot_seconds=config.boot_seconds,
+            stabilization_seconds=config.scale_down.stabilization_window_seconds,
+        )
+        recorder.record_cells(Counter(c.phase for c in state.pool.status.cells or []))
+        shape = config.shape
         ratio = utilisation(obs.cells, shape) if obs.metrics.fresh else None
         recorder.record_utilization(
             ratio, fresh=obs.metrics.fresh, age_seconds=obs.metrics.age_seconds

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from autoscaler.observe import PodIndex
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import CellPhase
 
 JSON = dict[str, Any]
 
@@ -84,6 +85,12 @@ class PoolRecorder(Protocol):
     ) -> None: ...
 
     def observe_decision_latency(self, seconds: float) -> None: ...
+
+    def record_limits(
+        self, *, min_cells: int, max_cells: int, boot_seconds: float, stabilization_seconds: float
+    ) -> None: ...
+
+    def record_cells(self, counts: Mapping[CellPhase, int]) -> None: ...
 
 
 class MetricsPort(Protocol):

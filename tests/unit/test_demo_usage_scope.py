@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from prometheus_client import CollectorRegistry
+
 from autoscaler.loop import Autoscaler
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.metrics import OperatorMetrics
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, VirtualClock, with_cells
 from tests.unit.test_loop_signals import PROM, SETTINGS, pool_manifest
 
@@ -46,5 +49,28 @@ async def test_only_ready_and_draining_cells_are_read_from_prometheus() -> None:
         scaler.pool_event("ADDED", with_cells(pool_manifest("a", **PROM), rows))
         await clock.advance(0.2)
         assert usage.asked and usage.asked[-1] == ["a-0", "a-1"]
+    finally:
+        await scaler.close()
+
+
+async def test_cells_by_phase_and_limits_are_recorded_each_decision() -> None:
+    """The dashboards' "Demand vs cells" and "Cells by phase" need these (empty on the twin)."""
+    rows = [
+        {"name": "a-0", "index": 0, "phase": "Ready", "nodeName": "a-0"},
+        {"name": "a-1", "index": 1, "phase": "Joining", "nodeName": "a-1"},
+    ]
+    registry = CollectorRegistry()
+    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
+    scaler = Autoscaler(workload, writer, clock, OperatorMetrics(registry), settings=SETTINGS)
+    try:
+        scaler.pool_event("ADDED", with_cells(pool_manifest("a"), rows))
+        await clock.advance(0.2)
+        labels = {"namespace": "ns", "pool": "a"}
+        value = registry.get_sample_value
+        assert value("gpucellpool_cells", {**labels, "phase": "Ready"}) == 1
+        assert value("gpucellpool_cells", {**labels, "phase": "Booting"}) == 1
+        assert value("gpucell_cells", {**labels, "phase": "Joining"}) == 1
+        assert value("gpucellpool_max_cells", labels) is not None
+        assert value("gpucellpool_expected_boot_seconds", labels) == 300
     finally:
         await scaler.close()
