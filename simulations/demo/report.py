@@ -39,6 +39,8 @@ class DemoReport:
     cpu_seconds: dict[str, float]
     twin_counts: dict[str, Any]
     timelines: dict[str, list[tuple[float, float]]]  # compressed seconds
+    panels_total: int = 0
+    panels_empty: tuple[str, ...] = ()  # "<dashboard: panel>: <query>" with no data
 
 
 def cells_of(result: SimResult) -> list[tuple[float, float]]:
@@ -123,6 +125,8 @@ def build_report(run: TwinResult) -> DemoReport:
         wall_seconds=run.wall_seconds,
         cpu_seconds=dict(run.cpu_seconds),
         twin_counts=run.recorder.summary(),
+        panels_total=len(run.panels),
+        panels_empty=tuple(f"{q.where}: `{q.expr}`" for q, n in run.panels.items() if n <= 0),
         timelines={
             "twin": run.recorder.cell_timeline(),
             "simulator": cells_of(simulated),
@@ -174,14 +178,23 @@ def markdown_report(report: DemoReport) -> str:
             markdown(report.summaries),
             "## Fidelity: twin vs `gpucellpool simulate` (same trace, same pool spec)",
             "",
-            "Simulator given the twin's measured boot, drain and reaction times (as a user "
-            "passes `--boot-seconds` measured on their cluster):",
+            "Simulator given the twin's measured world (each cell's boot time in creation "
+            "order, the median drain, the first reaction), as a user passes the boot time "
+            "measured on their cluster:",
             "",
             *_fidelity_lines(report.fidelity, k),
             "",
             "Simulator with the nominal timings:",
             "",
             *_fidelity_lines(report.fidelity_nominal, k),
+            "",
+            "## Dashboards",
+            "",
+            f"{report.panels_total - len(report.panels_empty)} of {report.panels_total} Grafana "
+            "queries have data from the twin's Prometheus over the run"
+            + ("; without data:" if report.panels_empty else "."),
+            "",
+            *(f"- no data: {where}" for where in report.panels_empty),
             "",
             f"Wall time {report.wall_seconds:.0f} s; CPU: {cpu}.",
             "",
