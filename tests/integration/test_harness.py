@@ -8,6 +8,7 @@ import json
 import re
 import secrets
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -378,6 +379,10 @@ def _exists(endpoint: ClusterEndpoint, path: str) -> bool:
     return True
 
 
+def _gone(endpoint: ClusterEndpoint, path: str) -> bool:
+    return not _exists(endpoint, path)
+
+
 def test_garbage_collector_deletes_dependents_of_a_deleted_custom_resource(
     infra: ClusterEndpoint, namespace: str
 ) -> None:
@@ -401,7 +406,7 @@ def test_garbage_collector_deletes_dependents_of_a_deleted_custom_resource(
         )
     infra.request("DELETE", f"{guests}/owner")
     wait_for(
-        lambda: not _exists(infra, f"{configmaps}/of-owner"),
+        partial(_gone, infra, f"{configmaps}/of-owner"),
         timeout=CONTROLLER_SETTLE_S,
         what="the garbage collector to delete the dependent of a deleted SwiftGuest",
     )
@@ -424,24 +429,26 @@ def test_garbage_collector_takes_a_lease_whose_node_is_deleted(workload: Cluster
     workload.request("POST", leases, lease)
     workload.request("DELETE", f"/api/v1/nodes/{name}")
     wait_for(
-        lambda: not _exists(workload, f"{leases}/{name}"),
+        partial(_gone, workload, f"{leases}/{name}"),
         timeout=CONTROLLER_SETTLE_S,
         what="the garbage collector to delete the Lease of a deleted Node",
     )
 
 
 def test_a_deleted_namespace_is_emptied_and_goes_away(harness: Harness) -> None:
+    names = {endpoint.name: f"kcm-ns-{secrets.token_hex(3)}" for endpoint in harness.endpoints}
     for endpoint in harness.endpoints:
-        name = f"kcm-ns-{secrets.token_hex(3)}"
+        name = names[endpoint.name]
         endpoint.create_namespace(name)
         endpoint.request("POST", f"/api/v1/namespaces/{name}/configmaps", _configmap("x", name))
         endpoint.delete_namespace(name)
+    for endpoint in harness.endpoints:
+        path = f"/api/v1/namespaces/{names[endpoint.name]}"
         try:
             wait_for(
-                lambda ep=endpoint, ns=name: not _exists(ep, f"/api/v1/namespaces/{ns}"),
+                partial(_gone, endpoint, path),
                 timeout=CONTROLLER_SETTLE_S,
-                what=f"namespace {name} to finish deleting in {endpoint.name}",
+                what=f"namespace {path} to finish deleting in {endpoint.name}",
             )
         except HarnessTimeout:
-            left = endpoint.request("GET", f"/api/v1/namespaces/{name}")
-            pytest.fail(f"namespace still there: {left.get('status')}")
+            pytest.fail(f"namespace still there: {endpoint.request('GET', path).get('status')}")
