@@ -54,7 +54,13 @@ from provisioner.planning import (
 )
 from provisioner.planning import plan as plan_cells
 from provisioner.rollout_shell import rollout_plan, updated_condition
-from provisioner.status import PassSummary, conditions, status_patch, write_status
+from provisioner.status import (
+    PassSummary,
+    conditions,
+    own_conditions,
+    status_patch,
+    write_status,
+)
 from provisioner.workload import ApiFactory, Reachability, WorkloadClients
 
 BUSY_REQUEUE_S = 1.0
@@ -115,7 +121,8 @@ class Reconciler:
 
     async def reconcile_once(self, key: PoolKey) -> ReconcileResult:
         """One pass. A write that lost an optimistic-concurrency race (409) ends the pass
-        early; the next pass starts from fresh reads (every step is idempotent)."""
+        early; the next pass starts from fresh reads (every step is idempotent). The status
+        write retries its own 409s first (``write_status``), so the pass's rows are kept."""
         try:
             return await self._pass(key)
         except Conflict:
@@ -138,7 +145,8 @@ class Reconciler:
                     "finalizers": finalizers,
                 }
             }
-            await self.infra.patch(KINDS["GPUCellPool"], key.namespace, key.name, patch)
+            raw = await self.infra.patch(KINDS["GPUCellPool"], key.namespace, key.name, patch)
+            pool = GPUCellPool.model_validate(raw)  # its resourceVersion guards the status write
         return await self._converge(pool, backend, now)
 
     async def _workload(self, pool: GPUCellPool) -> tuple[KubeApi | None, Reachability]:
@@ -222,8 +230,8 @@ class Reconciler:
                 rows[name] = kept
         final = list(rows.values())
         conds = conditions(pool, final, summary, now)
-        await write_status(self.infra, pool, status_patch(pool, final, conds, summary.desired))
-        await self._announce(pool, prev, final, conds)
+        patch = status_patch(pool, final, conds, summary.desired)
+        await self._announce(pool, prev, final, await write_status(self.infra, pool, patch))
         ready = sum(1 for r in final if r.phase is CellPhase.READY)
         busy = summary.created > 0 or ready != summary.desired
         busy = busy or any(r.phase is not CellPhase.READY for r in final)
@@ -237,9 +245,11 @@ class Reconciler:
         final: list[CellStatus],
         conds: list[dict[str, Any]],
     ) -> None:
-        """Events for what this (successfully published) pass changed."""
-        before = [c.to_api() for c in pool.status.conditions or []]
-        await emit_all(self.events, pool, pass_events(prev, final, before, conds))
+        """Events for what this (successfully published) pass changed: its cells and its own
+        conditions (another writer's condition that moved meanwhile is that writer's news)."""
+        before = own_conditions(c.to_api() for c in pool.status.conditions or [])
+        events = pass_events(prev, final, before, own_conditions(conds))
+        await emit_all(self.events, pool, events)
 
     def _desired(self, pool: GPUCellPool) -> int:
         scaling = pool.spec.autoscaling
@@ -364,8 +374,8 @@ class Reconciler:
         final = list(rows.values())
         summary = PassSummary(reach, 0, None, "", 0)
         conds = conditions(pool, final, summary, now)
-        await write_status(self.infra, pool, status_patch(pool, final, conds, 0))
-        await self._announce(pool, prev, final, conds)
+        written = await write_status(self.infra, pool, status_patch(pool, final, conds, 0))
+        await self._announce(pool, prev, final, written)
         return ReconcileResult(requeue_after_s=BUSY_REQUEUE_S)
 
 

@@ -5,11 +5,19 @@ did and why. The rows come from the state machine; this module adds the counts a
 ``WorkloadClusterReachable``, ``Progressing`` and ``Ready`` conditions (transition times kept
 while the status does not change), and writes them with one JSON merge patch on the ``status``
 subresource - only the keys the provisioner owns, so the autoscaler's fields are left alone.
+
+The one key both writers touch is ``conditions``: a merge patch replaces the whole list, and the
+autoscaler server-side-applies its ``ScalingActive`` entry into the same list. So the patch
+carries the ``resourceVersion`` of the read the conditions were built from: if the autoscaler
+(or anyone) wrote in between, the apiserver answers 409 instead of letting the provisioner put
+the old ``ScalingActive`` back. ``write_status`` then re-reads the pool and sends the same rows
+and its own conditions over the live list of everyone else's (``rebase``), a bounded number of
+times; the pass's rows (created cells, drain outcomes, tombstones) are never dropped for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +27,23 @@ from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import rfc3339
 from provisioner.fsm.inventory import PhysicalCondition
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES
-from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.kube import JSON, KINDS, Conflict, KubeApi
 from provisioner.workload import Reachability
+
+STATUS_WRITE_ATTEMPTS = 3
+"""Conflicting status writes in one pass before the pass gives up (the next pass re-reads)."""
+
+PROVISIONER_CONDITIONS = frozenset(
+    {
+        ConditionType.WORKLOAD_CLUSTER_REACHABLE,
+        ConditionType.PROGRESSING,
+        ConditionType.UPDATED,
+        ConditionType.PHYSICAL_GPUS_AVAILABLE,
+        ConditionType.CAPACITY_AVAILABLE,
+        ConditionType.READY,
+    }
+)
+"""The condition types the provisioner sets; every other type belongs to someone else."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +145,15 @@ def conditions(
     return set_condition(raw, ConditionType.READY, *ready, now, gen)
 
 
+def own_conditions(conds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Only the provisioner's condition types (what its Events and its rebase speak for)."""
+    return [dict(c) for c in conds if c.get("type") in PROVISIONER_CONDITIONS]
+
+
 def status_patch(
     pool: GPUCellPool, rows: list[CellStatus], conds: list[dict[str, Any]], desired: int
 ) -> JSON:
+    """The merge patch, preconditioned on the resourceVersion ``pool`` was read at."""
     c = count(rows)
     ordered = sorted(rows, key=lambda r: r.index)
     status: JSON = {
@@ -140,9 +169,47 @@ def status_patch(
     }
     if not pool.spec.autoscaling.enabled:
         status["desiredReplicas"] = desired
-    return {"status": status}
+    patch: JSON = {"status": status}
+    if pool.metadata.resource_version:  # always, for a pool read from the apiserver
+        patch["metadata"] = {"resourceVersion": pool.metadata.resource_version}
+    return patch
 
 
-async def write_status(api: KubeApi, pool: GPUCellPool, patch: JSON) -> JSON:
-    meta = pool.metadata
-    return await api.patch(KINDS["GPUCellPool"], meta.namespace, meta.name, patch, status=True)
+def rebase(patch: JSON, live: Mapping[str, Any]) -> JSON:
+    """``patch`` re-aimed at ``live`` (the pool re-read after a 409): preconditioned on its
+    resourceVersion, every condition type the provisioner does not own exactly as ``live`` has
+    it, and no ``desiredReplicas`` once ``live`` is autoscaled (the autoscaler owns it then).
+    Rows, counts and ``observedGeneration`` stay: they say what this pass saw and did."""
+    live_status = live.get("status") or {}
+    theirs = [
+        dict(c)
+        for c in live_status.get("conditions") or []
+        if c.get("type") not in PROVISIONER_CONDITIONS
+    ]
+    status = dict(patch["status"])
+    status["conditions"] = theirs + own_conditions(status["conditions"])
+    if ((live.get("spec") or {}).get("autoscaling") or {}).get("enabled"):
+        status.pop("desiredReplicas", None)
+    version = (live.get("metadata") or {}).get("resourceVersion")
+    return {"metadata": {"resourceVersion": version}, "status": status}
+
+
+async def write_status(api: KubeApi, pool: GPUCellPool, patch: JSON) -> list[dict[str, Any]]:
+    """Write ``patch`` (from ``status_patch``); on 409 re-read and ``rebase``, at most
+    ``STATUS_WRITE_ATTEMPTS`` writes. Returns the conditions written; raises ``Conflict`` when
+    every attempt lost the race or the pool is gone or was re-created (another uid)."""
+    meta, kind = pool.metadata, KINDS["GPUCellPool"]
+    for attempt in range(1, STATUS_WRITE_ATTEMPTS + 1):
+        try:
+            await api.patch(kind, meta.namespace, meta.name, patch, status=True)
+        except Conflict:
+            if attempt == STATUS_WRITE_ATTEMPTS:
+                raise
+            live = await api.get(kind, meta.namespace, meta.name)
+            if live is None or (live.get("metadata") or {}).get("uid") != meta.uid:
+                raise
+            patch = rebase(patch, live)
+            continue
+        conds: list[dict[str, Any]] = patch["status"]["conditions"]
+        return conds
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,124 @@
+"""Two status writers on the real apiserver: the provisioner never reverts the autoscaler.
+
+What this proves: the autoscaler server-side-applies ``ScalingActive`` (field manager
+``gpucellpool-autoscaler``) between the provisioner's read of the pool and its status write -
+here exactly then, by a wrapper that performs the competing apply right before the provisioner's
+status PATCH. The provisioner's stale write is refused (409), retried on the live conditions in
+the same pass, and the pool ends up with the autoscaler's ``ScalingActive`` next to the
+provisioner's own conditions and this pass's new cell row; later passes leave it alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from gpucellpool.kube.adapters import pool_path
+from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
+from provisioner.clock import SystemClock
+from provisioner.kube import JSON, KINDS, Kind, KubeApi
+from provisioner.reconciler import PoolKey, Reconciler
+from simulations.harness import ClusterEndpoint
+from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from tests.integration.provisioner_support import (
+    RecordingKubeApi,
+    apis,  # noqa: F401  (fixture)
+    cond,
+    ready_with,
+    row,
+    setup_pool,
+)
+
+
+@dataclass
+class RacingKubeApi(RecordingKubeApi):
+    """Runs ``race`` (once) right before the next status PATCH of a GPUCellPool."""
+
+    race: Callable[[], Awaitable[None]] | None = None
+
+    async def patch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        status: bool = False,
+    ) -> JSON:
+        if status and kind.kind == "GPUCellPool" and self.race is not None:
+            race, self.race = self.race, None
+            await race()
+        return await super().patch(kind, namespace, name, patch, status)
+
+
+def scaling_active(key: PoolKey, status: str, reason: str, at: str) -> JSON:
+    """What the autoscaler applies (``autoscaler.explain.status_apply_body``'s shape)."""
+    condition = {
+        "type": "ScalingActive",
+        "status": status,
+        "reason": reason,
+        "message": f"autoscaler says {reason}",
+        "lastTransitionTime": at,
+        "observedGeneration": 1,
+    }
+    return {
+        "apiVersion": "cells.kubeswift.io/v1alpha1",
+        "kind": "GPUCellPool",
+        "metadata": {"name": key.name, "namespace": key.namespace},
+        "status": {"conditions": [condition]},
+    }
+
+
+async def autoscaler_client(infra: ClusterEndpoint) -> RestClient:
+    return await client_from_kubeconfig(yaml.safe_load(infra.kubeconfig_path.read_text()))
+
+
+async def test_a_scaling_active_written_mid_pass_is_kept(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    infra: ClusterEndpoint,
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    key = await setup_pool(infra_api, workload, swiftguest_pool("race", namespace, replicas=1))
+    autoscaler = await autoscaler_client(infra)
+    path = pool_path(key.namespace, key.name)
+    await autoscaler.apply_status(
+        path, scaling_active(key, "False", "Initial", "2026-11-30T10:00:00Z")
+    )
+    racing = RacingKubeApi(infra_api)
+    reconciler = Reconciler(racing, clock)
+    try:
+        async with Twin(infra_api, workload_api, clock, namespace):
+            await converge(reconciler, key, ready_with(1), timeout_s=30)
+            await infra_api.patch(
+                KINDS["GPUCellPool"], namespace, key.name, {"spec": {"replicas": 2}}
+            )
+            won = scaling_active(key, "True", "RaceWinner", "2026-11-30T10:05:00Z")
+
+            async def race() -> None:
+                await autoscaler.apply_status(path, won)
+
+            racing.race = race
+            racing.calls.clear()
+            await reconciler.reconcile_once(key)
+
+            assert racing.race is None  # the competing write did happen mid-pass
+            outcomes = [c.outcome for c in racing.of("patch", "GPUCellPool")]
+            assert outcomes == ["HTTP 409", "ok"]  # stale write refused, retried in the pass
+            pool = await infra_api.get(KINDS["GPUCellPool"], namespace, key.name)
+            assert cond(pool, "ScalingActive")["reason"] == "RaceWinner"
+            assert cond(pool, "ScalingActive")["lastTransitionTime"] == "2026-11-30T10:05:00Z"
+            assert cond(pool, "Progressing")["status"] == "True"  # this pass's own conditions
+            assert cond(pool, "WorkloadClusterReachable")["status"] == "True"
+            assert row(pool, "race-1")["reason"] == "GuestNotCreated"  # the created row kept
+
+            pool = await converge(reconciler, key, ready_with(2), timeout_s=30)
+            assert cond(pool, "ScalingActive")["reason"] == "RaceWinner"  # never reverted
+            assert cond(pool, "Ready")["reason"] == "AllCellsReady"
+    finally:
+        await reconciler.close()
+        await autoscaler.close()
