@@ -5,7 +5,8 @@ which cells just had a drain abandoned; ``fsm.drain_backoff.choose_victims`` dec
 them are held and which cell stands in. This module feeds it the live cells and their abandon
 records (annotations on the outer objects) and folds its answer back into the plan: the held
 victims are not marked, and when the scale-down is held the plan carries ``ScaleDownHeld`` with
-the reason, which becomes the ``Progressing`` condition and a Warning Event.
+the reason, which becomes the ``Progressing`` condition and a Warning Event. ``held_for_s``
+gives the rolling update (``rollout_shell``) the same back-off per cell.
 """
 
 from __future__ import annotations
@@ -21,11 +22,22 @@ from provisioner.fsm.membership import MembershipPlan
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES, StallReason
 
 
+def drain_timeout_s(pool: GPUCellPool) -> float | None:
+    """The pool's ``autoscaling.drain.timeout`` (the back-off's base), None when unset."""
+    drain = pool.spec.autoscaling.drain
+    return drain.timeout.seconds if drain.timeout is not None else None
+
+
+def held_for_s(pool: GPUCellPool, cell: CellObjects, now: float) -> float:
+    """What is left of the cell's drain back-off (0 when it may be drained now)."""
+    until = held_until_s(cell.abandon_record, drain_timeout_s(pool))
+    return max(until - now, 0.0) if until is not None else 0.0
+
+
 def _candidates(
     pool: GPUCellPool, cells: Mapping[str, CellObjects], rows: Mapping[str, CellStatus]
 ) -> tuple[VictimCandidate, ...]:
-    drain = pool.spec.autoscaling.drain
-    timeout = drain.timeout.seconds if drain.timeout is not None else None
+    timeout = drain_timeout_s(pool)
     found = []
     for name, cell in cells.items():
         row = rows.get(name)

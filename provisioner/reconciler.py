@@ -166,7 +166,7 @@ class Reconciler:
         join = await read_join_template(self.infra, pool)
         current_hash = template_hash(pool, join.digest)
         desired = self._desired(pool)
-        rollout = await rollout_plan(pool, cells, rows, current_hash, desired, workload)
+        rollout = await rollout_plan(pool, cells, rows, current_hash, desired, workload, now)
         await self._mark(backend, cells, rollout.drain, DrainCause.ROLLING_UPDATE, now)
         free = await free_physical_gpus(self.infra, pool)
         victims = decision_victims(pool, desired) if pool.spec.autoscaling.enabled else ()

@@ -4,7 +4,10 @@ Why this module exists: the pure ``fsm.rollout.plan_rollout`` decides which stal
 (template hash on the outer object differs from the pool's current hash) to drain and how many
 extra cells membership may create; this module builds its input from the live objects - reading
 whether a stale Ready cell still has GPU pods only when a rolling update could touch it - and
-turns the plan into drain marks (cause ``RollingUpdate``) and the ``Updated`` condition.
+turns the plan into drain marks (cause ``RollingUpdate``) and the ``Updated`` condition. Each
+cell's drain back-off (``drain_holds.held_for_s``: abandoned drains recorded on the outer
+object) goes in too, so a cell whose rollout drain a PodDisruptionBudget blocked is not
+re-picked every ``drain.timeout``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import replace
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import CellObjects
+from provisioner.drain_holds import held_for_s
 from provisioner.fsm.drain import DrainCause
 from provisioner.fsm.identity import TEMPLATE_HASH_ANNOTATION
 from provisioner.fsm.rollout import RolloutCell, RolloutInput, RolloutPlan, is_stale, plan_rollout
@@ -37,6 +41,7 @@ async def rollout_plan(
     current_hash: str,
     desired: int,
     workload: KubeApi | None,
+    now: float,
 ) -> RolloutPlan:
     rolling = pool.spec.update_policy.type == "RollingUpdate"
     knobs = pool.spec.update_policy.rolling_update
@@ -56,6 +61,8 @@ async def rollout_plan(
             phase=phase,
             template_hash=cell.annotations.get(TEMPLATE_HASH_ANNOTATION, ""),
             draining_for_rollout=cell.drain_cause == DrainCause.ROLLING_UPDATE,
+            held_for_s=held_for_s(pool, cell, now),
+            abandons=cell.abandon_record.count,
         )
         if rolling and phase is CellPhase.READY and is_stale(entry, current_hash):
             entry = replace(entry, busy=await _busy(workload, name))

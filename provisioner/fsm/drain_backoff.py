@@ -1,4 +1,4 @@
-"""Per-cell drain back-off: a scale-down drain that was abandoned is not retried at once.
+"""Per-cell drain back-off: a drain that was abandoned is not retried at once.
 
 Why this module exists: an implicit drain (scale-down) that cannot finish - a
 PodDisruptionBudget allows no disruption, or GPU pods never leave - is abandoned at
@@ -9,7 +9,9 @@ cell (count and time), and the cell is not chosen as a scale-down victim again u
 back-off has passed: ``drain.timeout x 2^n`` after its n-th abandoned drain, capped at
 ``DRAIN_BACKOFF_CAP_S`` (never below one timeout). Meanwhile another cell is preferred (the next
 by membership's order: the autoscaler's victims, then the highest index); when every candidate
-is held, the scale-down waits and says so (``ScaleDownHeld``).
+is held, the scale-down waits and says so (``ScaleDownHeld``). A rolling update honours the
+same hold (``fsm.rollout``): it drains another stale cell meanwhile, or waits and says so in
+the ``Updated`` condition.
 
 The record lives in two annotations on the cell's outer object (SwiftGuest or Machine), written
 in the same patch that removes the drain mark: an operator restart finds it (status can be
@@ -98,15 +100,17 @@ class VictimChoice:
     requeue_after_s: float | None = None
 
 
+def hold_note(name: str, count: int, wait_s: float) -> str:
+    """Why one cell is not drained now (shared by scale-down and rolling-update holds)."""
+    return (
+        f"cell {name}: drain abandoned {count} time(s) at drain.timeout "
+        f"(a PodDisruptionBudget or busy GPU pods blocked it); not drained again for "
+        f"{wait_s:.0f}s"
+    )
+
+
 def _hold_message(held: list[VictimCandidate], now_s: float) -> str:
-    parts = []
-    for cand in held:
-        wait = (cand.held_until_s or now_s) - now_s
-        parts.append(
-            f"cell {cand.name}: drain abandoned {cand.record.count} time(s) at drain.timeout "
-            f"(a PodDisruptionBudget or busy GPU pods blocked it); not drained again for "
-            f"{wait:.0f}s"
-        )
+    parts = [hold_note(c.name, c.record.count, (c.held_until_s or now_s) - now_s) for c in held]
     return "scale-down held: " + "; ".join(parts)
 
 

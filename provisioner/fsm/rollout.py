@@ -12,7 +12,11 @@ cell shape is to replace the cell. Two pure decisions make that safe:
 * ``plan_rollout``: Deployment-style ``maxSurge`` / ``maxUnavailable`` over cells. A stale cell
   is never deleted in place: it is marked Draining, and the drain (cordon, wait for idle or
   evict, with its own timeout) empties it first. Idle stale cells go before busy ones. Defaults
-  (surge 0, unavailable 1) are the earlier one-cell-at-a-time behaviour.
+  (surge 0, unavailable 1) are the earlier one-cell-at-a-time behaviour. A stale cell whose
+  last drain was abandoned (``fsm.drain_backoff``: a PodDisruptionBudget blocked it until
+  ``drain.timeout``) is skipped while its back-off lasts - another stale cell takes its turn, or
+  the update waits - instead of being cordoned again every timeout; the ``Updated`` message
+  says which cells are held and for how long.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucellpool.api.pool import GPUCellPool
+from provisioner.fsm.drain_backoff import hold_note
 from provisioner.fsm.vocabulary import CREATING_PHASES, TEARDOWN_PHASES, CellPhase
 
 HASH_HEX_CHARS = 10
@@ -76,7 +81,9 @@ def template_hash(pool: GPUCellPool | Mapping[str, Any], bootstrap_digest: str =
 
 @dataclass(frozen=True, slots=True)
 class RolloutCell:
-    """``busy``: HAMi allocations on the Node (None = unknown, treated as busy)."""
+    """``busy``: HAMi allocations on the Node (None = unknown, treated as busy).
+    ``held_for_s``: what is left of the cell's drain back-off (0: not held); ``abandons``: its
+    abandoned drains so far (``fsm.drain_backoff``)."""
 
     name: str
     index: int
@@ -84,6 +91,8 @@ class RolloutCell:
     template_hash: str = ""
     busy: bool | None = None
     draining_for_rollout: bool = False
+    held_for_s: float = 0.0
+    abandons: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +168,10 @@ def plan_rollout(inp: RolloutInput) -> RolloutPlan:
     available = sum(1 for c in live if c.phase is CellPhase.READY)
     budget = available - (desired - unavailable)
     drain: list[str] = []
+    held = [c for c in stale if c.held_for_s > 0]
     for cell in stale:
+        if cell.held_for_s > 0:
+            continue  # drain back-off: the next stale cell takes its turn
         if cell.phase in CREATING_PHASES or cell.phase is CellPhase.FAILED:
             drain.append(cell.name)  # not available anyway: costs no availability
         elif budget > 0:
@@ -173,6 +185,9 @@ def plan_rollout(inp: RolloutInput) -> RolloutPlan:
         f"{len(stale)} stale cell(s); draining {len(drain)} now "
         f"(maxSurge {surge}, maxUnavailable {unavailable}, {available} available)"
     )
+    if held:
+        notes = "; ".join(hold_note(c.name, c.abandons, c.held_for_s) for c in held)
+        msg += f"; held: {notes}"
     return RolloutPlan(
         reason=reason, drain=tuple(drain), creation_adjustment=adjustment, stale=names, message=msg
     )
