@@ -113,10 +113,11 @@ class ControllerManagerConfig:
     port: int
     kubeconfig: Path
     serving: KeyPair
+    controllers: tuple[str, ...] = CONTROLLERS
 
 
 def controller_manager_args(exe: Path, cfg: ControllerManagerConfig) -> list[str]:
-    """kube-controller-manager flags: the CONTROLLERS only, one process per cluster, small.
+    """kube-controller-manager flags: `cfg.controllers` only, one process per cluster, small.
 
     Admin credentials for every controller (`--use-service-account-credentials=false`: no
     token controller runs to mint per-controller tokens); no leader election (one instance);
@@ -127,7 +128,7 @@ def controller_manager_args(exe: Path, cfg: ControllerManagerConfig) -> list[str
     return [
         str(exe),
         f"--kubeconfig={cfg.kubeconfig}",
-        f"--controllers={','.join(CONTROLLERS)}",
+        f"--controllers={','.join(cfg.controllers)}",
         "--leader-elect=false",
         "--use-service-account-credentials=false",
         "--bind-address=127.0.0.1",
@@ -208,10 +209,12 @@ class Harness:
         binaries: Mapping[str, Path] | None = None,
         crd_dirs: Sequence[Path] | None = None,
         timeout: float = 120.0,
+        controllers: Sequence[str] = CONTROLLERS,
     ) -> Harness:
         """Start etcd and both apiservers under `tmp_dir`, install the CRDs, start both
         controller-managers (the infrastructure one after the CRDs, so its garbage collector
-        sees them from the start)."""
+        sees them from the start) running `controllers`; none when it is empty (for a
+        benchmark that must not pay for their informers, not for a test of behaviour)."""
         paths = dict(binaries) if binaries is not None else bins.ensure(KUBE_BINARIES)
         if missing := [name for name in KUBE_BINARIES if name not in paths]:
             paths.update(bins.ensure(missing))  # e.g. a caller's map from before the KCM
@@ -226,15 +229,17 @@ class Harness:
             files = {name: _cluster_files(root, name) for name in CLUSTERS}
             endpoints = _start_apiservers(paths, root, etcd_url, files, started, timeout)
             timings["apiservers"] = time.monotonic() - t0
-            kcm = [_ControllerManagerStart(paths["kube-controller-manager"], root, started)]
-            kcm[0].launch(endpoints["workload"], files["workload"][0].serving)
+            exe, wanted = paths["kube-controller-manager"], tuple(controllers)
+            kcm = [_ControllerManagerStart(exe, root, started, wanted) for _ in CLUSTERS]
+            if wanted:
+                kcm[1].launch(endpoints["workload"], files["workload"][0].serving)
             dirs = [THIRD_PARTY_CRDS, PROJECT_CRDS] if crd_dirs is None else list(crd_dirs)
             install_crds(endpoints["infrastructure"], dirs, timeout)
             timings["crds"] = time.monotonic() - t0
-            kcm.append(_ControllerManagerStart(paths["kube-controller-manager"], root, started))
-            kcm[1].launch(endpoints["infrastructure"], files["infrastructure"][0].serving)
-            for launched in kcm:
-                launched.wait(timeout)
+            if wanted:
+                kcm[0].launch(endpoints["infrastructure"], files["infrastructure"][0].serving)
+                for launched in kcm:
+                    launched.wait(timeout)
             timings["controller-managers"] = time.monotonic() - t0
             timings["total"] = time.monotonic() - t0
         except BaseException:
@@ -409,16 +414,16 @@ def install_crds(endpoint: ClusterEndpoint, dirs: Sequence[Path], timeout: float
     )  # fmt: skip
 
 
-def _controllers_healthy(url: str, ca: Path) -> bool:
+def _controllers_healthy(url: str, ca: Path, controllers: Sequence[str]) -> bool:
     """True when the controller-manager's `/healthz?verbose` (TLS verified with the cluster CA)
-    passes and lists every one of CONTROLLERS: each adds its check once it has started."""
+    passes and lists every one of `controllers`: each adds its check once it has started."""
     try:
         ctx = ssl.create_default_context(cafile=str(ca))
         with urllib.request.urlopen(url + "/healthz?verbose", context=ctx, timeout=2) as resp:
             body = resp.read().decode(errors="replace")
     except (OSError, ssl.SSLError):
         return False
-    return all(f"[+]{name} ok" in body for name in CONTROLLERS)
+    return all(f"[+]{name} ok" in body for name in controllers)
 
 
 @dataclass
@@ -429,6 +434,7 @@ class _ControllerManagerStart:
     exe: Path
     root: Path
     started: list[ManagedProcess]
+    controllers: tuple[str, ...]
     proc: ManagedProcess | None = None
     args: tuple[ClusterEndpoint, KeyPair] | None = None
     url: str = ""
@@ -436,7 +442,9 @@ class _ControllerManagerStart:
     def launch(self, endpoint: ClusterEndpoint, serving: KeyPair) -> None:
         """Start it for `endpoint`'s cluster, serving /healthz with `serving`; no waiting."""
         self.args = (endpoint, serving)
-        cfg = ControllerManagerConfig(endpoint.name, free_port(), endpoint.kubeconfig_path, serving)
+        cfg = ControllerManagerConfig(
+            endpoint.name, free_port(), endpoint.kubeconfig_path, serving, self.controllers
+        )
         self.url = f"https://127.0.0.1:{cfg.port}"
         self.proc = _launch(
             f"kube-controller-manager[{cfg.name}]",
@@ -451,7 +459,7 @@ class _ControllerManagerStart:
             if self.proc is None or self.args is None:
                 raise HarnessError("kube-controller-manager awaited before it was launched")
             proc, (endpoint, serving) = self.proc, self.args
-            ready = partial(_controllers_healthy, self.url, endpoint.ca_path)
+            ready = partial(_controllers_healthy, self.url, endpoint.ca_path, self.controllers)
             _await(proc, ready, timeout, "/healthz")
             if proc.running():
                 return

@@ -213,6 +213,15 @@ def test_stop_leaves_no_process_or_port_behind(tmp_path: Path) -> None:
     assert _processes_mentioning(str(tmp_path)) == []
 
 
+def test_a_controller_manager_that_exits_fails_the_start_and_everything_is_stopped(
+    tmp_path: Path,
+) -> None:
+    paths = {**ensure(versions.KUBE_BINARIES), "kube-controller-manager": Path("/bin/false")}
+    with pytest.raises(HarnessError, match=r"kube-controller-manager\[\w+\] exited during start"):
+        Harness.start(tmp_path / "no-kcm", binaries=paths, crd_dirs=[], timeout=60)
+    assert _processes_mentioning(str(tmp_path)) == []
+
+
 def test_failed_start_cleans_up(tmp_path: Path) -> None:
     paths = {**ensure(versions.KUBE_BINARIES), "kube-apiserver": Path("/bin/false")}
     with pytest.raises(HarnessError, match="exited during start"):
