@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 import aiohttp
@@ -24,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.policy.types import GPUAsk
 from provisioner.clock import SystemClock
-from provisioner.kube import JSON, KINDS, KubeApi, kind_of
+from provisioner.kube import JSON, KINDS, Kind, KubeApi, kind_of
 from simulations.harness import ClusterEndpoint
 from simulations.traces.model import TracePod
 from simulations.twin import PodLifecycle, TracePlayer, start_hami_exporter
@@ -338,3 +339,52 @@ async def test_player_resumes_after_a_restart_without_creating_twice(
     assert 3.0 - 0.01 <= late <= 3.5  # still on the first run's timeline
     names = {p["metadata"]["name"] for p in await api.list(KINDS["Pod"], namespace)}
     assert names == {"trace-00001", "trace-00002", "trace-00003"}
+
+
+@dataclass
+class ListCountingKubeApi(RecordingKubeApi):
+    """Also counts the lists of bound HAMi pods (the expensive one: every pod HAMi placed)."""
+
+    bound_lists: int = 0
+
+    async def list(
+        self, kind: Kind, namespace: str | None = None, label_selector: str = "", **kw: str
+    ) -> list[JSON]:
+        self.bound_lists += kind.kind == "Pod" and label_selector == "hami.io/vgpu-node"
+        return await super().list(kind, namespace, label_selector, **kw)
+
+
+@dataclass
+class StepClock:
+    t: float = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+async def test_bound_pods_are_listed_once_per_refresh_and_never_double_booked(
+    api: KubeApi, namespace: str
+) -> None:
+    """Between refreshes HAMi places from its cache plus its own bookings (a pass costs no
+    list of every placed pod); a freed GPU is seen at the next refresh, never earlier."""
+    node = await register_node(api, namespace, "0", memory_mib=24 * GIB)
+    counting, clock = ListCountingKubeApi(api), StepClock()
+    hami = new_hami(counting, namespace, clock=clock, refresh_s=1.0)
+    await api.create(hami_pod(namespace, "a", 16 * GIB))
+    await hami.step()
+    await api.create(hami_pod(namespace, "b", 16 * GIB))
+    clock.t += 0.5
+    await hami.step()  # from the cache: a is booked, so b does not fit
+    b = await get_pod(api, namespace, "b")
+    assert not b["spec"].get("nodeName")
+    assert "1/1 CardInsufficientMemory" in scheduled(b)["message"]
+    await api.delete(KINDS["Pod"], namespace, "a", grace_period_s=0)
+    clock.t += 0.4
+    await hami.step()  # a's GPU is still booked until the refresh
+    assert not (await get_pod(api, namespace, "b"))["spec"].get("nodeName")
+    assert counting.bound_lists == 1
+    clock.t += 0.2
+    await hami.step()
+    assert (await get_pod(api, namespace, "b"))["spec"]["nodeName"] == node
+    assert counting.bound_lists == 2
+    assert [c.pod for c in hami.allocations()[node].containers] == ["b"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.clock import SystemClock
+from provisioner.clock import Clock, SystemClock
 from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.twin import SimulatedHAMi
@@ -104,9 +104,12 @@ def hami_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-def new_hami(api: KubeApi, namespace: str, **kwargs: Any) -> SimulatedHAMi:
+def new_hami(
+    api: KubeApi, namespace: str, clock: Clock | None = None, **kwargs: Any
+) -> SimulatedHAMi:
     selector = f"{TEST_LABEL}={namespace}"
-    return SimulatedHAMi(api, SystemClock(), namespace, node_label_selector=selector, **kwargs)
+    clock = clock or SystemClock()
+    return SimulatedHAMi(api, clock, namespace, node_label_selector=selector, **kwargs)
 
 
 async def get_pod(api: KubeApi, namespace: str, name: str) -> JSON:
