@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from autoscaler.loop import Autoscaler, LoopSettings
+from gpucellpool import crdcheck
 from gpucellpool.health import HealthServer
 from gpucellpool.kube.adapters import (
     POOLS_PATH,
@@ -38,8 +39,10 @@ from gpucellpool.leader import ElectionSettings, LeaderElector
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
 from gpucellpool.secure_metrics import MetricsOptions, secure_site
+from gpucellpool.status_metrics import StatusMetrics
 from provisioner.kube import RestKubeApi
 from provisioner.reconciler import Reconciler
+from webhook.kube import KubeCrdReader, KubeEventSink
 from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
 
 log = logging.getLogger(__name__)
@@ -125,6 +128,7 @@ class App:
             RestKubeApi(infra.api_client, settings.api_timeout_s), self.clock
         )
         self.driver = ProvisionerDriver(self.reconciler, self.clock, lambda: self.elector.is_leader)
+        self.status_metrics = StatusMetrics(self.metrics, lambda: self.elector.is_leader)
         namespaces = watched_namespaces(settings)
         self.pool_caches = [
             WatchCache(infra, Query(_path(ns, POOLS_PATH)), self._pool_changed) for ns in namespaces
@@ -143,6 +147,7 @@ class App:
             self.live, self.ready, self.registry, settings.health_host, settings.health_port, site
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._crd_task: asyncio.Task[None] | None = None
         self.webhook: RunningWebhook | None = None
 
     # -- wiring -------------------------------------------------------------------------------
@@ -165,6 +170,7 @@ class App:
         self.autoscaler.pool_event(kind, raw)
         if self.settings.provision:
             self.driver.pool_event(kind, raw)
+        self.status_metrics.observe(kind, raw)
 
     def _outer_changed(self, kind: str, obj: JSON) -> None:
         del kind
@@ -180,9 +186,14 @@ class App:
                 self.driver.wake(pool)
 
     def _leadership(self, leader: bool) -> None:
+        # A new term starts from a first sight of every pool: gauges now, no history counted.
+        self.status_metrics.reset()
         if leader:
             self.autoscaler.wake_all()
             self.driver.wake_all()
+            for cache in self.pool_caches:
+                for raw in cache.items():
+                    self.status_metrics.observe("MODIFIED", raw)
 
     # -- probes -------------------------------------------------------------------------------
 
@@ -214,16 +225,26 @@ class App:
             asyncio.create_task(self.elector.run(), name="leader-election"),
             *(asyncio.create_task(c.run(), name=f"watch:{c.query.path}") for c in self.pool_caches),
         ]
+        # Not in _tasks: it ends by design, and liveness reports any ended task as dead.
+        self._crd_task = asyncio.create_task(self._crd_check(), name="crd-drift-check")
         if self.settings.provision:
             self._tasks += [
                 asyncio.create_task(c.run(), name=f"watch:{c.query.path}") for c in self.outer
             ]
 
+    async def _crd_check(self) -> None:
+        """The startup CRD drift check (issue #6): log, Event, gauge; never raises."""
+        api = self.infra.api_client
+        gauge = self.metrics.collectors["gpucellpool_crd_drift_findings"]
+        assert isinstance(gauge, Gauge)
+        await crdcheck.run_check(KubeCrdReader(api), KubeEventSink(api, "gpucellpool"), gauge)
+
     async def stop(self, release_lease: bool = True) -> None:
         """Stop everything; ``release_lease=False`` imitates a crash (tests, failover)."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._crd_task] if self._crd_task else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if release_lease:
