@@ -80,8 +80,9 @@ BEFORE_FIX = (
 
 
 AFTER_FIX = (
-    "After it (run of 2026-11-30 at a1093f7) the operator itself is mostly idle (58.6 CPU s over the ~8 "
-    "minutes of rounds), yet 1,203 decisions failed: 804 on the status server-side apply "
+    "After it (run of 2026-11-30 at a1093f7) the operator itself is mostly idle "
+    "(58.6 CPU s over the ~8 minutes of rounds), yet 1,203 decisions failed: "
+    "804 on the status server-side apply "
     "and 117 on the memory-annotation patch hitting their 10 s timeout, so each failure "
     "costs a full re-decision and re-write on the next wake. py-spy during the rounds (40 "
     "s): `decide` 20 % (packing 16 %), `_observe` 26 % (of which copying the caches into "
