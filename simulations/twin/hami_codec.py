@@ -31,6 +31,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DEVICE_VENDOR = "NVIDIA"  # the second field of a plan entry
 NODE_UNREGISTERED = "node unregistered"
 NO_NODES = "no nodes available to schedule pods"
+KUBE_FILTER_PREFIX = "node(s) "  # every kube-scheduler filter message the twin writes
+NO_PREEMPTION_VICTIMS = "No preemption victims found for incoming pod"
+PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 _NATURAL = re.compile(r"(\d+)")
 
 
@@ -201,18 +204,33 @@ def unschedulable_message(node_reasons: Iterable[str], fits_empty_somewhere: boo
     """kube-scheduler's ``0/N nodes are available: <n> <reason>, ....`` over per-node reasons.
 
     Identical reason strings are counted together and the ``<n> <reason>`` strings sorted, as
-    kube-scheduler's FitError does. When the pod would not fit any of the nodes even empty,
-    the twin says so in one more sentence (the real message has no such hint).
+    kube-scheduler's FitError does, then the preemption post-filter's verdict in the same shape
+    (hami-facts §3.2). When the pod would not fit any of the nodes even empty, the twin says so
+    in one more sentence (the real message has no such hint).
     """
     counts = Counter(node_reasons)
     total = sum(counts.values())
     if total == 0:
         return NO_NODES
-    parts = sorted(f"{count} {reason}" for reason, count in counts.items())
-    message = f"0/{total} nodes are available: {', '.join(parts)}."
+    verdicts = Counter(_preemption_verdict(reason) for reason in node_reasons)
+    message = f"0/{total} nodes are available: {_histogram(counts)}."
+    message += f" preemption: 0/{total} nodes are available: {_histogram(verdicts)}."
     if not fits_empty_somewhere:
         message += " The pod does not fit any of these nodes even when empty."
     return message
+
+
+def _histogram(counts: Mapping[str, int]) -> str:
+    return ", ".join(sorted(f"{count} {reason}" for reason, count in counts.items()))
+
+
+def _preemption_verdict(node_reason: str) -> str:
+    """kube-scheduler's own filters (``node(s) ...``: cordon, taints, selector) fail a node as
+    UnschedulableAndUnresolvable; an extender's (HAMi's) failed nodes are only Unschedulable,
+    so preemption looks there and, with no lower-priority pod to evict, finds no victims."""
+    if node_reason.startswith(KUBE_FILTER_PREFIX):
+        return PREEMPTION_NOT_HELPFUL
+    return NO_PREEMPTION_VICTIMS
 
 
 def monitor_device_type(registered_type: str) -> str:

@@ -111,6 +111,7 @@ async def test_pod_that_fits_nowhere_is_unschedulable_with_hami_reasons_written_
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
     assert cond["message"] == (
         "0/2 nodes are available: 2 1/1 CardInsufficientMemory. "
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod. "
         "The pod does not fit any of these nodes even when empty."
     )
     assert scheduled(pair)["message"].startswith(
@@ -132,7 +133,10 @@ async def test_fractional_pods_pack_one_gpu_until_memory_runs_out(
     pods = [await get_pod(api, namespace, f"p{i}") for i in range(4)]
     assert [p["spec"].get("nodeName") for p in pods[:3]] == [node] * 3
     assert not pods[3]["spec"].get("nodeName")
-    assert scheduled(pods[3])["message"] == "0/1 nodes are available: 1 1/1 CardInsufficientMemory."
+    assert scheduled(pods[3])["message"] == (
+        "0/1 nodes are available: 1 1/1 CardInsufficientMemory. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
     device = hami.allocations()[node].devices[0]
     assert (device.used_memory_mib, device.used_slots) == (24 * GIB, 3)
 
@@ -148,7 +152,8 @@ async def test_node_selector_is_honoured(api: KubeApi, namespace: str) -> None:
     to_c = await get_pod(api, namespace, "to-c")
     assert not to_c["spec"].get("nodeName")
     assert scheduled(to_c)["message"] == (
-        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
 
 

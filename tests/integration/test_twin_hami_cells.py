@@ -23,6 +23,8 @@ from tests.integration.provisioner_support import (
 )
 from tests.integration.twin_support import running, scheduled, until
 
+PREEMPTION = "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+
 
 async def test_trace_pods_run_on_the_node_agents_cells_one_after_another(
     apis: tuple[KubeApi, KubeApi],  # noqa: F811
@@ -51,7 +53,8 @@ async def test_trace_pods_run_on_the_node_agents_cells_one_after_another(
                     bound = (first or {}).get("spec", {}).get("nodeName") == "cells-0"
                     return (
                         bound
-                        and waiting == "0/1 nodes are available: 1 1/1 CardInsufficientMemory."
+                        and waiting
+                        == "0/1 nodes are available: 1 1/1 CardInsufficientMemory. " + PREEMPTION
                     )
 
                 await until(second_waits)

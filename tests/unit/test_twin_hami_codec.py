@@ -73,11 +73,27 @@ def test_unschedulable_message_counts_identical_node_reasons() -> None:
     message = unschedulable_message(
         ["1/1 CardInsufficientMemory", "node unregistered", "1/1 CardInsufficientMemory"]
     )
-    assert message == "0/3 nodes are available: 1 node unregistered, 2 1/1 CardInsufficientMemory."
+    assert message == (
+        "0/3 nodes are available: 1 node unregistered, 2 1/1 CardInsufficientMemory. "
+        "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+    )
     assert unschedulable_message([]) == "no nodes available to schedule pods"
     too_big = unschedulable_message(["NodeInsufficientDevice"], fits_empty_somewhere=False)
-    assert too_big.startswith("0/1 nodes are available: 1 NodeInsufficientDevice. ")
-    assert "even when empty" in too_big
+    assert too_big.startswith("0/1 nodes are available: 1 NodeInsufficientDevice. preemption: ")
+    assert too_big.endswith(" The pod does not fit any of these nodes even when empty.")
+
+
+def test_unschedulable_message_ends_with_kube_schedulers_preemption_verdict() -> None:
+    """hami-facts 3.2: the post-filter text follows. Nodes HAMi (an extender) failed may take a
+    pod after preemption, so they find no victims; nodes kube-scheduler's own filters ruled
+    out (cordon, taints, selector) are ones preemption cannot help."""
+    message = unschedulable_message(
+        ["node(s) were unschedulable", "1/1 CardInsufficientMemory", "node unregistered"]
+    )
+    assert message.endswith(
+        ". preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, "
+        "2 No preemption victims found for incoming pod."
+    )
 
 
 def test_monitor_device_type_always_prefixes_the_nvml_name() -> None:
