@@ -9,11 +9,13 @@ workload clients so the count runs across both clusters in call order.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
-from provisioner.kube import JSON, Kind, KubeApi
+from provisioner.kube_delegate import DelegatingKubeApi, Write
+
+T = TypeVar("T")
 
 
 class InjectedCrash(RuntimeError):
@@ -47,66 +49,14 @@ class CrashPlan:
 
 
 @dataclass
-class FaultyKubeApi:
-    inner: KubeApi
+class FaultyKubeApi(DelegatingKubeApi):
+    """Counts every write against ``plan`` and crashes where it says (reads pass through)."""
+
     plan: CrashPlan
 
-    async def _mutate(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def _write(self, write: Write, call: Callable[[], Awaitable[T]]) -> T:
+        what = write.describe()
         self.plan.before(what)
         result = await call()
         self.plan.done(what)
         return result
-
-    async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
-        return await self.inner.get(kind, namespace, name)
-
-    async def list(
-        self,
-        kind: Kind,
-        namespace: str | None = None,
-        label_selector: str = "",
-        field_selector: str = "",
-    ) -> list[JSON]:
-        return await self.inner.list(kind, namespace, label_selector, field_selector)
-
-    async def apply(self, obj: Mapping[str, Any], status: bool = False) -> JSON:
-        what = f"apply {obj['kind']}/{obj['metadata']['name']}"
-        result: JSON = await self._mutate(what, lambda: self.inner.apply(obj, status))
-        return result
-
-    async def patch(
-        self,
-        kind: Kind,
-        namespace: str | None,
-        name: str,
-        patch: Mapping[str, Any],
-        status: bool = False,
-    ) -> JSON:
-        what = f"patch {kind.kind}/{name}{'/status' if status else ''}"
-        result: JSON = await self._mutate(
-            what, lambda: self.inner.patch(kind, namespace, name, patch, status)
-        )
-        return result
-
-    async def create(self, obj: Mapping[str, Any]) -> JSON:
-        what = f"create {obj['kind']}/{obj['metadata']['name']}"
-        result: JSON = await self._mutate(what, lambda: self.inner.create(obj))
-        return result
-
-    async def delete(
-        self, kind: Kind, namespace: str | None, name: str, grace_period_s: int | None = None
-    ) -> bool:
-        result: bool = await self._mutate(
-            f"delete {kind.kind}/{name}",
-            lambda: self.inner.delete(kind, namespace, name, grace_period_s),
-        )
-        return result
-
-    async def evict(self, namespace: str, name: str) -> None:
-        await self._mutate(f"evict {namespace}/{name}", lambda: self.inner.evict(namespace, name))
-
-    async def version(self) -> JSON:
-        return await self.inner.version()
-
-    async def close(self) -> None:
-        await self.inner.close()

@@ -8,17 +8,20 @@ the operator made against the workload cluster (``RecordingKubeApi``).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from provisioner.fsm.identity import PoolIdentity
-from provisioner.kube import JSON, KINDS, Kind, KubeApi, KubeError, api_from_kubeconfig
+from provisioner.kube import JSON, KINDS, KubeApi, KubeError, api_from_kubeconfig
+from provisioner.kube_delegate import DelegatingKubeApi, Write
 from provisioner.reconciler import PoolKey
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import api_for, join_secret, kubeconfig_secret
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -95,79 +98,26 @@ class Call:
 
 
 @dataclass
-class RecordingKubeApi:
+class RecordingKubeApi(DelegatingKubeApi):
     """A ``KubeApi`` that remembers every mutating call and its outcome (reads pass through)."""
 
-    inner: KubeApi
     calls: list[Call] = field(default_factory=list)
 
-    async def _record(self, verb: str, kind: str, ns: str | None, name: str, call: Any) -> Any:
+    async def _write(self, write: Write, call: Callable[[], Awaitable[T]]) -> T:
         try:
-            result = await call
+            result = await call()
         except KubeError as exc:
-            self.calls.append(Call(verb, kind, ns, name, f"HTTP {exc.status}", time.monotonic()))
+            self._record(write, f"HTTP {exc.status}")
             raise
-        self.calls.append(Call(verb, kind, ns, name, "ok", time.monotonic()))
+        self._record(write, "ok")
         return result
+
+    def _record(self, write: Write, outcome: str) -> None:
+        at = time.monotonic()
+        self.calls.append(Call(write.verb, write.kind, write.namespace, write.name, outcome, at))
 
     def of(self, verb: str, kind: str) -> list[Call]:
         return [c for c in self.calls if c.verb == verb and c.kind == kind]
-
-    async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
-        return await self.inner.get(kind, namespace, name)
-
-    async def list(
-        self,
-        kind: Kind,
-        namespace: str | None = None,
-        label_selector: str = "",
-        field_selector: str = "",
-    ) -> list[JSON]:
-        return await self.inner.list(kind, namespace, label_selector, field_selector)
-
-    async def apply(self, obj: Mapping[str, Any], status: bool = False) -> JSON:
-        meta = obj["metadata"]
-        call = self.inner.apply(obj, status)
-        result: JSON = await self._record(
-            "apply", str(obj["kind"]), meta.get("namespace"), meta["name"], call
-        )
-        return result
-
-    async def patch(
-        self,
-        kind: Kind,
-        namespace: str | None,
-        name: str,
-        patch: Mapping[str, Any],
-        status: bool = False,
-    ) -> JSON:
-        call = self.inner.patch(kind, namespace, name, patch, status)
-        result: JSON = await self._record("patch", kind.kind, namespace, name, call)
-        return result
-
-    async def create(self, obj: Mapping[str, Any]) -> JSON:
-        meta = obj["metadata"]
-        call = self.inner.create(obj)
-        result: JSON = await self._record(
-            "create", str(obj["kind"]), meta.get("namespace"), meta["name"], call
-        )
-        return result
-
-    async def delete(
-        self, kind: Kind, namespace: str | None, name: str, grace_period_s: int | None = None
-    ) -> bool:
-        call = self.inner.delete(kind, namespace, name, grace_period_s)
-        result: bool = await self._record("delete", kind.kind, namespace, name, call)
-        return result
-
-    async def evict(self, namespace: str, name: str) -> None:
-        await self._record("evict", "Pod", namespace, name, self.inner.evict(namespace, name))
-
-    async def version(self) -> JSON:
-        return await self.inner.version()
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 def recording_factory(sink: list[RecordingKubeApi]) -> Any:

@@ -10,16 +10,17 @@ provisioner's own conditions and this pass's new cell row; later passes leave it
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import yaml
 
 from gpucellpool.kube.adapters import pool_path
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
 from provisioner.clock import SystemClock
-from provisioner.kube import JSON, KINDS, Kind, KubeApi
+from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.kube_delegate import Write
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, converge, swiftguest_pool
@@ -32,6 +33,8 @@ from tests.integration.provisioner_support import (
     setup_pool,
 )
 
+T = TypeVar("T")
+
 
 @dataclass
 class RacingKubeApi(RecordingKubeApi):
@@ -39,18 +42,12 @@ class RacingKubeApi(RecordingKubeApi):
 
     race: Callable[[], Awaitable[None]] | None = None
 
-    async def patch(
-        self,
-        kind: Kind,
-        namespace: str | None,
-        name: str,
-        patch: Mapping[str, Any],
-        status: bool = False,
-    ) -> JSON:
-        if status and kind.kind == "GPUCellPool" and self.race is not None:
+    async def _write(self, write: Write, call: Callable[[], Awaitable[T]]) -> T:
+        racing = write.verb == "patch" and write.kind == "GPUCellPool" and write.status
+        if racing and self.race is not None:
             race, self.race = self.race, None
             await race()
-        return await super().patch(kind, namespace, name, patch, status)
+        return await super()._write(write, call)
 
 
 def scaling_active(key: PoolKey, status: str, reason: str, at: str) -> JSON:
