@@ -98,7 +98,7 @@ class PodLifecycle(PollingController):
     async def _start(self, pod: JSON, now: float) -> None:
         meta = pod["metadata"]
         ready = {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(now)}
-        status = {"phase": "Running", "conditions": [ready], "startTime": rfc3339(now)}
+        status = {"phase": "Running", "conditions": _with(pod, ready), "startTime": rfc3339(now)}
         try:
             await self.workload.patch(
                 KINDS["Pod"], meta["namespace"], meta["name"], {"status": status}, status=True
@@ -115,8 +115,7 @@ class PodLifecycle(PollingController):
             "reason": "PodCompleted",
             "lastTransitionTime": rfc3339(now),
         }
-        scheduled = {"type": "PodScheduled", "status": "True"}
-        status = {"phase": "Succeeded", "conditions": [scheduled, done]}
+        status = {"phase": "Succeeded", "conditions": _with(pod, done)}
         try:
             await self.workload.patch(
                 KINDS["Pod"], meta["namespace"], meta["name"], {"status": status}, status=True
@@ -126,3 +125,14 @@ class PodLifecycle(PollingController):
         except NotFound:
             pass
         self._started.pop(str(meta["uid"]), None)
+
+
+def _with(pod: Mapping[str, Any], condition: JSON) -> list[JSON]:
+    """The pod's conditions with ``condition`` in place of its type (a merge patch replaces
+    the whole list: the Binding's PodScheduled=True must be written back, not dropped)."""
+    kept = [
+        c
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if c.get("type") != condition["type"]
+    ]
+    return [*kept, condition]

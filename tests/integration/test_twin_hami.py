@@ -201,6 +201,8 @@ async def test_pod_ends_after_its_duration_and_frees_its_gpu(api: KubeApi, names
 
         await until(short_running)
         started = time.monotonic()
+        # Started as a kubelet would: the Binding's PodScheduled=True stays beside Ready.
+        assert scheduled(await get_pod(api, namespace, "short"))["status"] == "True"
         await api.create(hami_pod(namespace, "next", None, cores=100, duration_s=60))
 
         async def next_bound() -> bool:
