@@ -310,7 +310,7 @@ class PoolMetrics:
             self._child(name).observe(max(0.0, startup_seconds))
 
     def cell_removed(self, reason: str) -> None:
-        """A cell is gone; ``reason`` is the drain cause (ScaleDown, RollingUpdate, ...)."""
+        """A cell is gone; ``reason``: one of ``status_metrics.REMOVAL_REASONS`` (last phase)."""
         self._child("gpucellpool_cells_removed_total", reason).inc()
 
     def evicted(self, pods: int = 1) -> None:
