@@ -31,6 +31,7 @@ from gpucellpool.api.status import CellPhase
 
 POOL_LABELS = ("namespace", "pool")
 STARTUP_BUCKETS = (30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1800.0)
+REMOVAL_REASONS = ("Drained", "Failed", "Other")  # gpucellpool_cells_removed_total{reason}
 DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -214,6 +215,8 @@ class PoolMetrics:
             self._child(counter)
         for reason in ("capacity", "demand"):
             self._child("gpucell_capacity_scrape_errors_total", reason)
+        for reason in REMOVAL_REASONS:
+            self._child("gpucellpool_cells_removed_total", reason)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -310,7 +313,7 @@ class PoolMetrics:
             self._child(name).observe(max(0.0, startup_seconds))
 
     def cell_removed(self, reason: str) -> None:
-        """A cell is gone; ``reason``: one of ``status_metrics.REMOVAL_REASONS`` (last phase)."""
+        """A cell is gone; ``reason``: one of ``REMOVAL_REASONS`` (see status_metrics)."""
         self._child("gpucellpool_cells_removed_total", reason).inc()
 
     def evicted(self, pods: int = 1) -> None:

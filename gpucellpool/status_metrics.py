@@ -40,13 +40,12 @@ from pydantic import ValidationError
 from autoscaler.policy.demand import parse_int_quantity
 from gpucellpool.api.conditions import ConditionType
 from gpucellpool.api.status import CellPhase, CellStatus, GPUCellPoolStatus, ResourceTotals
-from gpucellpool.metrics import OperatorMetrics, PoolMetrics
+from gpucellpool.metrics import REMOVAL_REASONS, OperatorMetrics, PoolMetrics
 
 log = logging.getLogger(__name__)
 
 MIB = 2**20
-DRAINED, FAILED, OTHER = "Drained", "Failed", "Other"
-REMOVAL_REASONS = (DRAINED, FAILED, OTHER)
+DRAINED, FAILED, OTHER = REMOVAL_REASONS
 _FREE = re.compile(r"^(\d+) free physical GPU")
 _HAMI = re.compile(r"^(\d+)/(\d+) MiB, (\d+)/(\d+)% cores")
 

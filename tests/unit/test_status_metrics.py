@@ -283,6 +283,8 @@ def test_shell_records_only_while_leading_and_forgets_on_delete() -> None:
     shell.observe("MODIFIED", _pool(status(row("p-0", "Pending", 0))))  # first sight
     assert _v(reg, "gpucellpool_cells_created_total") == 0
     assert _v(reg, "gpucell_physical_gpus", state="held") == 0
+    for reason in ("Drained", "Failed", "Other"):  # counters exist at 0 from the first sight
+        assert _v(reg, "gpucellpool_cells_removed_total", reason=reason) == 0
     shell.observe("MODIFIED", _pool(status(row("p-0", "Ready", 90, readyOnce=True),
                                            row("p-1", "Pending", 95))))  # fmt: skip
     assert _v(reg, "gpucellpool_cells_created_total") == 1
