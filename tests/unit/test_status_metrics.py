@@ -6,9 +6,12 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from gpucellpool.api.status import GPUCellPoolStatus
+from gpucellpool.app import App, Settings
+from gpucellpool.kube.rest import RestClient
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.status_metrics import (
     Capacity,
@@ -312,3 +315,33 @@ def test_shell_skips_an_unreadable_status() -> None:
     shell = StatusMetrics(OperatorMetrics(reg), lambda: True)
     shell.observe("ADDED", _pool({"cells": [{"name": "p-0"}]}))  # no index, no phase
     assert _v(reg, "gpucell_physical_gpus", state="held") is None
+
+
+# -- the App's wiring -------------------------------------------------------------------------
+
+
+async def test_app_takeover_is_a_first_sight_and_standby_records_nothing() -> None:
+    config = Configuration()
+    config.host = "http://127.0.0.1:9"  # never contacted: no task is started
+    reg = CollectorRegistry()
+    app = App(Settings(identity="a", lease_namespace="ns", pool_namespace="ns"),
+              RestClient(ApiClient(config)), registry=reg)  # fmt: skip
+    try:
+        cache = app.pool_caches[0]
+        booting = _pool(status(row("p-0", "Booting", 0)))
+        cache.objects["ns/p"] = booting
+        app._pool_changed("ADDED", booting)  # standby
+        assert _v(reg, "gpucell_physical_gpus", state="held") is None
+        app.elector.is_leader = True
+        app._leadership(True)  # takeover: replays the cache as a first sight
+        assert _v(reg, "gpucellpool_cells_created_total") == 0
+        assert _v(reg, "gpucell_physical_gpus", state="held") == 0
+        ready = _pool(status(row("p-0", "Ready", 60, readyOnce=True)))
+        app._pool_changed("MODIFIED", ready)
+        assert _v(reg, "gpucell_cell_transitions_total", **{"from": "Booting", "to": "Ready"}) == 1
+        assert _v(reg, "gpucellpool_cell_startup_seconds_count") is None  # creation not seen
+        app._pool_changed("DELETED", ready)
+        assert _v(reg, "gpucellpool_cells_created_total") is None
+    finally:
+        await app.autoscaler.close()
+        await app.infra.close()
