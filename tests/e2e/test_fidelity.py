@@ -30,15 +30,7 @@ SPEC = replace(DemoSpec(), start_seconds=148 * 86400 + 15 * HOUR, hours=0.5, mul
 
 # Queries that cannot have data on the twin today: (panel, what the query selects, why). The
 # strict xfail below turns into a failure once one of them has data, so the list stays true.
-OPERATOR_UNWIRED = "no operator code path calls the PoolMetrics recorder for it"
 KNOWN_EMPTY = (
-    ("overview.json: Cell startup", "gpucellpool_cell_startup_seconds", OPERATOR_UNWIRED),
-    ("overview.json: Churn", "gpucellpool_cells_removed_total", OPERATOR_UNWIRED),
-    ("overview.json: Cell phase transitions", "gpucell_cell_transitions_total", OPERATOR_UNWIRED),
-    ("overview.json: Whole GPUs by state", "gpucell_physical_gpus", OPERATOR_UNWIRED),
-    ("overview.json: HAMi GPU memory", "gpucell_capacity_gpu_memory_bytes", OPERATOR_UNWIRED),
-    ("overview.json: Errors", "gpucellpool_crd_drift_findings",
-     "the operator does not run the CRD drift check at startup"),
     ("hami.json: Allocated memory, HAMi <= 2.8", "GPUDeviceMemoryAllocated",
      "the twin's HAMi exporter serves the current hami_* names only"),
 )  # fmt: skip
