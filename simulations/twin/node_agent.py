@@ -24,9 +24,11 @@ Failure knobs per cell: never registers, GPU never advertised, NotReady after a 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,13 +100,17 @@ class SimulatedNodeAgent(PollingController):
     split_count: int = 10
     device_memory_mib: int = 8192
     poll_s: float = 0.1
+    concurrency: int = 16
     run_pods: bool = False
     _booted_at: dict[str, float] = field(default_factory=dict)
     _nodes: dict[str, _Registered] = field(default_factory=dict)
 
     async def step(self) -> None:
+        """One pass of every simulated VM. Each VM's kubelet is independent, so they run
+        concurrently (bounded): one slow Node never holds up another's heartbeat."""
         now = self.clock.now()
         live: set[str] = set()
+        joining: list[JSON] = []
         for guest in await self.infra.list(KINDS["SwiftGuest"], self.namespace):
             uid = str(guest["metadata"]["uid"])
             if guest["metadata"].get("deletionTimestamp") is not None or not _booted(guest):
@@ -112,14 +118,31 @@ class SimulatedNodeAgent(PollingController):
             live.add(uid)
             booted = self._booted_at.setdefault(uid, now)
             if uid not in self._nodes and now - booted >= self.join_s:
-                await self._register(guest, now)
-        for uid, reg in list(self._nodes.items()):
-            if reg.gone:
-                continue
+                joining.append(guest)
+        await self._each([self._register(g, now) for g in joining])
+        tending = [(uid, reg) for uid, reg in list(self._nodes.items()) if not reg.gone]
+        for uid, reg in tending:
             reg.vm_off = reg.vm_off or uid not in live
-            await self._tend(reg, now)
-            if not (reg.gone or reg.vm_off):
-                await self._kubelet_pods(reg, now)
+        await self._each([self._kubelet(reg, now) for _, reg in tending])
+
+    async def _kubelet(self, reg: _Registered, now: float) -> None:
+        await self._tend(reg, now)
+        if not (reg.gone or reg.vm_off):
+            await self._kubelet_pods(reg, now)
+
+    async def _each(self, passes: list[Coroutine[Any, Any, None]]) -> None:
+        """Run one pass per VM, at most ``concurrency`` at once; the first error is raised
+        after all have finished (the next poll retries, like a kubelet's next sync)."""
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def bounded(work: Coroutine[Any, Any, None]) -> None:
+            async with gate:
+                await work
+
+        results = await asyncio.gather(*(bounded(w) for w in passes), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _kubelet_pods(self, reg: _Registered, now: float) -> None:
         selector = f"spec.nodeName={reg.node}"
