@@ -214,9 +214,9 @@ class SimulatedHAMi(PollingController):
         """Per node (HAMi's cache after the last pass): devices, usage, container allocations."""
         return dict(self._snapshot)
 
-    def metrics_text(self) -> str:
+    def metrics_text(self, legacy_metrics: bool = False) -> str:
         """The ``hami_*`` exposition of the last pass (see ``twin.hami_exporter``)."""
-        return render_metrics(self._snapshot.values())
+        return render_metrics(self._snapshot.values(), legacy_metrics)
 
     def policies_for(self, pod: Mapping[str, Any]) -> tuple[str, str]:
         """Node and GPU policy: the pod's ``hami.io/*-scheduler-policy`` annotations win."""

@@ -13,6 +13,11 @@ Both HAMi endpoints are served on one ``/metrics``: the scheduler's (:9395) allo
 and the vGPU monitor's (:9394) usage series. The twin has no real GPUs, so the monitor series
 say every container uses exactly what it was allocated, all the time (memory used = limit,
 utilisation = allocated cores, last kernel 0 s ago), and a GPU's host usage is the sum.
+
+``legacy_metrics=True`` is HAMi v2.9+/v2.10 started with ``--legacy-metrics=true``: the
+scheduler's camel-case names of v2.8 and earlier (``GPUDeviceMemoryLimit`` ... by ``nodeid`` /
+``deviceuuid`` / ``deviceidx``) are served next to the current ones, as a fleet mid-upgrade
+exports them and as the operator's legacy reader and the dashboard's legacy panel expect.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ _OVERVIEW = [
     "zone",
 ]
 _VGPU = ["namespace", "node", "pod", "container_index", "device_uuid", "zone"]
+_LEGACY = ["nodeid", "deviceuuid", "deviceidx", "devicetype"]
+_LEGACY_CORES = ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype"]
 _HOST = ["node", "device_index", "device_uuid", "device_type", "zone"]
 _CONTAINER = ["namespace", "pod", "container", "vdevice_index", "device_uuid", "zone"]
 
@@ -129,11 +136,34 @@ def _monitor_metrics(nodes: Iterable[NodeAllocation]) -> list[Metric]:
     return [host_mem, host_util, used, limit, device_mem, util, kernel]
 
 
+def _legacy_scheduler_metrics(nodes: Iterable[NodeAllocation]) -> list[Metric]:
+    """The v2.8 names and labels (hami-facts §4.1 "Legacy names"), same values and units."""
+    mem_limit = _gauge("GPUDeviceMemoryLimit", "Device memory limit", _LEGACY)
+    core_limit = _gauge("GPUDeviceCoreLimit", "Device core limit", _LEGACY)
+    mem_alloc = _gauge("GPUDeviceMemoryAllocated", "Device memory allocated", _LEGACY_CORES)
+    shared = _gauge("GPUDeviceSharedNum", "Containers sharing the device", _LEGACY)
+    core_alloc = _gauge("GPUDeviceCoreAllocated", "Device cores allocated", _LEGACY)
+    for node in nodes:
+        for alloc in node.devices:
+            d = alloc.device
+            labels = [node.node, d.uuid, str(d.index), d.type]
+            mem_limit.add_metric(labels, d.devmem * MIB)
+            core_limit.add_metric(labels, d.devcore)
+            mem_alloc.add_metric(
+                [node.node, d.uuid, str(d.index), str(d.devcore), d.type],
+                alloc.used_memory_mib * MIB,
+            )
+            shared.add_metric(labels, alloc.used_slots)
+            core_alloc.add_metric(labels, alloc.used_cores)
+    return [mem_limit, core_limit, mem_alloc, shared, core_alloc]
+
+
 class _Snapshot:
     """A one-shot collector over an allocation table (what ``generate_latest`` iterates)."""
 
-    def __init__(self, nodes: Iterable[NodeAllocation]) -> None:
+    def __init__(self, nodes: Iterable[NodeAllocation], legacy_metrics: bool = False) -> None:
         self._nodes = list(nodes)
+        self._legacy = legacy_metrics
 
     def collect(self) -> Iterator[Metric]:
         info = _gauge("hami_build_info", "HAMi build information", list(BUILD))
@@ -142,22 +172,24 @@ class _Snapshot:
         yield from _scheduler_device_metrics(self._nodes)
         yield from _scheduler_vgpu_metrics(self._nodes)
         yield from _monitor_metrics(self._nodes)
+        if self._legacy:
+            yield from _legacy_scheduler_metrics(self._nodes)
 
 
-def render_metrics(nodes: Iterable[NodeAllocation]) -> str:
+def render_metrics(nodes: Iterable[NodeAllocation], legacy_metrics: bool = False) -> str:
     """The Prometheus text exposition of an allocation table."""
-    return generate_latest(_Snapshot(nodes)).decode()
+    return generate_latest(_Snapshot(nodes, legacy_metrics)).decode()
 
 
 async def start_hami_exporter(
-    hami: SimulatedHAMi, host: str = "127.0.0.1", port: int = 0
+    hami: SimulatedHAMi, host: str = "127.0.0.1", port: int = 0, legacy_metrics: bool = False
 ) -> tuple[web.AppRunner, int]:
-    """Serve ``/metrics`` for ``hami``; returns the runner (``await runner.cleanup()``) and port."""
+    """Serve ``/metrics`` for ``hami``; returns the runner (``await runner.cleanup()``) and port.
+    ``legacy_metrics``: also the v2.8 names, as ``--legacy-metrics=true`` does."""
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=hami.metrics_text().encode(), headers={"Content-Type": CONTENT_TYPE}
-        )
+        text = hami.metrics_text(legacy_metrics=legacy_metrics)
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

@@ -6,7 +6,7 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.signals.hami_metrics import CATALOGUE, CURRENT
+from autoscaler.signals.hami_metrics import CATALOGUE, CURRENT, LEGACY
 from gpucellpool.dashboards import render
 from simulations.twin.hami_codec import (
     ContainerAllocation,
@@ -107,3 +107,31 @@ def test_everything_the_operator_and_dashboards_query_is_exported() -> None:
 def test_an_empty_table_still_parses() -> None:
     names = {f.name for f in text_string_to_metric_families(render_metrics([]))}
     assert "hami_build_info" in names
+
+
+def test_legacy_metrics_serve_the_v2_8_names_with_the_same_values() -> None:
+    text = render_metrics(TABLE, legacy_metrics=True)
+    legacy: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            legacy.setdefault(s.name, []).append((dict(s.labels), s.value))
+    # Every scheduler name the operator's legacy reader knows is there, keyed its old way.
+    assert set(LEGACY.names.values()) <= set(legacy)
+    gpu0 = {"nodeid": "cell-0", "deviceuuid": "GPU-0", "deviceidx": "0"}
+
+    def old(name: str) -> float:
+        hits = [v for got, v in legacy[name] if gpu0.items() <= got.items()]
+        assert len(hits) == 1, (name, hits)
+        return hits[0]
+
+    assert old("GPUDeviceMemoryLimit") == one("hami_gpu_memory_limit_bytes", device_uuid="GPU-0")
+    assert old("GPUDeviceMemoryAllocated") == 12288 * MIB
+    assert old("GPUDeviceCoreAllocated") == 60 and old("GPUDeviceSharedNum") == 2
+    # The current names are still served, and the default serves no legacy name.
+    assert "hami_gpu_memory_limit_bytes" in legacy
+    assert not set(LEGACY.names.values()) & set(samples())
+    # The dashboard's legacy panel reads exactly these names.
+    dashboards = "".join(render().values())
+    assert {"GPUDeviceMemoryAllocated", "GPUDeviceMemoryLimit"} <= set(
+        re.findall(r"\bGPUDevice[A-Za-z]+", dashboards)
+    )
