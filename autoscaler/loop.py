@@ -43,6 +43,7 @@ from autoscaler.observe import (
     cells_for_pool,
     counts_as_demand,
     index_pods,
+    nodes_to_read,
     observation,
     pending_for_pool,
     remember_first_seen,
@@ -59,7 +60,6 @@ from autoscaler.policy.types import (
     Reason,
 )
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.api.status import CellPhase
 
 __all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
 
@@ -277,11 +277,8 @@ class Autoscaler:
         if self.usage is not None and pool.spec.autoscaling.prometheus is not None:
             # Only cells HAMi can report: a booting cell has no Node (or no HAMi registration)
             # yet and a drained cell's Node is gone, so their missing series are expected.
-            names = [
-                name
-                for c in pool.status.cells or []
-                if c.phase in _REPORTING and (name := c.node_name or c.name) in nodes
-            ]
+            grace = pool.spec.autoscaling.prometheus.stale_after.seconds
+            names = nodes_to_read(pool, nodes, now, grace)
             try:
                 async with asyncio.timeout(self.settings.usage_timeout_s):
                     prom_usage, health = await self.usage.usage(pool, names)
@@ -357,9 +354,6 @@ class Autoscaler:
                 if pod.key not in state.latency_reported:
                     recorder.observe_decision_latency(now - pod.first_seen)
             state.latency_reported = {p.key for p in obs.pending}
-
-
-_REPORTING = (CellPhase.READY, CellPhase.DRAINING)
 
 
 def _meta(obj: JSON, field_name: str) -> str:

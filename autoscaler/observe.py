@@ -313,3 +313,22 @@ def observation(
             False, metrics.age_seconds, f"usage unknown for {', '.join(unknown_usage)}"
         )
     return Observation(pending, cells, metrics, None, reachable)
+
+
+def nodes_to_read(
+    pool: GPUCellPool, node_names: Iterable[str], now: float, grace_s: float
+) -> list[str]:
+    """The cell Nodes whose HAMi series must be in Prometheus: Ready cells with a Node, Ready
+    for at least ``grace_s`` (the pool's ``staleAfter``). A booting cell has no series yet, a
+    draining one loses them as its Node goes, and a cell Ready for less than ``staleAfter`` may
+    simply not have been scraped yet: none of those can be stale, so none of them may freeze
+    scale-down. Their allocation still comes from the pods' HAMi annotations."""
+    present = set(node_names)
+    names = []
+    for cell in pool.status.cells or []:
+        name = cell.node_name or cell.name
+        since = cell.last_transition_time
+        settled = since is None or now - since.timestamp() >= grace_s  # unknown: read it
+        if cell.phase is CellPhase.READY and name in present and settled:
+            names.append(name)
+    return names
