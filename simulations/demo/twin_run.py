@@ -172,7 +172,9 @@ async def _start(world: _World, harness: Harness, spec: DemoSpec) -> str:
     await _secrets(world, harness)
     controllers = _controllers(world, spec)
     world.tasks += [asyncio.create_task(c.run(), name=type(c).__name__) for c in controllers]
-    world.exporter, exporter_port = await start_hami_exporter(controllers[2])
+    # With --legacy-metrics (HAMi v2.9+), as a fleet mid-upgrade runs it: the dashboards'
+    # HAMi <= 2.8 panel and the operator's legacy reader then have series too.
+    world.exporter, exporter_port = await start_hami_exporter(controllers[2], legacy_metrics=True)
     world.operator, port = _operator(world, harness.infra.kubeconfig_path, spec)
     targets = {"hami": [f"127.0.0.1:{exporter_port}"], "gpucellpool": [f"127.0.0.1:{port}"]}
     world.prometheus = await Prometheus.start(world.workdir / "prometheus", targets)
