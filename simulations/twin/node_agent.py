@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import re
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,25 +120,26 @@ class SimulatedNodeAgent(PollingController):
             booted = self._booted_at.setdefault(uid, now)
             if uid not in self._nodes and now - booted >= self.join_s:
                 joining.append(guest)
-        await self._each([self._register(g, now) for g in joining])
+        await self._each([functools.partial(self._register, g, now) for g in joining])
         tending = [(uid, reg) for uid, reg in list(self._nodes.items()) if not reg.gone]
         for uid, reg in tending:
             reg.vm_off = reg.vm_off or uid not in live
-        await self._each([self._kubelet(reg, now) for _, reg in tending])
+        await self._each([functools.partial(self._kubelet, reg, now) for _, reg in tending])
 
     async def _kubelet(self, reg: _Registered, now: float) -> None:
         await self._tend(reg, now)
         if not (reg.gone or reg.vm_off):
             await self._kubelet_pods(reg, now)
 
-    async def _each(self, passes: list[Coroutine[Any, Any, None]]) -> None:
+    async def _each(self, passes: list[Callable[[], Awaitable[None]]]) -> None:
         """Run one pass per VM, at most ``concurrency`` at once; the first error is raised
-        after all have finished (the next poll retries, like a kubelet's next sync)."""
+        after all have finished (the next poll retries, like a kubelet's next sync). Each
+        pass is started only once it holds the gate, so a cancelled step leaves none unrun."""
         gate = asyncio.Semaphore(self.concurrency)
 
-        async def bounded(work: Coroutine[Any, Any, None]) -> None:
+        async def bounded(work: Callable[[], Awaitable[None]]) -> None:
             async with gate:
-                await work
+                await work()
 
         results = await asyncio.gather(*(bounded(w) for w in passes), return_exceptions=True)
         for result in results:
