@@ -110,13 +110,15 @@ class SimulatedNodeAgent(PollingController):
         """One pass of every simulated VM. Each VM's kubelet is independent, so they run
         concurrently (bounded): one slow Node never holds up another's heartbeat."""
         now = self.clock.now()
-        live: set[str] = set()
+        live: set[str] = set()  # VMs still running: not deleted, not Failed
         joining: list[JSON] = []
         for guest in await self.infra.list(KINDS["SwiftGuest"], self.namespace):
             uid = str(guest["metadata"]["uid"])
-            if guest["metadata"].get("deletionTimestamp") is not None or not _booted(guest):
+            if guest["metadata"].get("deletionTimestamp") is not None or _failed(guest):
                 continue
-            live.add(uid)
+            live.add(uid)  # a momentary gap in the reported address does not stop the kubelet
+            if not _booted(guest):
+                continue
             booted = self._booted_at.setdefault(uid, now)
             if uid not in self._nodes and now - booted >= self.join_s:
                 joining.append(guest)
@@ -296,6 +298,10 @@ class SimulatedNodeAgent(PollingController):
         }
         await self.workload.patch(KINDS["Node"], None, reg.node, patch)
         reg.advertised = True
+
+
+def _failed(guest: JSON) -> bool:
+    return (guest.get("status") or {}).get("phase") == "Failed"
 
 
 def _booted(guest: JSON) -> bool:
