@@ -274,6 +274,7 @@ class Autoscaler:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
         prom_usage, health = None, MetricsHealth(True, 0.0, "HAMi pod annotations")
+        names: list[str] = []
         if self.usage is not None and pool.spec.autoscaling.prometheus is not None:
             # Only cells HAMi can report: a booting cell has no Node (or no HAMi registration)
             # yet and a drained cell's Node is gone, so their missing series are expected.
@@ -286,7 +287,8 @@ class Autoscaler:
                 health = MetricsHealth(False, 0.0, "Prometheus read timed out")
                 prom_usage = {}
         shape = policy_config_from_spec(pool.spec).shape
-        inputs = CellInputs(shape, nodes, index.by_node, prom_usage)
+        asked = frozenset(names) if prom_usage is not None else None
+        inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked)
         cells, unknown = cells_for_pool(pool, inputs, now)
         since = state.memory.last_scale_up_at if state.memory else None
         cells = with_requested(cells, self._requested(state), since or now)

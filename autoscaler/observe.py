@@ -214,7 +214,9 @@ class CellInputs:
     shape: CellShape
     nodes: Mapping[str, JSON]
     node_pods: Mapping[str, Sequence[JSON]]
-    prometheus_usage: Mapping[str, tuple[GPUUsage, ...]] | None = None  # None: use annotations
+    prometheus_usage: Mapping[str, tuple[GPUUsage, ...]] | None = None  # None: not configured
+    prometheus_asked: frozenset[str] | None = None
+    """The Nodes Prometheus was asked about (``nodes_to_read``); None: every Node."""
 
 
 def _state(phase: CellPhase) -> CellState:
@@ -225,6 +227,51 @@ def _state(phase: CellPhase) -> CellState:
     if phase in _BOOTING:
         return CellState.BOOTING
     return CellState.FAILED
+
+
+def _busiest_first(gpus: Iterable[GPUUsage]) -> list[GPUUsage]:
+    return sorted(gpus, key=lambda g: (-g.memory_mib, -g.cores_percent, -g.slots))
+
+
+def raised(annotated: Sequence[GPUUsage], reported: Sequence[GPUUsage]) -> tuple[GPUUsage, ...]:
+    """GPU by GPU (both busiest first), the larger of two readings of one cell's allocation."""
+    a, b = _busiest_first(annotated), _busiest_first(reported)
+    width = max(len(a), len(b))
+    a += [GPUUsage()] * (width - len(a))
+    b += [GPUUsage()] * (width - len(b))
+    return tuple(
+        GPUUsage(
+            max(x.memory_mib, y.memory_mib),
+            max(x.cores_percent, y.cores_percent),
+            max(x.slots, y.slots),
+        )
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def ready_cell_usage(
+    node_name: str, pods: Sequence[JSON], inputs: CellInputs
+) -> tuple[tuple[GPUUsage, ...], bool]:
+    """A Ready cell's allocation, and whether it is known.
+
+    The pods' HAMi annotations are the allocation (HAMi's own record, as current as the pod
+    watch); Prometheus cross-checks it: a GPU it reports busier (allocations the pod cache
+    cannot see) is taken at its figure. The usage is unknown when neither source has the
+    Node, or when Prometheus was asked for the Node's series and has none (the staleness that
+    freezes scale-down). A cell Prometheus was not asked about (Ready for less than
+    ``staleAfter``) is known from its annotations: it packs as the busy cell it is, never as
+    an empty one.
+    """
+    annotated = usage_from_pods(pods, inputs.shape.gpus) if node_name in inputs.nodes else None
+    if inputs.prometheus_usage is None:
+        return annotated or (), annotated is not None
+    reported = inputs.prometheus_usage.get(node_name)
+    asked = inputs.prometheus_asked is None or node_name in inputs.prometheus_asked
+    if annotated is None:
+        return reported or (), reported is not None
+    if reported is None:
+        return annotated, not asked
+    return raised(annotated, reported), True
 
 
 def cells_for_pool(
@@ -244,14 +291,8 @@ def cells_for_pool(
         ]
         gpus: tuple[GPUUsage, ...] = ()
         if state is CellState.READY:
-            if inputs.prometheus_usage is not None:
-                found = inputs.prometheus_usage.get(node_name)
-                if found is None:
-                    unknown.append(row.name)
-                gpus = found or ()
-            elif node_name in inputs.nodes:
-                gpus = usage_from_pods(pods, inputs.shape.gpus)
-            else:
+            gpus, known = ready_cell_usage(node_name, pods, inputs)
+            if not known:
                 unknown.append(row.name)
         views.append(
             CellView(

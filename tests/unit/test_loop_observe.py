@@ -5,7 +5,9 @@ containers and pods, terminated pods ignored, one slot per container device); th
 selection is applied with metav1.LabelSelector semantics (and a namespace selector never
 matches a namespace whose labels are unknown); first-seen times survive and are forgotten
 when a pod stops pending; requested-but-uncreated cells appear as Booting placeholders; a
-Ready cell whose usage is unknown makes the metrics unfresh instead of reading as empty.
+Ready cell whose usage is unknown makes the metrics unfresh instead of reading as empty; with
+Prometheus configured, a cell packs by its annotations raised to what Prometheus reports, and
+a cell Prometheus was not asked about (Ready for less than staleAfter) is busy, not empty.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from autoscaler.observe import (
     cells_for_pool,
     counts_as_demand,
     observation,
+    raised,
     remember_first_seen,
     selector_matches,
     usage_from_pods,
@@ -113,3 +116,56 @@ def test_cells_placeholders_and_unknown_usage() -> None:
 def test_placeholders_count_only_live_cells() -> None:
     failed = (CellView("x-0", 0, CellState.FAILED, 0.0),)
     assert len(with_requested(failed, 1, 0.0)) == 2
+
+
+def _two_ready_cells() -> GPUCellPool:
+    rows = [
+        {"name": "p-0", "index": 0, "phase": "Ready", "nodeName": "p-0"},
+        {"name": "p-1", "index": 1, "phase": "Ready", "nodeName": "p-1"},
+    ]
+    return GPUCellPool.model_validate(with_cells(pool_manifest("p"), rows))
+
+
+def test_cells_prometheus_did_not_cover_pack_by_their_annotations() -> None:
+    """A cell just Ready is not asked of Prometheus: its pods still fill it (was: empty)."""
+    pods = {
+        "p-0": [running("GPU-a,NVIDIA,24576,100:;")],
+        "p-1": [running("GPU-b,NVIDIA,1024,10:;")],
+    }
+    reported = {"p-1": (GPUUsage(1024, 10, 1),)}
+    inputs = CellInputs(CellShape(), {"p-0": {}, "p-1": {}}, pods, reported, frozenset({"p-1"}))
+    cells, unknown = cells_for_pool(_two_ready_cells(), inputs, now=100.0)
+    assert cells[0].gpus == (GPUUsage(24576, 100, 1),)
+    assert unknown == []
+
+
+def test_a_cell_prometheus_was_asked_about_and_lacks_is_unknown_but_keeps_its_pods() -> None:
+    pods = {"p-0": [running("GPU-a,NVIDIA,24576,100:;")], "p-1": []}
+    inputs = CellInputs(CellShape(), {"p-0": {}, "p-1": {}}, pods, {}, frozenset({"p-0", "p-1"}))
+    cells, unknown = cells_for_pool(_two_ready_cells(), inputs, now=100.0)
+    assert unknown == ["p-0", "p-1"]
+    assert cells[0].gpus == (GPUUsage(24576, 100, 1),)  # stale metrics never read as empty
+
+
+def test_prometheus_raises_a_gpu_it_reports_busier_and_never_lowers_one() -> None:
+    pods = {"p-0": [running("GPU-a,NVIDIA,8192,30:;")], "p-1": [running("GPU-b,NVIDIA,8192,30:;")]}
+    reported = {"p-0": (GPUUsage(12288, 20, 2),), "p-1": (GPUUsage(0, 0, 0),)}
+    inputs = CellInputs(CellShape(), {"p-0": {}, "p-1": {}}, pods, reported)
+    cells, unknown = cells_for_pool(_two_ready_cells(), inputs, now=100.0)
+    assert cells[0].gpus == (GPUUsage(12288, 30, 2),)
+    assert cells[1].gpus == (GPUUsage(8192, 30, 1),)
+    assert unknown == []
+
+
+def test_a_cell_without_node_is_known_only_through_prometheus() -> None:
+    reported = {"p-0": (GPUUsage(4096, 10, 1),)}
+    inputs = CellInputs(CellShape(), {}, {}, reported)
+    cells, unknown = cells_for_pool(_two_ready_cells(), inputs, now=100.0)
+    assert cells[0].gpus == (GPUUsage(4096, 10, 1),)
+    assert unknown == ["p-1"]
+
+
+def test_raised_pairs_gpus_busiest_first() -> None:
+    a = (GPUUsage(0, 0, 0), GPUUsage(8192, 50, 1))
+    b = (GPUUsage(4096, 80, 1),)
+    assert raised(a, b) == (GPUUsage(8192, 80, 1), GPUUsage(0, 0, 0))
