@@ -5,13 +5,12 @@ prints and records both cell timelines' numbers: the share of time within +/-1 c
 side's cell-hours and their ratio, against the simulator given the twin's measured timings and
 against the nominal ones, plus wall time, CPU and the machine's load (the twin's latencies, and
 so its fidelity at a given compression, depend on it). The result goes to the ``fidelity`` block
-of docs/benchmarks.md, replaced in place; other blocks are left alone.
+of docs/benchmarks.md through ``bench_doc.write_block``, replaced in place; other blocks are
+left alone.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,24 +20,11 @@ from simulations.demo import DemoSpec, build_report, run_twin
 from simulations.demo.report import DemoReport, markdown_report
 from simulations.fidelity import Fidelity
 from simulations.harness import Harness
+from tests.bench.bench_doc import load_note, write_block
 
 pytestmark = pytest.mark.bench
 SPEC = replace(DemoSpec(), hours=2.0)  # the demo's slice, two hours instead of one, at x20
-BENCH_DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 KEY = "fidelity"
-
-
-def write_block(body: str) -> None:
-    """Replace (or append) this benchmark's marked block; read just before writing."""
-    start, end = f"<!-- {KEY}:start -->", f"<!-- {KEY}:end -->"
-    block = f"{start}\n{body.rstrip()}\n{end}"
-    text = BENCH_DOC.read_text() if BENCH_DOC.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _m: block, text, count=1)
-    else:
-        text = f"{text.rstrip()}\n\n{block}\n"
-    BENCH_DOC.write_text(text)
 
 
 def _row(name: str, f: Fidelity, k: float) -> str:
@@ -51,7 +37,6 @@ def _row(name: str, f: Fidelity, k: float) -> str:
 
 def section(report: DemoReport) -> str:
     spec, k = report.spec, report.spec.compression
-    one, five, fifteen = os.getloadavg()
     cpu = ", ".join(f"{n} {v:.0f} s" for n, v in report.cpu_seconds.items())
     return "\n".join(
         [
@@ -72,8 +57,7 @@ def section(report: DemoReport) -> str:
             "",
             f"Twin's measured boot median {report.timings.boot_seconds * k:.0f} s trace "
             f"(nominal {spec.boot_seconds:g} s); wall time {report.wall_seconds:.0f} s; CPU "
-            f"{cpu}; load average {one:.1f} / {five:.1f} / {fifteen:.1f} on "
-            f"{os.cpu_count()} cores.",
+            f"{cpu}; {load_note()}.",
         ]
     )
 
@@ -83,5 +67,5 @@ async def test_fidelity_on_the_demo_slice(harness: Harness, tmp_path: Path) -> N
     run = await run_twin(SPEC, harness=harness, workdir=tmp_path)
     report = build_report(run)
     print("\n" + markdown_report(report))
-    write_block(section(report))
+    write_block(KEY, section(report))
     assert report.results[-1].pods > 0
