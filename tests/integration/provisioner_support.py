@@ -1,12 +1,16 @@
 """Shared helpers of the provisioner integration tests (a plain module, not a test file).
 
 Why this module exists: every provisioner scenario needs the same API clients, pool setup,
-status readers and convergence predicates; and the drain tests need to see exactly which calls
-the operator made against the workload cluster (``RecordingKubeApi``).
+status readers and convergence predicates, and most run one pool with the twin and one
+reconciler (``running_pool``); the drain tests need to see exactly which calls the operator made
+against the workload cluster (``RecordingKubeApi``); and the deletion tests need to see what the
+pool still had when the operator released its finalizer (``FinalizerReleaseWitness``), the one
+moment the garbage collector cannot yet have cleaned up for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -14,12 +18,14 @@ from typing import Any, TypeVar
 
 import pytest
 
-from provisioner.fsm.identity import PoolIdentity
-from provisioner.kube import JSON, KINDS, KubeApi, KubeError, api_from_kubeconfig
+from provisioner.clock import SystemClock
+from provisioner.fsm.identity import POOL_FINALIZER, PoolIdentity
+from provisioner.kube import JSON, KINDS, Kind, KubeApi, KubeError, api_from_kubeconfig
 from provisioner.kube_delegate import DelegatingKubeApi, Write
-from provisioner.reconciler import PoolKey
+from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import api_for, join_secret, kubeconfig_secret
+from simulations.twin.kubeswift import GuestTimings
+from simulations.twin.scenario import Twin, api_for, converge, join_secret, kubeconfig_secret
 
 T = TypeVar("T")
 
@@ -41,6 +47,10 @@ async def setup_pool(infra_api: KubeApi, workload: ClusterEndpoint, pool: JSON) 
     await infra_api.apply(join_secret(ns))
     await infra_api.apply(pool)
     return PoolKey(ns, pool["metadata"]["name"])
+
+
+async def set_replicas(api: KubeApi, key: PoolKey, n: int) -> None:
+    await api.patch(KINDS["GPUCellPool"], key.namespace, key.name, {"spec": {"replicas": n}})
 
 
 def status(pool: JSON | None) -> dict[str, Any]:
@@ -65,12 +75,44 @@ def ready_with(n: int) -> Callable[[JSON | None], bool]:
     return check
 
 
+def short_of_gpus(
+    infra_api: KubeApi, namespace: str, guest_counts: list[int]
+) -> Callable[[JSON | None], Awaitable[bool]]:
+    """Pool predicate of the physical-GPU pre-flight tests: two cells Ready and the pre-flight
+    says ``InsufficientPhysicalGPU``; appends the namespace's SwiftGuest count at every pass."""
+
+    async def check(pool: JSON | None) -> bool:
+        guest_counts.append(len(await infra_api.list(KINDS["SwiftGuest"], namespace)))
+        return (
+            status(pool).get("readyCells") == 2
+            and cond(pool, "PhysicalGPUsAvailable").get("reason") == "InsufficientPhysicalGPU"
+        )
+
+    return check
+
+
+def assert_stalled_then_freed(stalled: JSON | None, after: JSON | None) -> None:
+    """The pre-flight's conditions while no physical GPU was free, then once one was."""
+    phys = cond(stalled, "PhysicalGPUsAvailable")
+    assert phys["status"] == "False" and "no free physical GPU" in phys["message"]
+    progressing = cond(stalled, "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "InsufficientPhysicalGPU")
+    assert cond(after, "PhysicalGPUsAvailable")["status"] == "True"
+    assert cond(after, "PhysicalGPUsAvailable")["reason"] == "FreeDevices"
+
+
 def row(pool: JSON | None, name: str) -> dict[str, Any]:
     return next((c for c in status(pool).get("cells") or [] if c["name"] == name), {})
 
 
 async def names(api: KubeApi, kind: str, ns: str | None, selector: str = "") -> set[str]:
     return {o["metadata"]["name"] for o in await api.list(KINDS[kind], ns, label_selector=selector)}
+
+
+async def live_names(api: KubeApi, kind: str, ns: str | None, selector: str = "") -> set[str]:
+    """Names of the objects not being deleted (no ``deletionTimestamp``)."""
+    objects = await api.list(KINDS[kind], ns, label_selector=selector)
+    return {o["metadata"]["name"] for o in objects if not o["metadata"].get("deletionTimestamp")}
 
 
 async def cell_nodes(workload_api: KubeApi, ident: PoolIdentity) -> set[str]:
@@ -129,3 +171,108 @@ def recording_factory(sink: list[RecordingKubeApi]) -> Any:
         return api
 
     return factory
+
+
+@dataclass
+class RunningPool:
+    """One pool set up in the test's namespace, the twin running for it, one reconciler."""
+
+    infra: KubeApi
+    workload: KubeApi
+    clock: SystemClock
+    key: PoolKey
+    twin: Twin
+    reconciler: Reconciler  # replace it to play an operator restart; the last one is closed
+
+    async def converge(
+        self, done: Callable[[JSON | None], Awaitable[bool] | bool], timeout_s: float = 30.0
+    ) -> JSON | None:
+        return await converge(self.reconciler, self.key, done, timeout_s=timeout_s)
+
+    async def passes(self, n: int) -> None:
+        for _ in range(n):
+            await self.reconciler.reconcile_once(self.key)
+
+    async def scale(self, replicas: int) -> None:
+        await set_replicas(self.infra, self.key, replicas)
+
+    async def delete(self, timeout_s: float = 30.0) -> None:
+        """Delete the pool and reconcile until it is gone."""
+        await self.infra.delete(KINDS["GPUCellPool"], self.key.namespace, self.key.name)
+        await self.converge(lambda p: p is None, timeout_s=timeout_s)
+
+
+@contextlib.asynccontextmanager
+async def running_pool(
+    apis: tuple[KubeApi, KubeApi],
+    workload: ClusterEndpoint,
+    pool: JSON,
+    *,
+    operator_api: KubeApi | None = None,
+    run_pods: bool = False,
+    guest_timings: GuestTimings | None = None,
+    **reconciler_options: Any,
+) -> AsyncIterator[RunningPool]:
+    """``setup_pool``, a ``Reconciler`` (on ``operator_api`` if given, e.g. a recording client)
+    and the twin for the pool's namespace; on exit the twin stops, then the reconciler closes."""
+    infra_api, workload_api = apis
+    clock = SystemClock()
+    key = await setup_pool(infra_api, workload, pool)
+    twin = Twin(infra_api, workload_api, clock, key.namespace)
+    if run_pods:
+        twin.nodes.run_pods = True
+    if guest_timings is not None:
+        twin.kubeswift.timings = guest_timings
+    reconciler = Reconciler(operator_api or infra_api, clock, **reconciler_options)
+    scene = RunningPool(infra_api, workload_api, clock, key, twin, reconciler)
+    try:
+        async with twin:
+            yield scene
+    finally:
+        await scene.reconciler.close()
+
+
+Snapshot = Callable[[KubeApi, str], Awaitable[dict[str, set[str]]]]
+
+
+@dataclass
+class FinalizerReleaseWitness(RecordingKubeApi):
+    """The operator's infrastructure client; when a patch drops the pool finalizer it first
+    records ``snapshot(infra, namespace)`` as ``left``, before the patch reaches the apiserver.
+
+    The pool still exists at that moment, so kube-controller-manager's garbage collector (which
+    deletes what names a deleted owner) cannot have touched its dependents: whatever ``left``
+    lacks, the operator's own cleanup removed."""
+
+    snapshot: Snapshot | None = None
+    left: dict[str, set[str]] | None = None
+
+    async def patch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        status: bool = False,
+    ) -> JSON:
+        finalizers = (patch.get("metadata") or {}).get("finalizers")
+        releases = finalizers is not None and POOL_FINALIZER not in finalizers
+        if kind.kind == "GPUCellPool" and releases and self.snapshot is not None:
+            assert namespace
+            self.left = await self.snapshot(self.inner, namespace)
+        return await super().patch(kind, namespace, name, patch, status)
+
+
+def swiftguest_leftovers(workload_api: KubeApi, ident: PoolIdentity) -> Snapshot:
+    """What a SwiftGuest pool's cells consist of: guests, seeds, bootstrap Secrets, Nodes."""
+
+    async def snapshot(infra: KubeApi, namespace: str) -> dict[str, set[str]]:
+        sel = f"cells.kubeswift.io/pool-id={ident.pool_id}"
+        return {
+            "SwiftGuest": await names(infra, "SwiftGuest", namespace),
+            "SwiftSeedProfile": await names(infra, "SwiftSeedProfile", namespace),
+            "Secret": await names(infra, "Secret", namespace, sel),
+            "Node": await cell_nodes(workload_api, ident),
+        }
+
+    return snapshot

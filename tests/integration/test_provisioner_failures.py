@@ -4,20 +4,21 @@ What these prove: every layer's fault ends in the right cell reason within a sho
 never gets an address, Node never registers, GPU never advertised, VM Failed); an unreachable
 workload apiserver freezes the pool (nothing created or deleted, conditions say why) and it
 recovers when the credential is fixed; foreign Nodes are never touched; two same-named pools in
-different namespaces do not interfere.
+different namespaces do not interfere; a pool deleted while its workload cluster is unreachable
+is torn down after the drain timeout by the operator itself (checked when it releases the pool
+finalizer, before the garbage collector could help), leaving only the Node it could not reach.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any
 
 from provisioner.clock import SystemClock
 from provisioner.fsm.identity import INSTANCE_LABEL, PoolIdentity
 from provisioner.fsm.membership import MembershipLimits
 from provisioner.kube import JSON, KINDS, KubeApi
-from provisioner.reconciler import PoolKey, Reconciler
+from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint, Harness
 from simulations.harness.procs import free_port
 from simulations.twin import GuestFault, NodeFault
@@ -29,20 +30,20 @@ from simulations.twin.scenario import (
     swiftguest_pool,
 )
 from tests.integration.provisioner_support import (
+    FinalizerReleaseWitness,
     apis,  # noqa: F401  (fixture)
     cell_nodes,
     cond,
     names,
     ready_with,
+    row,
+    running_pool,
     setup_pool,
     status,
+    swiftguest_leftovers,
 )
 
 Check = Callable[[JSON | None], bool]
-
-
-def row(pool: JSON | None, name: str) -> dict[str, Any]:
-    return next((c for c in status(pool).get("cells") or [] if c["name"] == name), {})
 
 
 def failed_with(name: str, reason: str) -> Check:
@@ -59,18 +60,10 @@ async def _run_fault(
     guest_faults: dict[str, GuestFault] | None = None,
     node_faults: dict[str, NodeFault] | None = None,
 ) -> JSON | None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    ns = pool["metadata"]["namespace"]
-    key = await setup_pool(infra_api, workload, pool)
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, ns) as twin:
-            twin.kubeswift.faults.update(guest_faults or {})
-            twin.nodes.faults.update(node_faults or {})
-            return await converge(reconciler, key, check, timeout_s=30)
-    finally:
-        await reconciler.close()
+    async with running_pool(apis, workload, pool) as run:
+        run.twin.kubeswift.faults.update(guest_faults or {})
+        run.twin.nodes.faults.update(node_faults or {})
+        return await run.converge(check, timeout_s=30)
 
 
 async def test_vm_never_gets_an_address_times_out(
@@ -137,47 +130,35 @@ async def test_unreachable_workload_freezes_the_pool_then_recovers(
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("frz", namespace, replicas=1))
     text = workload.kubeconfig_path.read_text()
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            await converge(reconciler, key, ready_with(1), timeout_s=30)
-            guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "frz-0")
-            assert guest is not None
-            await infra_api.apply(dead_kubeconfig_secret(namespace, text, free_port()))
-            await _patch_replicas(infra_api, key, 0)
+    async with running_pool(apis, workload, swiftguest_pool("frz", namespace, 1)) as run:
+        await run.converge(ready_with(1), timeout_s=30)
+        guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "frz-0")
+        assert guest is not None
+        await infra_api.apply(dead_kubeconfig_secret(namespace, text, free_port()))
+        await run.scale(0)
 
-            def frozen(p: JSON | None) -> bool:
-                return cond(p, "WorkloadClusterReachable").get("reason") == "Unreachable"
+        def frozen(p: JSON | None) -> bool:
+            return cond(p, "WorkloadClusterReachable").get("reason") == "Unreachable"
 
-            pool = await converge(reconciler, key, frozen, timeout_s=10)
-            for _ in range(10):  # many passes while unreachable: nothing may change
-                await reconciler.reconcile_once(key)
-            await _patch_replicas(infra_api, key, 3)
-            for _ in range(10):
-                await reconciler.reconcile_once(key)
-            pool = await infra_api.get(KINDS["GPUCellPool"], namespace, "frz")
-            after = await infra_api.get(KINDS["SwiftGuest"], namespace, "frz-0")
-            assert after is not None and after["metadata"]["uid"] == guest["metadata"]["uid"]
-            assert "cells.kubeswift.io/drain" not in (after["metadata"].get("annotations") or {})
-            assert await names(infra_api, "SwiftGuest", namespace) == {"frz-0"}
-            node = await workload_api.get(KINDS["Node"], None, "frz-0")
-            assert node is not None and not node["spec"].get("unschedulable")
-            assert cond(pool, "Progressing")["reason"] == "Unreachable"
-            assert cond(pool, "Ready")["reason"] == "Unreachable"
-            assert row(pool, "frz-0")["reason"] == "Unreachable"  # phase frozen, not failed
-            assert row(pool, "frz-0")["phase"] == "Ready"
-            # Fix the credential: the pool converges to the latest spec (3 cells).
-            await infra_api.apply(kubeconfig_secret(namespace, text))
-            await converge(reconciler, key, ready_with(3), timeout_s=40)
-    finally:
-        await reconciler.close()
-
-
-async def _patch_replicas(api: KubeApi, key: PoolKey, n: int) -> None:
-    await api.patch(KINDS["GPUCellPool"], key.namespace, key.name, {"spec": {"replicas": n}})
+        pool = await run.converge(frozen, timeout_s=10)
+        await run.passes(10)  # many passes while unreachable: nothing may change
+        await run.scale(3)
+        await run.passes(10)
+        pool = await infra_api.get(KINDS["GPUCellPool"], namespace, "frz")
+        after = await infra_api.get(KINDS["SwiftGuest"], namespace, "frz-0")
+        assert after is not None and after["metadata"]["uid"] == guest["metadata"]["uid"]
+        assert "cells.kubeswift.io/drain" not in (after["metadata"].get("annotations") or {})
+        assert await names(infra_api, "SwiftGuest", namespace) == {"frz-0"}
+        node = await workload_api.get(KINDS["Node"], None, "frz-0")
+        assert node is not None and not node["spec"].get("unschedulable")
+        assert cond(pool, "Progressing")["reason"] == "Unreachable"
+        assert cond(pool, "Ready")["reason"] == "Unreachable"
+        assert row(pool, "frz-0")["reason"] == "Unreachable"  # phase frozen, not failed
+        assert row(pool, "frz-0")["phase"] == "Ready"
+        # Fix the credential: the pool converges to the latest spec (3 cells).
+        await infra_api.apply(kubeconfig_secret(namespace, text))
+        await run.converge(ready_with(3), timeout_s=40)
 
 
 def _node(name: str, labels: dict[str, str]) -> JSON:
@@ -190,25 +171,18 @@ async def test_foreign_nodes_are_never_touched(
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
     pool_name = f"frn{secrets.token_hex(2)}"  # Nodes are cluster-scoped: keep names unique
     squatter = f"{pool_name}-0"  # same name as the pool's first cell, somebody else's Node
     lookalike = f"{pool_name}-7"  # carries the pool label (old style), but no proof of ours
     await workload_api.create(_node(squatter, {"owner": "someone-else"}))
     await workload_api.create(_node(lookalike, {"cells.kubeswift.io/pool": pool_name}))
-    key = await setup_pool(infra_api, workload, swiftguest_pool(pool_name, namespace))
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
+    async with running_pool(apis, workload, swiftguest_pool(pool_name, namespace)) as run:
 
-            def foreign(p: JSON | None) -> bool:
-                return row(p, squatter).get("reason") == "ForeignNode"
+        def foreign(p: JSON | None) -> bool:
+            return row(p, squatter).get("reason") == "ForeignNode"
 
-            await converge(reconciler, key, foreign, timeout_s=20)
-            await infra_api.delete(KINDS["GPUCellPool"], namespace, pool_name)
-            await converge(reconciler, key, lambda p: p is None, timeout_s=20)
-    finally:
-        await reconciler.close()
+        await run.converge(foreign, timeout_s=20)
+        await run.delete(timeout_s=20)
     for name, labels in ((squatter, {"owner": "someone-else"}), (lookalike, {})):
         node = await workload_api.get(KINDS["Node"], None, name)
         assert node is not None, f"foreign Node {name} was deleted"
@@ -268,20 +242,15 @@ async def test_failed_cell_is_replaced_after_backoff_keeping_its_failure_count(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("repl", namespace))
+    infra_api = apis[0]
     limits = MembershipLimits(backoff_base_s=1.0)  # 30 s in production
-    reconciler = Reconciler(infra_api, clock, limits=limits)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace) as twin:
-            twin.kubeswift.faults["repl-0"] = GuestFault(fail=True)
-            pool = await converge(reconciler, key, failed_with("repl-0", "GuestFailed"))
-            failed_uid = row(pool, "repl-0")["guestUID"]
-            twin.kubeswift.faults.clear()  # the next incarnation boots fine
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
-    finally:
-        await reconciler.close()
+    pool_obj = swiftguest_pool("repl", namespace)
+    async with running_pool(apis, workload, pool_obj, limits=limits) as run:
+        run.twin.kubeswift.faults["repl-0"] = GuestFault(fail=True)
+        pool = await run.converge(failed_with("repl-0", "GuestFailed"))
+        failed_uid = row(pool, "repl-0")["guestUID"]
+        run.twin.kubeswift.faults.clear()  # the next incarnation boots fine
+        pool = await run.converge(ready_with(1), timeout_s=30)
     r = row(pool, "repl-0")
     assert r["guestUID"] != failed_uid  # a new incarnation at the same index
     assert r["failureCount"] == 1  # the failure survived the replacement
@@ -317,25 +286,28 @@ async def test_pool_deletion_proceeds_after_drain_timeout_while_unreachable(
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
     pool_obj = swiftguest_pool("blind", namespace, deletion={"drainTimeout": "2s"})
-    key = await setup_pool(infra_api, workload, pool_obj)
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            await converge(reconciler, key, ready_with(1), timeout_s=30)
-            text = workload.kubeconfig_path.read_text()
-            await infra_api.apply(dead_kubeconfig_secret(namespace, text, free_port()))
-            await infra_api.delete(KINDS["GPUCellPool"], namespace, "blind")
+    # The workload client of the witness is the test's own: it still reaches the cluster.
+    leftovers = swiftguest_leftovers(workload_api, PoolIdentity(namespace, "blind"))
+    witness = FinalizerReleaseWitness(infra_api, snapshot=leftovers)
+    async with running_pool(apis, workload, pool_obj, operator_api=witness) as run:
+        await run.converge(ready_with(1), timeout_s=30)
+        text = workload.kubeconfig_path.read_text()
+        await infra_api.apply(dead_kubeconfig_secret(namespace, text, free_port()))
+        await infra_api.delete(KINDS["GPUCellPool"], namespace, "blind")
 
-            def waiting(p: JSON | None) -> bool:
-                return row(p, "blind-0").get("reason") == "Unreachable"
+        def waiting(p: JSON | None) -> bool:
+            return row(p, "blind-0").get("reason") == "Unreachable"
 
-            await converge(reconciler, key, waiting, timeout_s=10)  # paused, not torn down
-            assert await infra_api.get(KINDS["SwiftGuest"], namespace, "blind-0") is not None
-            await converge(reconciler, key, lambda p: p is None, timeout_s=20)
-    finally:
-        await reconciler.close()
+        await run.converge(waiting, timeout_s=10)  # paused, not torn down
+        assert await infra_api.get(KINDS["SwiftGuest"], namespace, "blind-0") is not None
+        await run.converge(lambda p: p is None, timeout_s=20)
+    # The operator's own teardown, seen when it released the pool finalizer (the pool, the
+    # owner, still existed: the garbage collector cannot have deleted anything yet). Only the
+    # Node it could not reach is left.
+    blind = {"SwiftGuest": set(), "SwiftSeedProfile": set(), "Secret": set(), "Node": {"blind-0"}}
+    assert witness.left == blind
+    # And after it is gone (now including anything the garbage collector did).
     assert await names(infra_api, "SwiftGuest", namespace) == set()
     assert await names(infra_api, "SwiftSeedProfile", namespace) == set()
     # The Node could not be deleted while blind: it is left behind (the runbook says so).
