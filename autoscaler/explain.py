@@ -12,7 +12,7 @@ cooldowns survive an operator restart (the API has no status field for it yet).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,6 +61,25 @@ def outcome(decision: Decision, reachable: bool) -> Outcome:
         *cond,
         decision.victims,
     )
+
+
+def carry_victims(out: Outcome, previous: Outcome | None) -> Outcome:
+    """A decision holding the target of the scale-down in force keeps that scale-down's victims.
+
+    The provisioner drains the published victims only while the published decision is the one
+    in force; a later "hold" at the same target with no victims of its own would otherwise let
+    it drain whichever cell it picks by index instead of the one the policy chose.
+    """
+    if (
+        previous is not None
+        and previous.act
+        and previous.victims
+        and out.act
+        and not out.victims
+        and out.desired == previous.desired
+    ):
+        return replace(out, victims=previous.victims)
+    return out
 
 
 def drifted(published: Outcome, status: JSON) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 from autoscaler.explain import (
     MEMORY_ANNOTATION,
     Outcome,
+    carry_victims,
     decode_memory,
     drifted,
     encode_memory,
@@ -53,6 +54,7 @@ from autoscaler.observe import (
 from autoscaler.policy.config import policy_config_from_spec
 from autoscaler.policy.decide import decide
 from autoscaler.policy.types import (
+    CellState,
     Decision,
     MetricsHealth,
     Observation,
@@ -291,8 +293,20 @@ class Autoscaler:
         inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked)
         cells, unknown = cells_for_pool(pool, inputs, now)
         since = state.memory.last_scale_up_at if state.memory else None
-        cells = with_requested(cells, self._requested(state), since or now)
+        victims = self._victims(state)
+        cells = with_requested(cells, self._requested(state), since or now, victims)
+        leaving = {c.name for c in cells if c.state is CellState.DRAINING}
+        unknown = [name for name in unknown if name not in leaving]  # going: no need to know
         return observation(pending, cells, unknown, health, True)
+
+    @staticmethod
+    def _victims(state: PoolState) -> tuple[str, ...]:
+        """The cells our scale-down in force chose (the provisioner drains exactly those)."""
+        if state.published is not None:
+            return state.published.victims if state.published.act else ()
+        last = state.raw_status.get("lastDecision") or {}
+        victims = last.get("victims") if last.get("act") else None
+        return tuple(str(v) for v in victims) if isinstance(victims, list) else ()
 
     @staticmethod
     def _requested(state: PoolState) -> int:
@@ -306,7 +320,7 @@ class Autoscaler:
         self, state: PoolState, decision: Decision, reachable: bool, now: float
     ) -> None:
         pool = state.pool
-        out = outcome(decision, reachable)
+        out = carry_victims(outcome(decision, reachable), state.published)
         changed = out != state.published
         if changed:
             if state.event_reason is None:  # after a restart or takeover: what status says,

@@ -17,8 +17,8 @@ loop build observations identically:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.policy.demand import is_pending_hami_pod, pending_pod_from_manifest
@@ -310,20 +310,37 @@ def cells_for_pool(
 
 
 def with_requested(
-    cells: tuple[CellView, ...], requested: int, since: float
+    cells: tuple[CellView, ...],
+    requested: int,
+    since: float,
+    victims: Collection[str] = (),
 ) -> tuple[CellView, ...]:
-    """Cells the provisioner was asked for but has not created yet, as Booting placeholders.
+    """Cells as the provisioner will have them once it has caught up with ``requested``.
 
-    Without them the policy would see the pre-scale-up count until the provisioner writes its
-    rows, and (with a cooldown running) publish that smaller count, undoing its own scale-up.
+    Above the live count: Booting placeholders for cells asked for but not created yet. Below
+    it: the victims of the scale-down in force (``victims``, ours) already count as Draining.
+    Without this the policy would see the count before its own last decision until the
+    provisioner writes its rows, and publish that count (a scale-up undone by a cooldown; a
+    scale-down undone by a "hold" while a victim's metrics blink out as it is cordoned).
     """
     live = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
+    if requested < live and victims:
+        leaving = _leaving(cells, live - requested, victims)
+        return tuple(
+            replace(c, state=CellState.DRAINING) if c.name in leaving else c for c in cells
+        )
     top = max((c.index for c in cells), default=-1)
     extra = tuple(
         CellView(f"requested-{i}", top + 1 + i, CellState.BOOTING, since)
         for i in range(max(0, requested - live))
     )
     return cells + extra
+
+
+def _leaving(cells: Iterable[CellView], excess: int, victims: Collection[str]) -> set[str]:
+    """The first ``excess`` victims (in the decision's order) that are still live."""
+    live = {c.name for c in cells if c.state in (CellState.READY, CellState.BOOTING)}
+    return set([name for name in victims if name in live][:excess])
 
 
 def utilisation(cells: Iterable[CellView], shape: CellShape) -> float | None:

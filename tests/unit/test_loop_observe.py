@@ -12,10 +12,12 @@ a cell Prometheus was not asked about (Ready for less than staleAfter) is busy, 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from autoscaler.explain import Outcome, carry_victims
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
@@ -169,3 +171,33 @@ def test_raised_pairs_gpus_busiest_first() -> None:
     a = (GPUUsage(0, 0, 0), GPUUsage(8192, 50, 1))
     b = (GPUUsage(4096, 80, 1),)
     assert raised(a, b) == (GPUUsage(8192, 80, 1), GPUUsage(0, 0, 0))
+
+
+def test_victims_of_the_scale_down_in_force_count_as_draining() -> None:
+    """A hold decided before the provisioner marks its victim must not undo the scale-down."""
+    cells = tuple(CellView(f"p-{i}", i, CellState.READY, 0.0) for i in range(4))
+    after = with_requested(cells, requested=2, since=0.0, victims=("p-1", "p-3", "p-0"))
+    assert [c.state for c in after] == [
+        CellState.READY,
+        CellState.DRAINING,
+        CellState.READY,
+        CellState.DRAINING,
+    ]
+    # Victims already gone or being drained are not replaced by others.
+    gone = (cells[0], cells[2], replace(cells[3], state=CellState.DRAINING))
+    assert with_requested(gone, requested=1, since=0.0, victims=("p-1", "p-3", "p-0")) == (
+        replace(cells[0], state=CellState.DRAINING),
+        cells[2],
+        replace(cells[3], state=CellState.DRAINING),
+    )
+    # No victims known (a scale-down we did not choose): the count is left as it is.
+    assert with_requested(cells, requested=2, since=0.0) == cells
+
+
+def test_a_hold_at_the_scale_down_target_keeps_its_victims() -> None:
+    down = Outcome(7, "ScaledDown", "m", True, 0, 0, "True", "ScaledDown", ("p-6",))
+    hold = Outcome(7, "MetricsStale", "m", True, 0, 0, "True", "MetricsStale")
+    assert carry_victims(hold, down).victims == ("p-6",)
+    assert carry_victims(replace(hold, desired=8), down).victims == ()  # a new target
+    assert carry_victims(hold, replace(down, act=False)).victims == ()  # shadow: not in force
+    assert carry_victims(hold, None) == hold
