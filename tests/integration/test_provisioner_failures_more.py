@@ -32,6 +32,7 @@ from tests.integration.provisioner_support import (
     names,
     ready_with,
     row,
+    running_pool,
     setup_pool,
     status,
 )
@@ -47,46 +48,38 @@ async def test_node_not_ready_later_regresses_then_recovers_or_fails(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
     name = f"nrl{secrets.token_hex(2)}"  # Nodes are cluster-scoped: keep names unique
     cell = f"{name}-0"
     budget_s = 4.0
-    key = await setup_pool(
-        infra_api, workload, swiftguest_pool(name, namespace, ready_timeout="4s")
-    )
-    reconciler = Reconciler(infra_api, clock)
     loop = asyncio.get_running_loop()
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace) as twin:
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
-            ready_row = row(pool, cell)
-            assert ready_row["readyOnce"] is True and ready_row["nodeReady"] is True
-            # The kubelet reports NotReady from now on (its heartbeats keep coming).
-            twin.nodes.faults[cell] = NodeFault(not_ready_after_s=0.0)
+    pool_obj = swiftguest_pool(name, namespace, ready_timeout="4s")
+    async with running_pool(apis, workload, pool_obj) as run:
+        pool = await run.converge(ready_with(1), timeout_s=30)
+        ready_row = row(pool, cell)
+        assert ready_row["readyOnce"] is True and ready_row["nodeReady"] is True
+        # The kubelet reports NotReady from now on (its heartbeats keep coming).
+        run.twin.nodes.faults[cell] = NodeFault(not_ready_after_s=0.0)
 
-            def regressed(p: JSON | None) -> bool:
-                return _phase(p, cell) == ("Joining", "NodeNotReady")
+        def regressed(p: JSON | None) -> bool:
+            return _phase(p, cell) == ("Joining", "NodeNotReady")
 
-            pool = await converge(reconciler, key, regressed, timeout_s=15)
-            regressed_at = loop.time()
-            r = row(pool, cell)
-            assert r["failureCount"] == 0  # regression is not failure
-            assert r["readyOnce"] is True and r["nodeReady"] is False
-            assert r["guestUID"] == ready_row["guestUID"]
-            assert status(pool)["readyCells"] == 0 and status(pool).get("failedCells", 0) == 0
-            assert cond(pool, "Ready")["status"] == "False"
+        pool = await run.converge(regressed, timeout_s=15)
+        regressed_at = loop.time()
+        r = row(pool, cell)
+        assert r["failureCount"] == 0  # regression is not failure
+        assert r["readyOnce"] is True and r["nodeReady"] is False
+        assert r["guestUID"] == ready_row["guestUID"]
+        assert status(pool)["readyCells"] == 0 and status(pool).get("failedCells", 0) == 0
+        assert cond(pool, "Ready")["status"] == "False"
 
-            seen: set[tuple[Any, Any]] = set()
+        seen: set[tuple[Any, Any]] = set()
 
-            def failed(p: JSON | None) -> bool:
-                seen.add(_phase(p, cell))
-                return row(p, cell).get("phase") == "Failed"
+        def failed(p: JSON | None) -> bool:
+            seen.add(_phase(p, cell))
+            return row(p, cell).get("phase") == "Failed"
 
-            pool = await converge(reconciler, key, failed, timeout_s=20)
-            failed_at = loop.time()
-    finally:
-        await reconciler.close()
+        pool = await run.converge(failed, timeout_s=20)
+        failed_at = loop.time()
     # Between regression and failure the cell only ever sat in Joining/NodeNotReady, and it
     # failed only after the Joining budget (bootstrap.readyTimeout) ran out, with JoinTimeout.
     assert seen <= {("Joining", "NodeNotReady"), ("Failed", "JoinTimeout")}, seen
@@ -105,49 +98,44 @@ async def test_two_never_registering_cells_trigger_the_credential_guard(
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
     name = f"cred{secrets.token_hex(2)}"
     cells = {f"{name}-0", f"{name}-1"}
     pool_obj = swiftguest_pool(name, namespace, replicas=2, ready_timeout="3s")
-    key = await setup_pool(infra_api, workload, pool_obj)
     backoff_s = 2.0  # 30 s in production; short so that a replacement WOULD happen unguarded
-    reconciler = Reconciler(infra_api, clock, limits=MembershipLimits(backoff_base_s=backoff_s))
+    limits = MembershipLimits(backoff_base_s=backoff_s)
     loop = asyncio.get_running_loop()
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace) as twin:
-            for c in cells:
-                twin.nodes.faults[c] = NodeFault(never_register=True)
+    async with running_pool(apis, workload, pool_obj, limits=limits) as run:
+        for c in cells:
+            run.twin.nodes.faults[c] = NodeFault(never_register=True)
 
-            def guarded(p: JSON | None) -> bool:
-                both = all(_phase(p, c) == ("Failed", "NodeNeverRegistered") for c in cells)
-                return both and cond(p, "Progressing").get("reason") == "BootstrapCredentialSuspect"
+        def guarded(p: JSON | None) -> bool:
+            both = all(_phase(p, c) == ("Failed", "NodeNeverRegistered") for c in cells)
+            return both and cond(p, "Progressing").get("reason") == "BootstrapCredentialSuspect"
 
-            pool = await converge(reconciler, key, guarded, timeout_s=30)
-            progressing = cond(pool, "Progressing")
-            assert progressing["status"] == "False"
-            assert "2 cells booted but their Node never registered" in progressing["message"]
-            assert "joinSecretRef" in progressing["message"]
-            guests = {
-                g["metadata"]["name"]: g["metadata"]["uid"]
-                for g in await infra_api.list(KINDS["SwiftGuest"], namespace)
-            }
-            assert set(guests) == cells
-            # Many passes over more than twice the backoff: nothing is replaced or drained.
-            deadline = loop.time() + 3 * backoff_s
-            passes = 0
-            while loop.time() < deadline or passes < 10:
-                await reconciler.reconcile_once(key)
-                passes += 1
-                now_guests = await infra_api.list(KINDS["SwiftGuest"], namespace)
-                assert {g["metadata"]["name"]: g["metadata"]["uid"] for g in now_guests} == guests
-                for g in now_guests:
-                    annotations = g["metadata"].get("annotations") or {}
-                    assert "cells.kubeswift.io/drain" not in annotations
-                    assert g["metadata"].get("deletionTimestamp") is None
-                await asyncio.sleep(0.1)  # the reconcile cadence, not a synchronisation
-            pool = await infra_api.get(KINDS["GPUCellPool"], namespace, name)
-    finally:
-        await reconciler.close()
+        pool = await run.converge(guarded, timeout_s=30)
+        progressing = cond(pool, "Progressing")
+        assert progressing["status"] == "False"
+        assert "2 cells booted but their Node never registered" in progressing["message"]
+        assert "joinSecretRef" in progressing["message"]
+        guests = {
+            g["metadata"]["name"]: g["metadata"]["uid"]
+            for g in await infra_api.list(KINDS["SwiftGuest"], namespace)
+        }
+        assert set(guests) == cells
+        # Many passes over more than twice the backoff: nothing is replaced or drained.
+        deadline = loop.time() + 3 * backoff_s
+        passes = 0
+        while loop.time() < deadline or passes < 10:
+            await run.passes(1)
+            passes += 1
+            now_guests = await infra_api.list(KINDS["SwiftGuest"], namespace)
+            assert {g["metadata"]["name"]: g["metadata"]["uid"] for g in now_guests} == guests
+            for g in now_guests:
+                annotations = g["metadata"].get("annotations") or {}
+                assert "cells.kubeswift.io/drain" not in annotations
+                assert g["metadata"].get("deletionTimestamp") is None
+            await asyncio.sleep(0.1)  # the reconcile cadence, not a synchronisation
+        pool = await infra_api.get(KINDS["GPUCellPool"], namespace, name)
     assert cond(pool, "Progressing")["reason"] == "BootstrapCredentialSuspect"
     for c in cells:
         r = row(pool, c)

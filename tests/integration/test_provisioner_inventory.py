@@ -11,19 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.clock import SystemClock
 from provisioner.kube import JSON, KINDS, KubeApi
-from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.gpu_ledger import SWIFT_GPU_NODE, ledger_node
-from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
+    assert_stalled_then_freed,
     cond,
     gpu_pod,
     ready_with,
-    setup_pool,
-    status,
+    running_pool,
+    short_of_gpus,
 )
 
 
@@ -47,8 +46,7 @@ async def test_three_cells_with_two_free_gpus_creates_two_and_says_why(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
+    infra_api = apis[0]
     suffix = namespace[-6:]
     ledger = [
         ledger_node(f"host-a-{suffix}", gpus=2),
@@ -57,40 +55,23 @@ async def test_three_cells_with_two_free_gpus_creates_two_and_says_why(
     ]
     for node in ledger:
         await _ledger(infra_api, node)
-    key = await setup_pool(infra_api, workload, _native_pool("inv", namespace, 3))
-    reconciler = Reconciler(infra_api, clock)
     guest_counts: list[int] = []
     try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-
-            async def short_of_gpus(p: JSON | None) -> bool:
-                guest_counts.append(len(await infra_api.list(KINDS["SwiftGuest"], namespace)))
-                s = status(p)
-                return (
-                    s.get("readyCells") == 2
-                    and cond(p, "PhysicalGPUsAvailable").get("reason") == "InsufficientPhysicalGPU"
-                )
-
-            pool = await converge(reconciler, key, short_of_gpus, timeout_s=40)
-            for _ in range(10):  # more passes: still no third guest while the ledger is full
-                await reconciler.reconcile_once(key)
+        async with running_pool(apis, workload, _native_pool("inv", namespace, 3)) as run:
+            short = short_of_gpus(infra_api, namespace, guest_counts)
+            pool = await run.converge(short, timeout_s=40)
+            await run.passes(10)  # more passes: still no third guest while the ledger is full
             guests = await infra_api.list(KINDS["SwiftGuest"], namespace)
             # A GPU comes free (another tenant's guest went away): the third cell follows.
             c = ledger[2]["metadata"]["name"]
             freed: dict[str, Any] = {"status": {"gpus": [{"allocated": False}]}}
             await infra_api.patch(SWIFT_GPU_NODE, None, c, freed, status=True)
-            after = await converge(reconciler, key, ready_with(3), timeout_s=40)
+            after = await run.converge(ready_with(3), timeout_s=40)
     finally:
-        await reconciler.close()
         for node in ledger:
             await infra_api.delete(SWIFT_GPU_NODE, None, node["metadata"]["name"])
     assert max(guest_counts) == 2 and len(guests) == 2
-    phys = cond(pool, "PhysicalGPUsAvailable")
-    assert phys["status"] == "False" and "no free physical GPU" in phys["message"]
-    progressing = cond(pool, "Progressing")
-    assert (progressing["status"], progressing["reason"]) == ("False", "InsufficientPhysicalGPU")
-    assert cond(after, "PhysicalGPUsAvailable")["status"] == "True"
-    assert cond(after, "PhysicalGPUsAvailable")["reason"] == "FreeDevices"
+    assert_stalled_then_freed(pool, after)
 
 
 async def test_capacity_available_follows_hami_allocations(
@@ -98,26 +79,19 @@ async def test_capacity_available_follows_hami_allocations(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("cap", namespace, replicas=1))
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
-            free = cond(pool, "CapacityAvailable")
-            # HAMi allocated the whole GPU (8192 MiB, 100 %) to one pod on the cell.
-            pod = gpu_pod(namespace, "hog", "cap-0")
-            plan = "GPU-x,NVIDIA,8192,100:;"
-            pod["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": plan}
-            await workload_api.create(pod)
+    async with running_pool(apis, workload, swiftguest_pool("cap", namespace, 1)) as run:
+        pool = await run.converge(ready_with(1), timeout_s=30)
+        free = cond(pool, "CapacityAvailable")
+        # HAMi allocated the whole GPU (8192 MiB, 100 %) to one pod on the cell.
+        pod = gpu_pod(namespace, "hog", "cap-0")
+        plan = "GPU-x,NVIDIA,8192,100:;"
+        pod["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": plan}
+        await run.workload.create(pod)
 
-            def saturated(p: JSON | None) -> bool:
-                return cond(p, "CapacityAvailable").get("reason") == "Saturated"
+        def saturated(p: JSON | None) -> bool:
+            return cond(p, "CapacityAvailable").get("reason") == "Saturated"
 
-            full = await converge(reconciler, key, saturated, timeout_s=20)
-    finally:
-        await reconciler.close()
+        full = await run.converge(saturated, timeout_s=20)
     assert (free["status"], free["reason"]) == ("True", "CapacityFree")
     assert free["message"] == "0/8192 MiB, 0/100% cores allocated"
     assert cond(full, "CapacityAvailable")["status"] == "False"
