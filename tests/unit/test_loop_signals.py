@@ -99,3 +99,68 @@ async def test_decisions_land_in_the_metrics_registry() -> None:
         assert value("gpucellpool_decision_latency_seconds_count", labels) == 2  # q only
     finally:
         await scaler.close()
+
+
+class Missing(Usage):
+    """Prometheus answers, but has no series for ``absent`` Nodes (and says it is stale then)."""
+
+    def __init__(self, absent: set[str]) -> None:
+        super().__init__()
+        self.absent = absent
+
+    async def usage(
+        self, pool: GPUCellPool, nodes: Sequence[str]
+    ) -> tuple[Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
+        self.calls += 1
+        found = {n: (GPUUsage(),) for n in nodes if n not in self.absent}
+        return found, MetricsHealth(not (self.absent & set(nodes)), 0.0, "test")
+
+
+def full_cell_pod(node: str) -> dict[str, object]:
+    pod = pending_pod(f"on-{node}", mem_mib=24576)
+    pod["spec"]["nodeName"] = node  # type: ignore[index]
+    pod["status"] = {"phase": "Running"}
+    pod["metadata"]["annotations"] = {  # type: ignore[index]
+        "hami.io/vgpu-devices-allocated": f"GPU-{node},NVIDIA,24576,100:;"
+    }
+    return pod
+
+
+async def test_with_prometheus_down_a_full_cell_is_full_and_pending_pods_scale_up() -> None:
+    """Stale metrics freeze scale-down only: the pods' annotations still fill the cell."""
+    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
+    workload.nodes = [{"metadata": {"name": "a-0"}}]
+    workload.pods = {"busy": full_cell_pod("a-0"), "p": pending_pod("p", mem_mib=24576)}
+    scaler = Autoscaler(workload, writer, clock, usage=Missing({"a-0"}), settings=SETTINGS)
+    try:
+        scaler.pool_event("ADDED", idle_ready_pool())
+        await clock.advance(0.2)
+        decision = scaler.pools[("ns", "a")].last_decision
+        assert decision is not None
+        assert decision.reason == Reason.SCALED_UP and decision.desired_replicas == 2
+    finally:
+        await scaler.close()
+
+
+async def test_a_victims_metrics_blinking_out_does_not_undo_the_scale_down() -> None:
+    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
+    rows = [{"name": f"a-{i}", "index": i, "phase": "Ready", "nodeName": f"a-{i}"} for i in (0, 1)]
+    raw = with_cells(pool_manifest("a", behavior={"scaleDown": {"stabilizationWindowSeconds": 0}},
+                                   scaleDownDelayAfterScaleUp="0s", **PROM), rows)  # fmt: skip
+    raw["status"]["desiredReplicas"] = 2  # type: ignore[index]
+    workload.nodes = [{"metadata": {"name": "a-0"}}, {"metadata": {"name": "a-1"}}]
+    workload.pods = {"busy": full_cell_pod("a-0")}
+    usage = Missing(set())
+    scaler = Autoscaler(workload, writer, clock, usage=usage, settings=SETTINGS)
+    try:
+        scaler.pool_event("ADDED", raw)
+        await clock.advance(0.2)
+        down = writer.for_pool("a")[-1]["status"]
+        assert down["desiredReplicas"] == 1 and down["lastDecision"]["victims"] == ["a-1"]
+        usage.absent = {"a-1"}  # the victim is cordoned; its series go before its status row
+        await clock.advance(SETTINGS.tick_s + 0.1)
+        after = writer.for_pool("a")[-1]["status"]
+        assert after["desiredReplicas"] == 1, after["lastDecision"]
+        assert after["lastDecision"].get("victims", ["a-1"]) == ["a-1"]
+    finally:
+        await scaler.close()
