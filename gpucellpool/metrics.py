@@ -14,7 +14,10 @@ really incremented; counters start at zero when a pool is first seen (so ``rate(
 first increment); a value that cannot be read is removed, never left stale (physical ``free``,
 capacity); and a scaling decision is counted when it changes, not on every pass.
 ``gpucellpool_*`` adds the decision-quality series of the new control loop. Every per-pool
-series carries ``namespace`` and ``pool``; ``forget`` drops a deleted pool's series.
+series carries ``namespace`` and ``pool``; ``forget`` drops a deleted pool's series and
+``forget_all`` every pool's (a replica that lost leadership must not keep exporting the values
+of its last term next to the new leader's). A forgotten pool's old recorder is retired: a write
+through it (a pass that was running when leadership was lost) is dropped, never re-exported.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -32,6 +36,9 @@ from gpucellpool.api.status import CellPhase
 POOL_LABELS = ("namespace", "pool")
 STARTUP_BUCKETS = (30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1800.0)
 REMOVAL_REASONS = ("Drained", "Failed", "Other")  # gpucellpool_cells_removed_total{reason}
+# gpucell_capacity_scrape_errors_total{reason}: HAMi capacity of Ready cells, pending demand, and
+# the physical GPU ledger (SwiftGPUNodes / ResourceSlices; a reason the original did not have).
+SCRAPE_REASONS = ("capacity", "demand", "inventory")
 DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -77,8 +84,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("gpucell_capacity_gpu_compute_percent", G, "HAMi GPU compute on the pool's "
                "cells, percent of one GPU per GPU; homogeneous pools only", ("state",)),
     MetricSpec("gpucell_workload_cluster_reachable", G, "1 when the workload apiserver answers"),
-    MetricSpec("gpucell_capacity_scrape_errors_total", C, "Failed reads of capacity or demand",
-               ("reason",)),
+    MetricSpec("gpucell_capacity_scrape_errors_total", C, "Failed reads of HAMi capacity, demand "
+               "or the physical GPU inventory", ("reason",)),
     MetricSpec("gpucell_scale_decisions_total", C, "Scaling decisions that changed the outcome "
                "(reason or desired count), by reason and whether desired rose",
                ("reason", "scaled_up")),
@@ -163,6 +170,10 @@ def _drift_gauge(registry: CollectorRegistry) -> Gauge:
     return gauge
 
 
+# The child a retired recorder hands out: every write is dropped.
+_DISCARD = SimpleNamespace(**dict.fromkeys(("inc", "set", "observe"), lambda *_: None))
+
+
 class OperatorMetrics:
     """All collectors of one operator process, on ``registry``."""
 
@@ -190,8 +201,8 @@ class OperatorMetrics:
             recorder.remove_all()
 
     def forget_all(self) -> None:
-        """Remove every pool's series (on losing leadership: a standby must not export stale
-        values next to the new leader's)."""
+        """Remove every pool's series (call on losing leadership: a standby must not export
+        stale values next to the new leader's). Cluster-wide series (CRD drift) stay."""
         for namespace, name in list(self._pools):
             self.forget(namespace, name)
 
@@ -210,10 +221,11 @@ class PoolMetrics:
         self._owner, self._base = owner, (namespace, name)
         self._made: set[tuple[str, tuple[str, ...]]] = set()
         self._last_outcome: tuple[str, int] | None = None
+        self._retired = False
         for counter in ("gpucell_reconcile_errors_total", "gpucellpool_cells_created_total",
                         "gpucellpool_evictions_total"):  # fmt: skip
             self._child(counter)
-        for reason in ("capacity", "demand"):
+        for reason in SCRAPE_REASONS:
             self._child("gpucell_capacity_scrape_errors_total", reason)
         for reason in REMOVAL_REASONS:
             self._child("gpucellpool_cells_removed_total", reason)
@@ -221,6 +233,8 @@ class PoolMetrics:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _child(self, name: str, *extra: str) -> Any:
+        if self._retired:
+            return _DISCARD
         labels = (*self._base, *extra)
         self._made.add((name, labels))
         return self._owner.collectors[name].labels(*labels)
@@ -235,9 +249,11 @@ class PoolMetrics:
             self._owner.collectors[name].remove(*labels)
 
     def remove_all(self) -> None:
+        """Remove every series this recorder made and retire it (later writes are dropped)."""
         for name, labels in sorted(self._made):
             self._owner.collectors[name].remove(*labels)
         self._made.clear()
+        self._retired = True
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -366,7 +382,7 @@ class PoolMetrics:
     # -- errors -----------------------------------------------------------------------------
 
     def scrape_error(self, reason: str) -> None:
-        """A failed read; ``reason`` is ``capacity`` or ``demand``."""
+        """A failed read; ``reason`` is one of ``SCRAPE_REASONS``."""
         self._child("gpucell_capacity_scrape_errors_total", reason).inc()
 
     def reconcile_error(self) -> None:

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 from gpucellpool.api.autoscaling import DrainMode
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import CellStatus
 from provisioner.backends.base import (
     DRAIN_STARTED_ANNOTATION,
     CellBackend,
     CellObjects,
     abandon_draining,
 )
-from provisioner.cells import identity
+from provisioner.cells import identity, teardown_row
 from provisioner.fsm.drain import (
     DrainAction,
     DrainCause,
@@ -30,8 +31,9 @@ from provisioner.fsm.drain import (
 )
 from provisioner.fsm.identity import CELL_DRAIN_FINALIZER, node_ownership
 from provisioner.fsm.observations import parse_time_s
-from provisioner.fsm.vocabulary import CellPhase
+from provisioner.fsm.vocabulary import TEARDOWN_PHASES, CellPhase
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, KubeError
+from provisioner.metrics_port import NULL_RECORDER, ProvisionerRecorder
 from provisioner.workload import all_pods_on_node, gpu_pods_on_node
 
 MAX_STEPS_PER_PASS = 6
@@ -129,7 +131,12 @@ async def _observe(
 
 
 async def _perform(
-    step: DrainStep, cell: CellObjects, backend: CellBackend, workload: KubeApi | None, now: float
+    step: DrainStep,
+    cell: CellObjects,
+    backend: CellBackend,
+    workload: KubeApi | None,
+    now: float,
+    recorder: ProvisionerRecorder,
 ) -> None:
     action = step.action
     if action is DrainAction.CORDON and workload is not None:
@@ -140,6 +147,7 @@ async def _perform(
                 await workload.evict(pod.namespace, pod.name)
             except KubeError:
                 continue  # 429 (PDB) or gone: the next pass looks again
+            recorder.evicted()  # counted only once the Eviction API accepted it
     elif action is DrainAction.ABANDON:
         if workload is not None:
             await workload.patch(KINDS["Node"], None, cell.name, {"spec": {"unschedulable": None}})
@@ -158,8 +166,10 @@ async def drive_drain(
     backend: CellBackend,
     workload: KubeApi | None,
     clock_now: float,
+    recorder: ProvisionerRecorder = NULL_RECORDER,
 ) -> DrainStep:
-    """Observe, decide, act; repeat until the cell has to wait. Returns the last step."""
+    """Observe, decide, act; repeat until the cell has to wait. Returns the last step.
+    Every eviction the API accepted is counted on ``recorder``."""
     policy = drain_policy(pool, cell, clock_now)
     provider_id = backend.observe(cell, pool.spec.cell.node_ip_from).provider_id
     step = DrainStep(DrainAction.WAIT, CellPhase.DRAINING, "CellDraining", "")
@@ -169,7 +179,7 @@ async def drive_drain(
         if step.action in (DrainAction.WAIT, DrainAction.DONE):
             return step
         try:
-            await _perform(step, cell, backend, workload, clock_now)
+            await _perform(step, cell, backend, workload, clock_now, recorder)
         except Conflict:
             # Someone (CAPI, KubeSwift) wrote the object meanwhile: re-read, decide again.
             meta = cell.outer["metadata"]
@@ -181,3 +191,23 @@ async def drive_drain(
         if step.action in (DrainAction.DELETE_OUTER, DrainAction.ABANDON):
             return step
     return step
+
+
+def drained_row(
+    pool: GPUCellPool,
+    cell: CellObjects,
+    previous: CellStatus | None,
+    step: DrainStep,
+    now: float,
+) -> CellStatus:
+    """The status row of a leaving cell after this pass's drain steps."""
+    phase = step.phase
+    if cell.drain_cause == DrainCause.REPLACE_FAILED and pool.metadata.deletion_timestamp is None:
+        phase = CellPhase.FAILED  # keep the failure (count, backoff) on the tombstone
+    message = step.message + (
+        " (Node left behind: workload unreachable)" if step.node_left_behind else ""
+    )
+    if step.action is DrainAction.ABANDON:  # back in service: the phase it had before
+        kept = previous is not None and previous.phase not in TEARDOWN_PHASES
+        phase = previous.phase if previous is not None and kept else step.phase
+    return teardown_row(previous, cell, phase, str(step.reason), message, now)

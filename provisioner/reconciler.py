@@ -13,14 +13,19 @@ crash left behind are swept. Order of a pass:
 4. plan membership (pure); scale-down victims in drain back-off are swapped or held
    (``drain_holds``); mark removals/replacements Draining on the outer object;
 5. drive every draining cell one re-checked step at a time; create new cells;
-6. sweep orphaned dependents and dead orphan Nodes; write status through the subresource.
+6. sweep orphaned dependents and dead orphan Nodes; write status (rows, counts, conditions,
+   physical and HAMi capacity) through the subresource.
+
+A pass that raises (anything but a lost 409 race) is counted on the pool's
+``gpucell_reconcile_errors_total`` before the caller (the driver) sees it; failed capacity
+reads and evictions are counted too, all through the ``metrics_port`` the shell is given.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from gpucellpool.api.pool import GPUCellPool
@@ -29,13 +34,13 @@ from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import CellBackend, CellObjects, mark_draining, remove_finalizer
 from provisioner.backends.clusterapi import ClusterAPIBackend
 from provisioner.backends.swiftguest import SwiftGuestBackend
-from provisioner.cells import identity, observe_cell, sweep_orphan_nodes, teardown_row
+from provisioner.cells import identity, observe_cell, sweep_orphan_nodes
 from provisioner.clock import Clock
 from provisioner.drain_holds import hold_scale_down
-from provisioner.drainer import drive_drain
+from provisioner.drainer import drained_row, drive_drain
 from provisioner.events import EventSink, KubeEventSink, emit_all
 from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
-from provisioner.fsm.drain import DrainAction, DrainCause
+from provisioner.fsm.drain import DrainCause
 from provisioner.fsm.events import pass_events
 from provisioner.fsm.identity import POOL_FINALIZER
 from provisioner.fsm.inventory import physical_condition
@@ -43,13 +48,15 @@ from provisioner.fsm.manifests import owner_reference
 from provisioner.fsm.membership import MembershipLimits, MembershipPlan
 from provisioner.fsm.rollout import template_hash
 from provisioner.fsm.rows import to_time, tombstone
-from provisioner.fsm.vocabulary import PRE_GPU_PHASES, TEARDOWN_PHASES, StallReason
-from provisioner.inventory import capacity_available, free_physical_gpus
+from provisioner.fsm.vocabulary import PRE_GPU_PHASES, StallReason
+from provisioner.inventory import free_physical_gpus, read_capacity
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
+from provisioner.metrics_port import NO_METRICS, ProvisionerMetrics, ProvisionerRecorder
 from provisioner.planning import (
     JoinTemplate,
     PlanInput,
     decision_victims,
+    membership_limits,
     read_join_template,
     render,
 )
@@ -57,6 +64,7 @@ from provisioner.planning import plan as plan_cells
 from provisioner.rollout_shell import rollout_plan, updated_condition
 from provisioner.status import (
     PassSummary,
+    capacity_status,
     conditions,
     own_conditions,
     status_patch,
@@ -86,15 +94,6 @@ class ReconcileResult:
     ready: int = 0
 
 
-def membership_limits(pool: GPUCellPool, base: MembershipLimits) -> MembershipLimits:
-    """The churn limits for this pool: an autoscaled pool's in-flight cap is its own
-    ``spec.autoscaling.maxCellsInFlight`` (the number the policy plans with), so the
-    provisioner never throttles a scale-up the autoscaler sized; other pools keep ``base``."""
-    if not pool.spec.autoscaling.enabled:
-        return base
-    return replace(base, max_in_flight=pool.spec.autoscaling.max_cells_in_flight)
-
-
 class Reconciler:
     """The provisioner shell for every pool of one infrastructure cluster."""
 
@@ -106,11 +105,14 @@ class Reconciler:
         backends: Mapping[Provisioner, CellBackend] | None = None,
         limits: MembershipLimits | None = None,
         events: EventSink | None = None,
+        metrics: ProvisionerMetrics | None = None,
     ) -> None:
         """``limits``: churn limits (in-flight cap, replacement backoff); defaults as the
         earlier implementation (2 in flight, 30 s doubling backoff, 5 failures per index).
-        ``events``: where transitions are announced (default: Events in the pool's namespace)."""
+        ``events``: where transitions are announced (default: Events in the pool's namespace).
+        ``metrics``: where errors and evictions are counted (``OperatorMetrics``; default none)."""
         self.infra = infra
+        self.metrics: ProvisionerMetrics = metrics or NO_METRICS
         self.limits = limits or MembershipLimits()
         self.clock = clock
         self.events: EventSink = events or KubeEventSink(infra, clock)
@@ -126,13 +128,19 @@ class Reconciler:
     async def reconcile_once(self, key: PoolKey) -> ReconcileResult:
         """One pass. A write that lost an optimistic-concurrency race (409) ends the pass
         early; the next pass starts from fresh reads (every step is idempotent). The status
-        write retries its own 409s first (``write_status``), so the pass's rows are kept."""
+        write retries its own 409s first (``write_status``), so the pass's rows are kept.
+        Any other exception is counted as a reconcile error and re-raised. The recorder is
+        taken once per pass: if leadership is lost meanwhile, its writes are dropped."""
+        recorder = self.metrics.pool(key.namespace, key.name)
         try:
-            return await self._pass(key)
+            return await self._pass(key, recorder)
         except Conflict:
             return ReconcileResult(requeue_after_s=BUSY_REQUEUE_S)
+        except Exception:
+            recorder.reconcile_error()
+            raise
 
-    async def _pass(self, key: PoolKey) -> ReconcileResult:
+    async def _pass(self, key: PoolKey, recorder: ProvisionerRecorder) -> ReconcileResult:
         raw = await self.infra.get(KINDS["GPUCellPool"], key.namespace, key.name)
         if raw is None:
             return ReconcileResult(gone=True)
@@ -140,7 +148,7 @@ class Reconciler:
         backend = self.backends[pool.spec.cell.provisioner]
         now = self.clock.now()
         if pool.metadata.deletion_timestamp is not None:
-            return await self._delete_pool(pool, backend, now)
+            return await self._delete_pool(pool, backend, now, recorder)
         if POOL_FINALIZER not in pool.metadata.finalizers:
             finalizers = [*pool.metadata.finalizers, POOL_FINALIZER]
             patch = {
@@ -151,7 +159,7 @@ class Reconciler:
             }
             raw = await self.infra.patch(KINDS["GPUCellPool"], key.namespace, key.name, patch)
             pool = GPUCellPool.model_validate(raw)  # its resourceVersion guards the status write
-        return await self._converge(pool, backend, now)
+        return await self._converge(pool, backend, now, recorder)
 
     async def _workload(self, pool: GPUCellPool) -> tuple[KubeApi | None, Reachability]:
         wc = pool.spec.workload_cluster
@@ -161,7 +169,7 @@ class Reconciler:
         return (link.api if link.state.reachable else None), link.state
 
     async def _converge(
-        self, pool: GPUCellPool, backend: CellBackend, now: float
+        self, pool: GPUCellPool, backend: CellBackend, now: float, recorder: ProvisionerRecorder
     ) -> ReconcileResult:
         workload, reach = await self._workload(pool)
         cells = await backend.list_cells(pool)
@@ -172,7 +180,7 @@ class Reconciler:
         desired = self._desired(pool)
         rollout = await rollout_plan(pool, cells, rows, current_hash, desired, workload, now)
         await self._mark(backend, cells, rollout.drain, DrainCause.ROLLING_UPDATE, now)
-        free = await free_physical_gpus(self.infra, pool)
+        free = await free_physical_gpus(self.infra, pool, recorder)
         victims = decision_victims(pool, desired) if pool.spec.autoscaling.enabled else ()
         plan = plan_cells(
             PlanInput(
@@ -196,14 +204,16 @@ class Reconciler:
         await self._mark(backend, cells, plan.replace, DrainCause.REPLACE_FAILED, now)
         for cell in cells.values():
             if cell.drain_cause:
+                previous = rows.get(cell.name) or prev.get(cell.name)
                 rows[cell.name] = await self._drain(
-                    pool, backend, cell, rows.get(cell.name) or prev.get(cell.name), workload, now
+                    pool, backend, cell, previous, workload, now, recorder
                 )
         created = await self._create(pool, backend, plan, join, current_hash, prev, now)
         rows.update(created)
         await backend.sweep(pool, set(cells) | set(created))
         if workload is not None:
             await sweep_orphan_nodes(pool, workload, cells, now)
+        hami = await read_capacity(workload, pool, rows.values(), desired, now, recorder)
         summary = PassSummary(
             reach,
             desired,
@@ -216,7 +226,9 @@ class Reconciler:
                 sum(1 for r in rows.values() if r.phase in PRE_GPU_PHASES),
                 plan.stall is StallReason.INSUFFICIENT_PHYSICAL_GPU,
             ),
-            await capacity_available(workload, rows.values(), desired),
+            hami.condition,
+            free,
+            hami.capacity,
         )
         return await self._publish(pool, rows, prev, summary, now)
 
@@ -234,7 +246,9 @@ class Reconciler:
                 rows[name] = kept
         final = list(rows.values())
         conds = conditions(pool, final, summary, now)
-        patch = status_patch(pool, final, conds, summary.desired)
+        patch = status_patch(
+            pool, final, conds, summary.desired, capacity_status(pool, final, summary)
+        )
         await self._announce(pool, prev, final, await write_status(self.infra, pool, patch))
         ready = sum(1 for r in final if r.phase is CellPhase.READY)
         busy = summary.created > 0 or ready != summary.desired
@@ -312,21 +326,10 @@ class Reconciler:
         previous: CellStatus | None,
         workload: KubeApi | None,
         now: float,
+        recorder: ProvisionerRecorder,
     ) -> CellStatus:
-        step = await drive_drain(pool, cell, backend, workload, now)
-        phase = step.phase
-        if (
-            cell.drain_cause == DrainCause.REPLACE_FAILED
-            and pool.metadata.deletion_timestamp is None
-        ):
-            phase = CellPhase.FAILED  # keep the failure (count, backoff) on the tombstone
-        message = step.message + (
-            " (Node left behind: workload unreachable)" if step.node_left_behind else ""
-        )
-        if step.action is DrainAction.ABANDON:  # back in service: the phase it had before
-            kept = previous is not None and previous.phase not in TEARDOWN_PHASES
-            phase = previous.phase if previous is not None and kept else step.phase
-        return teardown_row(previous, cell, phase, str(step.reason), message, now)
+        step = await drive_drain(pool, cell, backend, workload, now, recorder)
+        return drained_row(pool, cell, previous, step, now)
 
     async def _create(
         self,
@@ -362,7 +365,7 @@ class Reconciler:
         return created
 
     async def _delete_pool(
-        self, pool: GPUCellPool, backend: CellBackend, now: float
+        self, pool: GPUCellPool, backend: CellBackend, now: float, recorder: ProvisionerRecorder
     ) -> ReconcileResult:
         """Drain every cell (the window runs from the deletionTimestamp), then let the pool go."""
         workload, reach = await self._workload(pool)
@@ -374,7 +377,7 @@ class Reconciler:
                 backend.api, backend.outer_kind, cell, str(DrainCause.POOL_DELETION), now
             )
             rows[cell.name] = await self._drain(
-                pool, backend, cell, prev.get(cell.name), workload, now
+                pool, backend, cell, prev.get(cell.name), workload, now, recorder
             )
         deleted = await backend.sweep(pool, set(cells))
         meta = pool.metadata
@@ -394,4 +397,4 @@ class Reconciler:
         return ReconcileResult(requeue_after_s=BUSY_REQUEUE_S)
 
 
-__all__ = ["PoolKey", "ReconcileResult", "Reconciler"]
+__all__ = ["PoolKey", "ReconcileResult", "Reconciler", "membership_limits"]

@@ -5,6 +5,9 @@ did and why. The rows come from the state machine; this module adds the counts a
 ``WorkloadClusterReachable``, ``Progressing`` and ``Ready`` conditions (transition times kept
 while the status does not change), and writes them with one JSON merge patch on the ``status``
 subresource - only the keys the provisioner owns, so the autoscaler's fields are left alone.
+``physicalCapacity`` and ``workloadCapacity`` (``fsm.pool_capacity``) are sent as values that
+replace the stored objects; ``workloadCapacity`` only when HAMi was read this pass (a failed
+read keeps the stored one, as in the earlier implementation).
 
 The one key both writers touch is ``conditions``: a merge patch replaces the whole list, and the
 autoscaler server-side-applies its ``ScalingActive`` entry into the same list. So the patch
@@ -23,9 +26,10 @@ from typing import Any
 
 from gpucellpool.api.conditions import ConditionType
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.api.status import CellPhase, CellStatus
+from gpucellpool.api.status import CellPhase, CellStatus, WorkloadCapacity
 from provisioner.backends.base import rfc3339
 from provisioner.fsm.inventory import PhysicalCondition
+from provisioner.fsm.pool_capacity import physical_capacity, replacing
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi
 from provisioner.workload import Reachability
@@ -89,7 +93,10 @@ def set_condition(
 
 @dataclass(frozen=True, slots=True)
 class PassSummary:
-    """What the pass concluded, for the conditions."""
+    """What the pass concluded, for the conditions and the capacity objects.
+
+    ``free_gpus``: the physical ledger's free count (None: unknown); ``workload``: HAMi
+    capacity read this pass (None: not read, keep the stored one)."""
 
     reach: Reachability
     desired: int
@@ -99,6 +106,8 @@ class PassSummary:
     updated: tuple[bool, str, str] | None = None
     physical: PhysicalCondition | None = None
     capacity: tuple[str, str, str] | None = None
+    free_gpus: int | None = None
+    workload: WorkloadCapacity | None = None
 
 
 def conditions(
@@ -150,10 +159,28 @@ def own_conditions(conds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [dict(c) for c in conds if c.get("type") in PROVISIONER_CONDITIONS]
 
 
+def capacity_status(pool: GPUCellPool, rows: list[CellStatus], summary: PassSummary) -> JSON:
+    """``physicalCapacity`` (always) and ``workloadCapacity`` (when read) as status keys whose
+    values replace the stored objects; the physical ``model`` follows the inner reading the
+    status will carry (this pass's, else the kept one)."""
+    inner = summary.workload or pool.status.workload_capacity
+    out: JSON = {
+        "physicalCapacity": replacing(physical_capacity(rows, summary.free_gpus, inner)),
+    }
+    if summary.workload is not None:
+        out["workloadCapacity"] = replacing(summary.workload)
+    return out
+
+
 def status_patch(
-    pool: GPUCellPool, rows: list[CellStatus], conds: list[dict[str, Any]], desired: int
+    pool: GPUCellPool,
+    rows: list[CellStatus],
+    conds: list[dict[str, Any]],
+    desired: int,
+    capacity: Mapping[str, Any] | None = None,
 ) -> JSON:
-    """The merge patch, preconditioned on the resourceVersion ``pool`` was read at."""
+    """The merge patch, preconditioned on the resourceVersion ``pool`` was read at;
+    ``capacity``: the keys of ``capacity_status`` (left out: the stored objects stay)."""
     c = count(rows)
     ordered = sorted(rows, key=lambda r: r.index)
     status: JSON = {
@@ -166,6 +193,7 @@ def status_patch(
         "failedCells": c.failed,
         "cells": [r.to_api() for r in ordered],
         "conditions": conds,
+        **(capacity or {}),
     }
     if not pool.spec.autoscaling.enabled:
         status["desiredReplicas"] = desired

@@ -248,3 +248,32 @@ def test_forget_all_leaves_only_cluster_wide_series() -> None:
     metrics.forget_all()
     remaining = {s.get("pool") for s in label_sets(reg, sample_names())}
     assert remaining == {None}  # the CRD drift gauge only
+
+
+def test_a_deposed_leader_exports_no_pool_series_even_from_a_pass_in_flight() -> None:
+    """Leadership lost: ``forget_all`` drops every pool's series; a recorder taken before
+    (a reconcile pass still running) is retired, so its late writes do not bring them back,
+    and the next term starts the pool's counters from zero."""
+    reg = CollectorRegistry()
+    metrics = OperatorMetrics(reg)
+    in_flight = metrics.pool("n", "p")
+    _exercise(in_flight)
+    metrics.forget_all()
+    in_flight.reconcile_error()
+    in_flight.evicted()
+    in_flight.record_physical(held=2, free=1)
+    _decide(in_flight, "ScaledUp", 3)
+    assert {s.get("pool") for s in label_sets(reg, sample_names())} <= {None}
+    metrics.pool("n", "p")  # leading again
+    assert _value(reg, "gpucell_reconcile_errors_total", namespace="n", pool="p") == 0
+
+
+def test_scrape_error_reasons_start_at_zero_including_the_physical_inventory() -> None:
+    reg = CollectorRegistry()
+    pool = OperatorMetrics(reg).pool("n", "p")
+    for reason in ("capacity", "demand", "inventory"):
+        assert _value(reg, "gpucell_capacity_scrape_errors_total", namespace="n", pool="p",
+                      reason=reason) == 0  # fmt: skip
+    pool.scrape_error("inventory")
+    assert _value(reg, "gpucell_capacity_scrape_errors_total", namespace="n", pool="p",
+                  reason="inventory") == 1  # fmt: skip

@@ -17,14 +17,19 @@ import yaml
 
 from gpucellpool.api import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus
+from provisioner.fsm.capacity import CellCapacity, Device
+from provisioner.fsm.pool_capacity import workload_capacity
 from provisioner.kube import JSON, Conflict, Kind, KubeApi
 from provisioner.status import (
     STATUS_WRITE_ATTEMPTS,
+    PassSummary,
+    capacity_status,
     own_conditions,
     rebase,
     status_patch,
     write_status,
 )
+from provisioner.workload import Reachability
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 T0 = "2026-11-30T10:00:00Z"
@@ -66,6 +71,25 @@ def test_the_patch_is_preconditioned_on_the_read_it_was_built_from() -> None:
     patch = status_patch(_pool(rv="100"), ROWS, OURS, 3)
     assert patch["metadata"] == {"resourceVersion": "100"}
     assert patch["status"]["desiredReplicas"] == 3
+
+
+def test_capacity_objects_are_written_whole_and_hami_only_when_read() -> None:
+    reach = Reachability(True, "Connected", "")
+    rows = [ROWS[0].model_copy(update={"devices": ["0000:01:00.0"]})]
+    hami = workload_capacity([CellCapacity((Device(8192, 100, "T4", "GPU-a"),))], "DP", 0.0)
+    read = capacity_status(_pool(), rows, PassSummary(reach, 1, free_gpus=4, workload=hami))
+    patch = status_patch(_pool(), rows, OURS, 1, read)["status"]
+    assert patch["physicalCapacity"] == {"gpus": 1, "freeGPUsInCluster": 4, "model": "T4"}
+    assert patch["workloadCapacity"]["gpuMemory"]["total"] == "8Gi"
+    assert patch["workloadCapacity"]["gpuCompute"]["total"] == "100"
+    # HAMi unreadable this pass: workloadCapacity is left out (kept), the physical model
+    # follows the stored inner reading, an unknown free count is deleted (null).
+    stored = _pool()
+    stored.status.workload_capacity = hami
+    kept = capacity_status(stored, rows, PassSummary(reach, 1))
+    assert "workloadCapacity" not in kept
+    assert kept["physicalCapacity"] == {"gpus": 1, "freeGPUsInCluster": None, "model": "T4"}
+    assert "physicalCapacity" not in status_patch(_pool(), rows, OURS, 1)["status"]
 
 
 def test_rebase_takes_every_foreign_condition_from_the_live_object() -> None:
