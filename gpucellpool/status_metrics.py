@@ -2,7 +2,8 @@
 
 Why this module exists: the provisioner writes what happened to every cell into
 ``status.cells[]`` (one row per cell: phase, ``lastTransitionTime``, ``readyOnce``) and the
-physical / HAMi readings into conditions, but counters and histograms need *changes*: a cell
+physical / HAMi readings into ``status.physicalCapacity`` / ``status.workloadCapacity``, but
+counters and histograms need *changes*: a cell
 created, a phase left, a first Ready, a row gone. ``status_changes`` is the pure diff of two
 consecutive statuses of one pool; ``StatusMetrics`` is the thin shell the App feeds every pool
 watch event to, which applies the diff to ``OperatorMetrics.pool(...)``.
@@ -22,9 +23,16 @@ Rules that keep the numbers honest:
   carries no drain cause (ScaleDown / RollingUpdate live on the outer object), so the cause is
   reported as what the status can tell: drained, failed, or gone without either.
 * Physical GPUs and HAMi capacity come from ``status.physicalCapacity`` /
-  ``status.workloadCapacity`` when written, else from the rows and from the provisioner's
-  ``PhysicalGPUsAvailable`` / ``CapacityAvailable`` conditions; unknown is None (the series
-  is removed, never left stale).
+  ``status.workloadCapacity``. The provisioner keeps ``workloadCapacity`` unchanged when a read
+  fails (the earlier implementation's meaning), but a metric must not be left stale: the
+  object counts as unknown (None: the series is removed) while ``CapacityAvailable`` is
+  ``Unknown`` and ``lastObserved`` is older than that condition's transition (a successful
+  read stamps ``lastObserved`` in the same pass as the condition, a failed one does not).
+* Legacy fallback, only for a status written by an operator that did not write these objects
+  yet (a provisioner of this project before they were written, or another process running
+  an older one with ``--no-provision`` here): the PCI devices on the rows, and the numbers in
+  the ``PhysicalGPUsAvailable`` / ``CapacityAvailable`` condition messages. Once the objects
+  are written, the messages are never parsed.
 """
 
 from __future__ import annotations
@@ -39,7 +47,13 @@ from pydantic import ValidationError
 
 from autoscaler.policy.demand import parse_int_quantity
 from gpucellpool.api.conditions import ConditionType
-from gpucellpool.api.status import CellPhase, CellStatus, GPUCellPoolStatus, ResourceTotals
+from gpucellpool.api.status import (
+    CellPhase,
+    CellStatus,
+    GPUCellPoolStatus,
+    ResourceTotals,
+    WorkloadCapacity,
+)
 from gpucellpool.metrics import REMOVAL_REASONS, OperatorMetrics, PoolMetrics
 
 log = logging.getLogger(__name__)
@@ -155,8 +169,8 @@ def status_changes(
 
 
 def physical(status: GPUCellPoolStatus) -> Physical:
-    """Held: ``physicalCapacity.gpus``, else the PCI devices on the rows. Free: the written
-    ``freeGPUsInCluster``, else the provisioner's ``PhysicalGPUsAvailable`` condition."""
+    """Held: ``physicalCapacity.gpus``; free: its ``freeGPUsInCluster`` (absent: unknown).
+    Legacy status without the object: the rows' PCI devices and the condition's message."""
     written = status.physical_capacity
     if written is not None:
         return Physical(written.gpus, written.free_gpus_in_cluster)
@@ -188,13 +202,28 @@ def _ready_devices(status: GPUCellPoolStatus) -> int | None:
     return sum(r.capacity_devices or 0 for r in ready)
 
 
+def _kept_after_failed_read(status: GPUCellPoolStatus, written: WorkloadCapacity) -> bool:
+    """The provisioner kept an older reading: the condition went Unknown after it was read."""
+    cond = status.condition(ConditionType.CAPACITY_AVAILABLE)
+    if cond is None or cond.status != "Unknown" or written.last_observed is None:
+        return False
+    return written.last_observed < cond.last_transition_time
+
+
 def capacity(status: GPUCellPoolStatus) -> Capacity:
-    """``workloadCapacity`` when written, else the provisioner's ``CapacityAvailable``."""
+    """``workloadCapacity`` (unknown while it is a kept, stale reading). Legacy status
+    without the object: the Ready rows' ``capacityDevices`` and the condition's message."""
     written = status.workload_capacity
     if written is not None and written.gpu_memory is not None:
+        if _kept_after_failed_read(status, written):
+            return Capacity(None, None, None)
         return Capacity(
             written.gpu_devices, _totals(written.gpu_memory), _totals(written.gpu_compute)
         )
+    return _legacy_capacity(status)
+
+
+def _legacy_capacity(status: GPUCellPoolStatus) -> Capacity:
     devices = _ready_devices(status)
     cond = status.condition(ConditionType.CAPACITY_AVAILABLE)
     if cond is not None and cond.reason == "ScaledToZero":

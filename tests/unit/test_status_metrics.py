@@ -260,6 +260,45 @@ def test_capacity(extra: dict[str, Any], want: Capacity) -> None:
     assert capacity(status(*rows, **extra)) == want
 
 
+ZERO_MEMORY = {"total": "0", "allocated": "0", "available": "0"}
+
+
+def _written(observed_at: int, **extra: Any) -> dict[str, Any]:
+    return {"gpuDevices": 1, "gpuMemory": {"total": "8Gi", "allocated": "0", "available": "8Gi"},
+            "lastObserved": _ts(observed_at), **extra}  # fmt: skip
+
+
+def _unknown_since(at: int) -> dict[str, Any]:
+    return {**cond("CapacityAvailable", "Unknown", "Unknown", "any message"),
+            "lastTransitionTime": _ts(at)}  # fmt: skip
+
+
+def test_a_reading_kept_after_a_failed_read_is_unknown_not_stale() -> None:
+    """The provisioner keeps workloadCapacity on a failed read; the metric does not."""
+    rows = (row("p-0", "Ready", 0, capacityDevices=1),)
+    kept = status(*rows, workloadCapacity=_written(10), conditions=[_unknown_since(20)])
+    assert capacity(kept) == Capacity(None, None, None)
+    # read in the same pass the condition went Unknown (no Ready cell yet, no healthy
+    # device): a real reading, written with it
+    fresh = status(*rows, workloadCapacity=_written(20, gpuDevices=0, gpuMemory=ZERO_MEMORY),
+                   conditions=[_unknown_since(20)])  # fmt: skip
+    assert capacity(fresh) == Capacity(0, {"total": 0, "allocated": 0, "available": 0}, None)
+    # the condition is known: the object is this pass's reading, whatever its age
+    known = [{**_unknown_since(20), "status": "True", "reason": "CapacityFree"}]
+    assert capacity(status(*rows, workloadCapacity=_written(10), conditions=known)).devices == 1
+
+
+def test_written_objects_win_over_condition_messages() -> None:
+    """Once the provisioner writes the objects, the messages are never parsed."""
+    msg = cond("CapacityAvailable", "True", "CapacityFree", "1/2 MiB, 3/4% cores allocated")
+    phys = cond("PhysicalGPUsAvailable", "True", "FreeDevices", "9 free physical GPU(s)")
+    st = status(row("p-0", "Ready", 0, capacityDevices=5), workloadCapacity=_written(0),
+                physicalCapacity={"gpus": 1}, conditions=[msg, phys])  # fmt: skip
+    assert capacity(st).memory_bytes == {"total": 8 * GIB, "allocated": 0, "available": 8 * GIB}
+    assert capacity(st).devices == 1
+    assert physical(st) == Physical(1, None)
+
+
 def test_capacity_devices_unknown_when_a_ready_row_is_unknown() -> None:
     assert capacity(status(row("p-0", "Ready", 0))).devices is None
 
