@@ -1,13 +1,15 @@
 """The autoscaling control loop: one asyncio task per pool, woken by watch events.
 
 Why this module exists: it is the shell around the pure ``decide``. Per pool one task waits for
-a wake-up (a watch event on the pool's workload cluster or on the pool itself) or the periodic
-tick, debounces (a burst of pod creations becomes one decision), builds the ``Observation``
-from the caches (``autoscaler.observe``), calls ``decide`` and publishes the outcome
-(``autoscaler.explain``) through the ``PoolWriter`` port: status, the ScalingActive condition, an
-Event when the reason changes, metrics, and the policy memory. A pool's failure is logged and
-counted and never touches another pool's task. Time comes only from the injected ``Clock``
-(whose ``sleep`` a test can drive virtually); nothing here imports a Kubernetes client.
+a wake-up (a watch event on the pool itself, or a workload event routed to the pool by
+``autoscaler.routing``) or the periodic tick, debounces (a burst of pod creations becomes one
+decision), builds the ``Observation`` from the caches (``autoscaler.observe``), calls ``decide``
+and publishes the outcome (``autoscaler.explain``) through the ``PoolWriter`` port: status, the
+ScalingActive condition, an Event when the reason changes, metrics, and the policy memory. An
+event that left the decision's inputs unchanged decides nothing (``Autoscaler._unchanged``), and
+status is written only when the outcome changed (``Autoscaler._due``). A pool's failure is
+logged and counted and never touches another pool's task. Time comes only from the injected
+``Clock`` (whose ``sleep`` a test can drive virtually); nothing here imports a Kubernetes client.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from autoscaler.explain import (
@@ -39,6 +40,7 @@ from autoscaler.loop_ports import (
     WorkloadSnapshot,
     WorkloadView,
 )
+from autoscaler.loop_state import LoopSettings, PoolState, record_metrics
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
@@ -48,7 +50,6 @@ from autoscaler.observe import (
     observation,
     pending_for_pool,
     remember_first_seen,
-    utilisation,
     with_requested,
 )
 from autoscaler.policy.config import policy_config_from_spec
@@ -58,8 +59,6 @@ from autoscaler.policy.types import (
     Decision,
     MetricsHealth,
     Observation,
-    PolicyMemory,
-    Reason,
 )
 from gpucellpool.api.pool import GPUCellPool
 
@@ -67,37 +66,6 @@ __all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LoopSettings:
-    debounce_s: float = 0.15
-    """Quiet time that ends a burst of watch events (one decision for the whole burst)."""
-    max_debounce_s: float = 1.0
-    """Upper bound of the trailing debounce, so a steady stream of events cannot starve."""
-    tick_s: float = 10.0
-    """Time-based rules (stabilisation, delays) need a decision even when nothing changes."""
-    memory_persist_s: float = 30.0
-    """How often unchanged memory is written back; a restart loses at most this much."""
-    usage_timeout_s: float = 5.0
-    """Bound on a Prometheus read inside a decision."""
-
-
-@dataclass(slots=True)
-class PoolState:
-    pool: GPUCellPool
-    raw_status: JSON
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    memory: PolicyMemory | None = None
-    first_seen: dict[str, float] = field(default_factory=dict)
-    published: Outcome | None = None
-    event_reason: str | None = None  # the reason of the last Event posted
-    latency_reported: set[str] = field(default_factory=set)  # pods whose wait was observed
-    memory_written_at: float = float("-inf")
-    decisions: int = 0
-    errors: int = 0
-    last_decision: Decision | None = None
 
 
 def _key(pool: GPUCellPool) -> tuple[str, str]:
@@ -168,9 +136,16 @@ class Autoscaler:
             state.wake.set()
 
     def cluster_event(self, cluster: object) -> None:
-        """A workload watch event: wake the pools of that cluster (cheap; no I/O)."""
+        """Wake every pool of that workload cluster (cheap; no I/O)."""
         for state in self.pools.values():
             if self.workload.cluster_of(state.pool) == cluster:
+                state.wake.set()
+
+    def wake(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Wake these pools: a workload event routed to them (``autoscaler.routing``)."""
+        for key in keys:
+            state = self.pools.get(key)
+            if state is not None:
                 state.wake.set()
 
     def wake_all(self) -> None:
@@ -182,17 +157,21 @@ class Autoscaler:
 
     # -- the per-pool task ------------------------------------------------------------------
 
-    async def _wait(self, state: PoolState) -> None:
-        """Until woken or the tick elapses, then the debounce."""
+    async def _wait(self, state: PoolState) -> bool:
+        """Until woken or the tick elapses, then the debounce; whether an event woke it."""
+        tick = self.settings.tick_s if state.synced else self.settings.unsynced_retry_s
+        since = self.clock.now() - state.decided_at
+        if 0.0 <= since < tick:
+            tick -= since  # the tick counts from the last decision, not from a skipped one
         waiter = asyncio.ensure_future(state.wake.wait())
-        ticker = asyncio.ensure_future(self.clock.sleep(self.settings.tick_s))
+        ticker = asyncio.ensure_future(self.clock.sleep(tick))
         try:
             await asyncio.wait({waiter, ticker}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiter.cancel()
             ticker.cancel()
         if not state.wake.is_set():
-            return  # the tick
+            return False  # the tick
         # Trailing debounce: decide once events have been quiet for ``debounce_s``, but never
         # later than ``max_debounce_s`` after the first one (a steady stream must not starve).
         first = self.clock.now()
@@ -202,15 +181,16 @@ class Autoscaler:
             if not state.wake.is_set() or self.clock.now() - first >= self.settings.max_debounce_s:
                 break
         state.wake.clear()
+        return True
 
     async def _run_pool(self, key: tuple[str, str]) -> None:
         while True:
             state = self.pools.get(key)
             if state is None:
                 return
-            await self._wait(state)
+            woken = await self._wait(state)
             try:
-                await self.decide_once(key)
+                await self.decide_once(key, skip_unchanged=woken)
             except asyncio.CancelledError:
                 raise
             except Exception:  # one pool's failure never stops the others (or itself)
@@ -235,8 +215,14 @@ class Autoscaler:
 
     # -- one decision -----------------------------------------------------------------------
 
-    async def decide_once(self, key: tuple[str, str]) -> Decision | None:
-        """Observe, decide and (when leader) publish for one pool; None when not applicable."""
+    async def decide_once(
+        self, key: tuple[str, str], skip_unchanged: bool = False
+    ) -> Decision | None:
+        """Observe, decide and (when leader) publish for one pool; None when not applicable.
+
+        ``skip_unchanged`` (an event woke the pool): return the last decision without deciding
+        again when ``_unchanged`` says the decision inputs are the same.
+        """
         state = self.pools.get(key)
         if state is None or not state.pool.spec.autoscaling.enabled:
             return None
@@ -244,7 +230,12 @@ class Autoscaler:
         if state.memory is None:
             state.memory = decode_memory(pool.metadata.annotations.get(MEMORY_ANNOTATION))
         snap = self.workload.snapshot(pool)
+        state.synced = snap.synced
         obs = await self._observe(state, snap, now)
+        inputs = (obs, state.memory, pool.metadata.generation, self.is_leader())
+        if skip_unchanged and self._unchanged(state, inputs, now):
+            state.skipped += 1
+            return state.last_decision
         config = policy_config_from_spec(pool.spec)
         decision = decide(obs, state.memory, config, now)
         state.decisions += 1
@@ -253,9 +244,31 @@ class Autoscaler:
             # Memory is committed only once the decision is published: a failed write must
             # not leave the policy believing it scaled when nobody was told.
             await self._publish(state, decision, obs.workload_cluster_reachable, now)
-            self._record(state, decision, obs, now)
+            if self.metrics is not None:
+                recorder = self.metrics.pool(*_key(pool))
+                state.latency_reported = record_metrics(recorder, state, decision, obs, now)
         state.memory = decision.memory
+        # What the next decision would start from, were nothing to change but the time.
+        state.last_inputs, state.decided_at = (obs, decision.memory, *inputs[2:]), now
         return decision
+
+    def _unchanged(self, state: PoolState, inputs: tuple[Any, ...], now: float) -> bool:
+        """Whether an event-driven decision now would only re-run the last one a moment later.
+
+        ``decide`` is a pure function of (observation, memory, config, now). When the
+        observation, the memory it left, the spec generation and leadership are all unchanged,
+        deciding again differs from the last decision only by ``now``: the time-based rules
+        (stabilisation, delays, cooldowns) and the memory's samples. Without events those run
+        once per tick, and the policy must be right at that cadence; so skipping is allowed
+        only within one tick of the last decision (``_wait`` counts the tick from that decision,
+        so a stream of no-op events cannot starve those rules), and never while something is
+        left to publish (``published`` reset by drift or a takeover).
+        """
+        return (
+            state.last_inputs == inputs
+            and now - state.decided_at < self.settings.tick_s
+            and (state.published is not None or not self.is_leader())
+        )
 
     async def _observe(self, state: PoolState, snap: WorkloadSnapshot, now: float) -> Observation:
         pool = state.pool
@@ -321,13 +334,13 @@ class Autoscaler:
     ) -> None:
         pool = state.pool
         out = carry_victims(outcome(decision, reachable), state.published)
-        changed = out != state.published
+        changed = self._due(state, out, now)
         if changed:
             if state.event_reason is None:  # after a restart or takeover: what status says,
                 # read before our write (its watch event may update raw_status meanwhile)
                 state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
             await self.writer.apply_status(status_apply_body(pool, out, state.raw_status, now))
-            state.published = out
+            state.published, state.status_written_at = out, now
             if state.event_reason != out.reason:
                 await self.writer.event(pool, out.reason, note(out), not reachable)
                 state.event_reason = out.reason
@@ -335,41 +348,22 @@ class Autoscaler:
             await self.writer.annotate(pool, MEMORY_ANNOTATION, encode_memory(decision.memory))
             state.memory_written_at = now
 
-    def _record(self, state: PoolState, decision: Decision, obs: Observation, now: float) -> None:
-        if self.metrics is None:
-            return
-        recorder = self.metrics.pool(*_key(state.pool))
-        oldest = min(state.first_seen.values(), default=now)
-        recorder.record_decision(
-            reason=decision.reason.value,
-            desired=decision.desired_replicas,
-            demand_cells=float(decision.cells_needed),
-            allocated_cells=float(len(state.pool.status.cells or [])),
-            pending_asks=decision.pending_asks,
-            unschedulable=len(decision.unschedulable),
-            oldest_pending_age_seconds=max(0.0, now - oldest),
-            now=now,
-        )
-        recorder.record_reachable(obs.workload_cluster_reachable)
-        config = policy_config_from_spec(state.pool.spec)
-        recorder.record_limits(
-            min_cells=config.min_replicas,
-            max_cells=config.max_replicas,
-            boot_seconds=config.boot_seconds,
-            stabilization_seconds=config.scale_down.stabilization_window_seconds,
-        )
-        recorder.record_cells(Counter(c.phase for c in state.pool.status.cells or []))
-        shape = config.shape
-        ratio = utilisation(obs.cells, shape) if obs.metrics.fresh else None
-        recorder.record_utilization(
-            ratio, fresh=obs.metrics.fresh, age_seconds=obs.metrics.age_seconds
-        )
-        if decision.reason is Reason.SCALED_UP and decision.act:
-            # Each pending pod's wait until capacity for it was requested, counted once.
-            for pod in obs.pending:
-                if pod.key not in state.latency_reported:
-                    recorder.observe_decision_latency(now - pod.first_seen)
-            state.latency_reported = {p.key for p in obs.pending}
+    def _due(self, state: PoolState, out: Outcome, now: float) -> bool:
+        """Whether ``out`` must be written to status now.
+
+        Yes when it differs from what we published in anything but the message. A message-only
+        change (a hold's text counts the seconds since the last scale-up, so it changes on every
+        decision) is written at most every ``message_refresh_s``: the status stays consistent
+        (its ``lastDecision.time`` says when that text was true) without a write per decision.
+        """
+        published = state.published
+        if published is None:
+            return True
+        if out == published:
+            return False
+        if replace(out, message=published.message) != published:
+            return True
+        return now - state.status_written_at >= self.settings.message_refresh_s
 
 
 def _meta(obj: JSON, field_name: str) -> str:

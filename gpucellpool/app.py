@@ -2,9 +2,10 @@
 
 Why this module exists: the loop, the caches, the elector and the probes only know each other
 through Protocols; something has to choose the real implementations and wire the callbacks
-(pool watch -> loop and workload caches; workload watch -> wake that cluster's pools; gaining
-leadership -> re-read memory and decide at once). Keeping that in one place makes the wiring
-reviewable and lets tests build the same graph with their own clock, registry or identity.
+(pool watch -> loop, workload caches and event routes; workload watch -> wake the pools that
+event concerns; gaining leadership -> re-read memory and decide at once). Keeping that in one
+place makes the wiring reviewable and lets tests build the same graph with their own clock,
+registry or identity.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from autoscaler.loop import Autoscaler, LoopSettings
+from autoscaler.routing import WorkloadRouter, pool_route
 from gpucellpool import crdcheck
 from gpucellpool.health import HealthServer
 from gpucellpool.kube.adapters import (
@@ -44,6 +46,7 @@ from provisioner.kube import RestKubeApi
 from provisioner.reconciler import Reconciler
 from webhook.kube import KubeCrdReader, KubeEventSink
 from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
+from webhook.tls import FileWatcher
 
 log = logging.getLogger(__name__)
 
@@ -102,53 +105,68 @@ class App:
         self.clock = clock or SystemClock()
         self.registry = registry or CollectorRegistry()
         self.metrics = OperatorMetrics(self.registry)
-        election = ElectionSettings(
-            settings.lease_namespace,
-            settings.lease_name,
-            settings.identity,
-            settings.lease_s,
-            settings.renew_deadline_s,
-            settings.retry_s,
-        )
-        lease = LeaseClient(infra, settings.lease_namespace, settings.lease_name)
-        self.elector = LeaderElector(lease, self.clock, election, self._leadership)
+        self.elector = self._elector()
         self.clusters = WorkloadClusters(infra, workload_factory, self._cluster_changed)
+        self.router = WorkloadRouter()
         self.usage = PrometheusUsage(infra, self.clock)
         self.writer = KubePoolWriter(infra, settings.identity, self.clock)
-        self.autoscaler = Autoscaler(
-            CacheWorkloadView(self.clusters),
-            self.writer,
-            self.clock,
-            metrics=self.metrics,
-            usage=self.usage,
-            settings=LoopSettings(debounce_s=settings.debounce_s, tick_s=settings.tick_s),
-            is_leader=lambda: self.elector.is_leader,
-        )
+        self.autoscaler = self._autoscaler()
         self.reconciler = Reconciler(
             RestKubeApi(infra.api_client, settings.api_timeout_s), self.clock
         )
         self.driver = ProvisionerDriver(self.reconciler, self.clock, lambda: self.elector.is_leader)
         self.status_metrics = StatusMetrics(self.metrics, lambda: self.elector.is_leader)
-        namespaces = watched_namespaces(settings)
-        self.pool_caches = [
-            WatchCache(infra, Query(_path(ns, POOLS_PATH)), self._pool_changed) for ns in namespaces
-        ]
-        self.outer = [
-            WatchCache(infra, Query(_path(ns, path)), self._outer_changed)
-            for ns in namespaces
-            for path in (SWIFTGUESTS_PATH, MACHINES_PATH)
-        ]
+        self.pool_caches, self.outer = self._infra_caches()
         self._cluster_of: dict[tuple[str, str], ClusterKey] = {}
         self._releases: set[asyncio.Task[None]] = set()
-        site, self._metrics_cert = secure_site(
-            settings.metrics, KubeAccessReviewer(infra), self.clock.now
-        )
-        self.health = HealthServer(
-            self.live, self.ready, self.registry, settings.health_host, settings.health_port, site
-        )
+        self.health, self._metrics_cert = self._health()
         self._tasks: list[asyncio.Task[None]] = []
         self._crd_task: asyncio.Task[None] | None = None
         self.webhook: RunningWebhook | None = None
+
+    # -- construction helpers -----------------------------------------------------------------
+
+    def _elector(self) -> LeaderElector:
+        s = self.settings
+        election = ElectionSettings(
+            s.lease_namespace, s.lease_name, s.identity, s.lease_s, s.renew_deadline_s, s.retry_s
+        )
+        lease = LeaseClient(self.infra, s.lease_namespace, s.lease_name)
+        return LeaderElector(lease, self.clock, election, self._leadership)
+
+    def _autoscaler(self) -> Autoscaler:
+        return Autoscaler(
+            CacheWorkloadView(self.clusters),
+            self.writer,
+            self.clock,
+            metrics=self.metrics,
+            usage=self.usage,
+            settings=LoopSettings(debounce_s=self.settings.debounce_s, tick_s=self.settings.tick_s),
+            is_leader=lambda: self.elector.is_leader,
+        )
+
+    def _infra_caches(self) -> tuple[list[WatchCache], list[WatchCache]]:
+        """The GPUCellPool caches and the outer-object (SwiftGuest, Machine) caches."""
+        namespaces = watched_namespaces(self.settings)
+        pools = [
+            WatchCache(self.infra, Query(_path(ns, POOLS_PATH)), self._pool_changed)
+            for ns in namespaces
+        ]
+        outer = [
+            WatchCache(self.infra, Query(_path(ns, path)), self._outer_changed)
+            for ns in namespaces
+            for path in (SWIFTGUESTS_PATH, MACHINES_PATH)
+        ]
+        return pools, outer
+
+    def _health(self) -> tuple[HealthServer, FileWatcher | None]:
+        """The probe and metrics server, and the metrics certificate it may rotate."""
+        s = self.settings
+        site, cert = secure_site(s.metrics, KubeAccessReviewer(self.infra), self.clock.now)
+        server = HealthServer(
+            self.live, self.ready, self.registry, s.health_host, s.health_port, site
+        )
+        return server, cert
 
     # -- wiring -------------------------------------------------------------------------------
 
@@ -159,6 +177,7 @@ class App:
         secret = (wc.get("kubeconfigSecretRef") or {}).get("name")
         if kind == "DELETED":
             self._cluster_of.pop(key, None)
+            self.router.pool_deleted(key)
             # Stop watching a workload cluster no remaining pool uses.
             release = self.clusters.release_unused(set(self._cluster_of.values()))
             self._releases.add(task := asyncio.create_task(release))
@@ -167,6 +186,7 @@ class App:
             cluster = ClusterKey(key[0], str(secret), str(wc.get("key") or "value"))
             self._cluster_of[key] = cluster
             self.clusters.ensure(cluster)
+            self.router.pool_changed(pool_route(key, cluster, raw))
         self.autoscaler.pool_event(kind, raw)
         if self.settings.provision:
             self.driver.pool_event(kind, raw)
@@ -179,11 +199,11 @@ class App:
             self.driver.wake(owner)
 
     def _cluster_changed(self, key: ClusterKey, kind: str, obj: JSON) -> None:
-        del kind, obj
-        self.autoscaler.cluster_event(key)
-        for pool, cluster in self._cluster_of.items():
-            if cluster == key:
-                self.driver.wake(pool)
+        """A workload watch event wakes only the pools it concerns (``autoscaler.routing``)."""
+        wake = self.router.event(key, kind, obj)
+        self.autoscaler.wake(wake.decide)
+        for pool in wake.act:
+            self.driver.wake(pool)
 
     def _leadership(self, leader: bool) -> None:
         # A new term starts from a first sight of every pool: gauges now, no history counted.

@@ -3,10 +3,10 @@
 Why this module exists: ``gpucellpool run`` must not only decide but also act. The provisioner
 shell (``provisioner.reconciler.Reconciler``) is stateless per pass; this driver gives each pool
 one task that reconciles when something relevant changed - the pool's spec, deletion or
-``status.desiredReplicas`` (the autoscaler's contract), its SwiftGuests/Machines, or a Node or
-pod in its workload cluster - after a short debounce, and otherwise when the reconciler asked to
-be requeued. Failures back off exponentially and never touch other pools. Only the leader
-reconciles.
+``status.desiredReplicas`` (the autoscaler's contract), its SwiftGuests/Machines, or one of its
+cells' Nodes or a pod on one (routed by ``autoscaler.routing``: the drain waits for a Node to
+empty) - after a short debounce, and otherwise when the reconciler asked to be requeued.
+Failures back off exponentially and never touch other pools. Only the leader reconciles.
 """
 
 from __future__ import annotations

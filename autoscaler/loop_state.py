@@ -1,0 +1,100 @@
+"""The loop's per-pool state and settings, and the metrics it records after each decision.
+
+Why this module exists: ``autoscaler.loop`` is the control flow (wake, debounce, observe,
+decide, publish); what it remembers per pool between decisions, the knobs of its timing, and
+the translation of one decision into the pool's metrics are plain data and one plain function,
+kept here so the loop module stays readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.explain import Outcome
+from autoscaler.loop_ports import PoolRecorder
+from autoscaler.observe import utilisation
+from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.types import Decision, Observation, PolicyMemory, Reason
+from gpucellpool.api.pool import GPUCellPool
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    debounce_s: float = 0.15
+    """Quiet time that ends a burst of watch events (one decision for the whole burst)."""
+    max_debounce_s: float = 1.0
+    """Upper bound of the trailing debounce, so a steady stream of events cannot starve."""
+    tick_s: float = 10.0
+    """Time-based rules (stabilisation, delays) need a decision even when nothing changes."""
+    memory_persist_s: float = 30.0
+    """How often unchanged memory is written back; a restart loses at most this much."""
+    usage_timeout_s: float = 5.0
+    """Bound on a Prometheus read inside a decision."""
+    message_refresh_s: float = 30.0
+    """How often a status whose decision changed only in its message's text is rewritten."""
+    unsynced_retry_s: float = 1.0
+    """The tick while the workload caches are not synced: events are routed to the pools they
+    concern, so no event may come for a pool once its caches finish syncing."""
+
+
+@dataclass(slots=True)
+class PoolState:
+    pool: GPUCellPool
+    raw_status: JSON
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    memory: PolicyMemory | None = None
+    first_seen: dict[str, float] = field(default_factory=dict)
+    published: Outcome | None = None
+    event_reason: str | None = None  # the reason of the last Event posted
+    latency_reported: set[str] = field(default_factory=set)  # pods whose wait was observed
+    memory_written_at: float = float("-inf")
+    status_written_at: float = float("-inf")
+    decisions: int = 0
+    skipped: int = 0  # wake-ups whose decision inputs had not changed (see ``_unchanged``)
+    errors: int = 0
+    last_decision: Decision | None = None
+    last_inputs: tuple[Any, ...] | None = None
+    decided_at: float = float("-inf")
+    synced: bool = True
+
+
+def record_metrics(
+    recorder: PoolRecorder, state: PoolState, decision: Decision, obs: Observation, now: float
+) -> set[str]:
+    """Record one decision; the pending pods whose decision latency is now reported."""
+    oldest = min(state.first_seen.values(), default=now)
+    recorder.record_decision(
+        reason=decision.reason.value,
+        desired=decision.desired_replicas,
+        demand_cells=float(decision.cells_needed),
+        allocated_cells=float(len(state.pool.status.cells or [])),
+        pending_asks=decision.pending_asks,
+        unschedulable=len(decision.unschedulable),
+        oldest_pending_age_seconds=max(0.0, now - oldest),
+        now=now,
+    )
+    recorder.record_reachable(obs.workload_cluster_reachable)
+    config = policy_config_from_spec(state.pool.spec)
+    recorder.record_limits(
+        min_cells=config.min_replicas,
+        max_cells=config.max_replicas,
+        boot_seconds=config.boot_seconds,
+        stabilization_seconds=config.scale_down.stabilization_window_seconds,
+    )
+    recorder.record_cells(Counter(c.phase for c in state.pool.status.cells or []))
+    shape = config.shape
+    ratio = utilisation(obs.cells, shape) if obs.metrics.fresh else None
+    recorder.record_utilization(ratio, fresh=obs.metrics.fresh, age_seconds=obs.metrics.age_seconds)
+    if decision.reason is not Reason.SCALED_UP or not decision.act:
+        return state.latency_reported
+    # Each pending pod's wait until capacity for it was requested, counted once.
+    for pod in obs.pending:
+        if pod.key not in state.latency_reported:
+            recorder.observe_decision_latency(now - pod.first_seen)
+    return {p.key for p in obs.pending}
