@@ -18,11 +18,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from provisioner.clock import SystemClock
 from provisioner.kube import JSON, KINDS, Kind, KubeApi
-from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import Twin, converge, poll_until, swiftguest_pool
+from simulations.twin.scenario import poll_until, swiftguest_pool
 from tests.integration.provisioner_support import (
     RecordingKubeApi,
     apis,  # noqa: F401  (fixture)
@@ -30,7 +28,7 @@ from tests.integration.provisioner_support import (
     ready_with,
     recording_factory,
     row,
-    setup_pool,
+    running_pool,
     status,
 )
 
@@ -119,35 +117,29 @@ async def test_evict_drain_honours_a_pdb_one_pod_at_a_time(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, _evict_pool("ev", namespace, "10m"))
+    workload_api = apis[1]
     recorders: list[RecordingKubeApi] = []
-    reconciler = Reconciler(infra_api, clock, workload_factory=recording_factory(recorders))
+    factory = recording_factory(recorders)
     replacements: list[float] = []
-    try:
-        twin = Twin(infra_api, workload_api, clock, namespace)
-        twin.nodes.run_pods = True
-        async with twin:
-            await converge(reconciler, key, ready_with(2), timeout_s=40)
-            # Three trainers, two on the leaving cell ev-1; minAvailable 2 allows one disruption.
-            await workload_api.create(_pdb(namespace, 2))
-            placement = {"trainer-a": "ev-1", "trainer-b": "ev-1", "trainer-c": "ev-0"}
-            await _start_pods(workload_api, namespace, placement, allowed=1)
-            async with _replica_set(workload_api, namespace, 3, "ev-0", replacements):
-                await infra_api.patch(
-                    KINDS["GPUCellPool"], namespace, "ev", {"spec": {"replicas": 1}}
-                )
-                min_healthy = 3
+    pool_obj = _evict_pool("ev", namespace, "10m")
+    async with running_pool(
+        apis, workload, pool_obj, run_pods=True, workload_factory=factory
+    ) as run:
+        await run.converge(ready_with(2), timeout_s=40)
+        # Three trainers, two on the leaving cell ev-1; minAvailable 2 allows one disruption.
+        await workload_api.create(_pdb(namespace, 2))
+        placement = {"trainer-a": "ev-1", "trainer-b": "ev-1", "trainer-c": "ev-0"}
+        await _start_pods(workload_api, namespace, placement, allowed=1)
+        async with _replica_set(workload_api, namespace, 3, "ev-0", replacements):
+            await run.scale(1)
+            min_healthy = 3
 
-                async def done(p: JSON | None) -> bool:
-                    nonlocal min_healthy
-                    min_healthy = min(min_healthy, len(await _healthy(workload_api, namespace)))
-                    return ready_with(1)(p)
+            async def done(p: JSON | None) -> bool:
+                nonlocal min_healthy
+                min_healthy = min(min_healthy, len(await _healthy(workload_api, namespace)))
+                return ready_with(1)(p)
 
-                pool = await converge(reconciler, key, done, timeout_s=60)
-    finally:
-        await reconciler.close()
+            pool = await run.converge(done, timeout_s=60)
     rec = recorders[-1]
     evictions = rec.of("evict", "Pod")
     ok = [c.name for c in evictions if c.outcome == "ok"]
@@ -171,35 +163,31 @@ async def test_evict_drain_blocked_by_pdb_is_abandoned_at_timeout(
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, _evict_pool("evb", namespace, "3s"))
     recorders: list[RecordingKubeApi] = []
-    reconciler = Reconciler(infra_api, clock, workload_factory=recording_factory(recorders))
-    try:
-        twin = Twin(infra_api, workload_api, clock, namespace)
-        twin.nodes.run_pods = True
-        async with twin:
-            await converge(reconciler, key, ready_with(2), timeout_s=40)
-            await workload_api.create(_pdb(namespace, 2))  # two pods, both needed: none allowed
-            placement = {"trainer-a": "evb-1", "trainer-b": "evb-0"}
-            await _start_pods(workload_api, namespace, placement, allowed=0)
-            await infra_api.patch(KINDS["GPUCellPool"], namespace, "evb", {"spec": {"replicas": 1}})
-            started = asyncio.get_running_loop().time()
-            cordoned_while_blocked = False
+    factory = recording_factory(recorders)
+    pool_obj = _evict_pool("evb", namespace, "3s")
+    async with running_pool(
+        apis, workload, pool_obj, run_pods=True, workload_factory=factory
+    ) as run:
+        await run.converge(ready_with(2), timeout_s=40)
+        await workload_api.create(_pdb(namespace, 2))  # two pods, both needed: none allowed
+        placement = {"trainer-a": "evb-1", "trainer-b": "evb-0"}
+        await _start_pods(workload_api, namespace, placement, allowed=0)
+        await run.scale(1)
+        started = asyncio.get_running_loop().time()
+        cordoned_while_blocked = False
 
-            async def abandoned(p: JSON | None) -> bool:
-                nonlocal cordoned_while_blocked
-                reason = row(p, "evb-1").get("reason")
-                if reason == "EvictingPods":
-                    node = await workload_api.get(KINDS["Node"], None, "evb-1")
-                    cordoned_while_blocked |= bool((node or {})["spec"].get("unschedulable"))
-                return reason == "DrainTimedOut"
+        async def abandoned(p: JSON | None) -> bool:
+            nonlocal cordoned_while_blocked
+            reason = row(p, "evb-1").get("reason")
+            if reason == "EvictingPods":
+                node = await workload_api.get(KINDS["Node"], None, "evb-1")
+                cordoned_while_blocked |= bool((node or {})["spec"].get("unschedulable"))
+            return reason == "DrainTimedOut"
 
-            pool = await converge(reconciler, key, abandoned, timeout_s=30)
-            waited = asyncio.get_running_loop().time() - started
-            node = await workload_api.get(KINDS["Node"], None, "evb-1")
-    finally:
-        await reconciler.close()
+        pool = await run.converge(abandoned, timeout_s=30)
+        waited = asyncio.get_running_loop().time() - started
+        node = await workload_api.get(KINDS["Node"], None, "evb-1")
     assert waited >= 3.0  # held until drain.timeout
     assert cordoned_while_blocked
     assert node is not None and not node["spec"].get("unschedulable")  # abandoned: uncordoned
