@@ -15,20 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from provisioner.clock import SystemClock
 from provisioner.inventory import RESOURCE_CLAIM, RESOURCE_SLICE
-from provisioner.kube import JSON, KINDS, KubeApi
-from provisioner.reconciler import Reconciler
+from provisioner.kube import KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.twin.dra import SimulatedDRAAllocator, allocate, claim, resource_slice
 from simulations.twin.kubeswift import GuestTimings
-from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
-    cond,
+    assert_stalled_then_freed,
     ready_with,
-    setup_pool,
-    status,
+    running_pool,
+    short_of_gpus,
 )
 
 
@@ -37,8 +35,7 @@ async def test_dra_three_cells_with_two_free_gpus_creates_two_and_says_why(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
+    infra_api = apis[0]
     suffix = namespace[-6:]
     slices = [
         resource_slice(f"host-a-{suffix}", f"host-a-{suffix}", devices=2),
@@ -50,38 +47,26 @@ async def test_dra_three_cells_with_two_free_gpus_creates_two_and_says_why(
     # Another tenant's guest holds host-c's only GPU.
     await infra_api.create(claim(namespace, "other-tenant-gpu"))
     await allocate(infra_api, namespace, "other-tenant-gpu", f"host-c-{suffix}", "gpu-0000-01-00-0")
-    key = await setup_pool(infra_api, workload, swiftguest_pool("dra", namespace, replicas=3))
-    reconciler = Reconciler(infra_api, clock)
+    pool_obj = swiftguest_pool("dra", namespace, replicas=3)
+    # GPU allocation takes a while in KubeSwift (about 5 s measured); the claim is allocated
+    # well before the guest reports its GPU, as the scheduler does it first.
+    timings = GuestTimings(allocate_s=1.0)
     allocator = asyncio.create_task(SimulatedDRAAllocator(infra_api, namespace).run())
     guest_counts: list[int] = []
     try:
-        twin = Twin(infra_api, workload_api, clock, namespace)
-        # GPU allocation takes a while in KubeSwift (about 5 s measured); the claim is
-        # allocated well before the guest reports its GPU, as the scheduler does it first.
-        twin.kubeswift.timings = GuestTimings(allocate_s=1.0)
-        async with twin:
-
-            async def short_of_gpus(p: JSON | None) -> bool:
-                guest_counts.append(len(await infra_api.list(KINDS["SwiftGuest"], namespace)))
-                s = status(p)
-                return (
-                    s.get("readyCells") == 2
-                    and cond(p, "PhysicalGPUsAvailable").get("reason") == "InsufficientPhysicalGPU"
-                )
-
-            pool = await converge(reconciler, key, short_of_gpus, timeout_s=40)
-            for _ in range(10):  # more passes: still no third guest while the slices are full
-                await reconciler.reconcile_once(key)
+        async with running_pool(apis, workload, pool_obj, guest_timings=timings) as run:
+            short = short_of_gpus(infra_api, namespace, guest_counts)
+            pool = await run.converge(short, timeout_s=40)
+            await run.passes(10)  # more passes: still no third guest while the slices are full
             guests = await infra_api.list(KINDS["SwiftGuest"], namespace)
             claims = await infra_api.list(RESOURCE_CLAIM, namespace)
             # The other tenant's guest goes away (its claim with it): the third cell follows.
             await infra_api.delete(RESOURCE_CLAIM, namespace, "other-tenant-gpu")
-            after = await converge(reconciler, key, ready_with(3), timeout_s=40)
+            after = await run.converge(ready_with(3), timeout_s=40)
     finally:
         allocator.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await allocator
-        await reconciler.close()
         for item in slices:
             await infra_api.delete(RESOURCE_SLICE, None, item["metadata"]["name"])
     assert max(guest_counts) == 2 and len(guests) == 2
@@ -94,9 +79,4 @@ async def test_dra_three_cells_with_two_free_gpus_creates_two_and_says_why(
     assert {r["pool"] for n, r in allocated.items() if n != "other-tenant-gpu"} == {
         f"host-a-{suffix}"
     }
-    phys = cond(pool, "PhysicalGPUsAvailable")
-    assert phys["status"] == "False" and "no free physical GPU" in phys["message"]
-    progressing = cond(pool, "Progressing")
-    assert (progressing["status"], progressing["reason"]) == ("False", "InsufficientPhysicalGPU")
-    assert cond(after, "PhysicalGPUsAvailable")["status"] == "True"
-    assert cond(after, "PhysicalGPUsAvailable")["reason"] == "FreeDevices"
+    assert_stalled_then_freed(pool, after)
