@@ -4,13 +4,19 @@ What this proves: a pool asking for 3 cells while KubeSwift's ledger has 2 free 
 GPU sits on a node whose VFIO is not ready, one is already allocated) creates exactly 2 cells,
 reports ``PhysicalGPUsAvailable=False/InsufficientPhysicalGPU`` and ``Progressing`` stalled on
 the same reason, and never creates a third guest while the ledger stays full; freeing a GPU in
-the ledger lets the third cell come.
+the ledger lets the third cell come. ``status.physicalCapacity`` says the same in numbers (PCI
+devices held, the ledger's free count, the model HAMi reports). And HAMi's view of the Ready
+cells lands in ``status.workloadCapacity`` (bytes / percent quantities), following allocations,
+with no reconcile error or failed capacity read counted on the way.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from gpucellpool.metrics import OperatorMetrics
 from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.twin.gpu_ledger import SWIFT_GPU_NODE, ledger_node
@@ -23,7 +29,10 @@ from tests.integration.provisioner_support import (
     ready_with,
     running_pool,
     short_of_gpus,
+    status,
 )
+
+GTX = "NVIDIA GeForce GTX 1080"  # the twin's HAMi device type
 
 
 async def _ledger(api: KubeApi, node: JSON) -> None:
@@ -72,6 +81,9 @@ async def test_three_cells_with_two_free_gpus_creates_two_and_says_why(
             await infra_api.delete(SWIFT_GPU_NODE, None, node["metadata"]["name"])
     assert max(guest_counts) == 2 and len(guests) == 2
     assert_stalled_then_freed(pool, after)
+    # one PCI device per cell; the ledger is full both times (the freed GPU went to cell 3)
+    assert status(pool)["physicalCapacity"] == {"gpus": 2, "freeGPUsInCluster": 0, "model": GTX}
+    assert status(after)["physicalCapacity"] == {"gpus": 3, "freeGPUsInCluster": 0, "model": GTX}
 
 
 async def test_capacity_available_follows_hami_allocations(
@@ -79,7 +91,9 @@ async def test_capacity_available_follows_hami_allocations(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    async with running_pool(apis, workload, swiftguest_pool("cap", namespace, 1)) as run:
+    reg = CollectorRegistry()
+    pool_json = swiftguest_pool("cap", namespace, 1)
+    async with running_pool(apis, workload, pool_json, metrics=OperatorMetrics(reg)) as run:
         pool = await run.converge(ready_with(1), timeout_s=30)
         free = cond(pool, "CapacityAvailable")
         # HAMi allocated the whole GPU (8192 MiB, 100 %) to one pod on the cell.
@@ -96,3 +110,26 @@ async def test_capacity_available_follows_hami_allocations(
     assert free["message"] == "0/8192 MiB, 0/100% cores allocated"
     assert cond(full, "CapacityAvailable")["status"] == "False"
     assert cond(full, "CapacityAvailable")["message"] == "8192/8192 MiB, 100/100% cores allocated"
+    before, after = status(pool)["workloadCapacity"], status(full)["workloadCapacity"]
+    assert before.pop("lastObserved") <= after.pop("lastObserved")
+    idle = {"total": "8Gi", "allocated": "0", "available": "8Gi"}
+    cores = {"total": "100", "allocated": "0", "available": "100"}
+    assert before == {
+        "provider": "HAMi",
+        "mode": "DevicePlugin",
+        "gpuDevices": 1,
+        "homogeneous": True,
+        "gpuMemory": idle,
+        "gpuCompute": cores,
+        "byModel": [{"model": GTX, "devices": 1, "memory": idle, "compute": cores}],
+    }
+    assert after["gpuMemory"] == {"total": "8Gi", "allocated": "8Gi", "available": "0"}
+    assert after["gpuCompute"] == {"total": "100", "allocated": "100", "available": "0"}
+    assert status(full)["physicalCapacity"]["gpus"] == 1
+    labels = {"namespace": namespace, "pool": "cap"}
+    assert reg.get_sample_value("gpucell_reconcile_errors_total", labels) == 0
+    for reason in ("capacity", "inventory"):
+        errors = reg.get_sample_value(
+            "gpucell_capacity_scrape_errors_total", {**labels, "reason": reason}
+        )
+        assert errors == 0, reason
