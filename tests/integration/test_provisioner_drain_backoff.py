@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 
 from provisioner.backends.base import DRAIN_STARTED_ANNOTATION
-from provisioner.clock import SystemClock
 from provisioner.events import EVENT
 from provisioner.fsm.drain_backoff import (
     DRAIN_ABANDON_COUNT_ANNOTATION,
@@ -27,9 +26,9 @@ from provisioner.fsm.drain_backoff import (
 )
 from provisioner.fsm.observations import parse_time_s
 from provisioner.kube import JSON, KINDS, KubeApi
-from provisioner.reconciler import PoolKey, Reconciler
+from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import Twin, converge, poll_until, swiftguest_pool
+from simulations.twin.scenario import poll_until, swiftguest_pool
 from tests.integration.provisioner_support import (
     RecordingKubeApi,
     apis,  # noqa: F401  (fixture)
@@ -38,7 +37,7 @@ from tests.integration.provisioner_support import (
     ready_with,
     recording_factory,
     row,
-    setup_pool,
+    running_pool,
 )
 
 APP = {"app": "trainer"}
@@ -96,51 +95,46 @@ async def test_pdb_blocked_scale_down_backs_off_and_says_why(
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
     drain = {"mode": "Evict", "timeout": f"{TIMEOUT_S:.0f}s"}
     pool_json = swiftguest_pool("dbo", namespace, replicas=2, autoscaling={"drain": drain})
-    key: PoolKey = await setup_pool(infra_api, workload, pool_json)
     recorders: list[RecordingKubeApi] = []
     history = DrainHistory(infra_api, namespace, ("dbo-0", "dbo-1"))
-    reconciler = Reconciler(infra_api, clock, workload_factory=recording_factory(recorders))
-    try:
-        twin = Twin(infra_api, workload_api, clock, namespace)
-        twin.nodes.run_pods = True
-        async with twin:
-            await converge(reconciler, key, ready_with(2), timeout_s=40)
-            await workload_api.apply(_pdb(namespace))
-            for name, node in (("trainer-a", "dbo-1"), ("trainer-b", "dbo-0")):
-                await workload_api.create(gpu_pod(namespace, name, node, APP))
+    factory = recording_factory(recorders)
+    async with running_pool(
+        apis, workload, pool_json, run_pods=True, workload_factory=factory
+    ) as run:
+        await run.converge(ready_with(2), timeout_s=40)
+        await workload_api.apply(_pdb(namespace))
+        for name, node in (("trainer-a", "dbo-1"), ("trainer-b", "dbo-0")):
+            await workload_api.create(gpu_pod(namespace, name, node, APP))
 
-            async def both_running() -> bool:
-                return await _running(workload_api, namespace) == 2
+        async def both_running() -> bool:
+            return await _running(workload_api, namespace) == 2
 
-            await poll_until(both_running, timeout_s=20)
-            await infra_api.patch(KINDS["GPUCellPool"], namespace, "dbo", {"spec": {"replicas": 1}})
+        await poll_until(both_running, timeout_s=20)
+        await run.scale(1)
 
-            async def held(p: JSON | None) -> bool:
-                await history.sample()
-                return cond(p, "Progressing").get("reason") == "ScaleDownHeld"
+        async def held(p: JSON | None) -> bool:
+            await history.sample()
+            return cond(p, "Progressing").get("reason") == "ScaleDownHeld"
 
-            # dbo-1 (highest index) drains and is abandoned at the timeout; dbo-0 stands in
-            # while dbo-1 is in back-off, and is abandoned in turn; once the back-off windows
-            # overlap (they double, the drains do not) the scale-down is held and says so.
-            held_pool = await converge(reconciler, key, held, timeout_s=60)
-            count_at_hold = history.count("dbo-1")
+        # dbo-1 (highest index) drains and is abandoned at the timeout; dbo-0 stands in while
+        # dbo-1 is in back-off, and is abandoned in turn; once the back-off windows overlap
+        # (they double, the drains do not) the scale-down is held and says so.
+        held_pool = await run.converge(held, timeout_s=60)
+        count_at_hold = history.count("dbo-1")
 
-            # An operator restart: a fresh Reconciler still holds (the record is on the cells),
-            # and dbo-1 is tried again only after its (doubled) back-off.
-            await reconciler.close()
-            reconciler = Reconciler(infra_api, clock, workload_factory=recording_factory(recorders))
+        # An operator restart: a fresh Reconciler still holds (the record is on the cells),
+        # and dbo-1 is tried again only after its (doubled) back-off.
+        await run.reconciler.close()
+        run.reconciler = Reconciler(infra_api, run.clock, workload_factory=factory)
 
-            async def retried(p: JSON | None) -> bool:
-                await history.sample()
-                return history.count("dbo-1") > count_at_hold
+        async def retried(p: JSON | None) -> bool:
+            await history.sample()
+            return history.count("dbo-1") > count_at_hold
 
-            await converge(reconciler, key, retried, timeout_s=60)
-            events = await infra_api.list(EVENT, namespace)
-    finally:
-        await reconciler.close()
+        await run.converge(retried, timeout_s=60)
+        events = await infra_api.list(EVENT, namespace)
 
     for cell in ("dbo-0", "dbo-1"):
         windows = history.held_windows(cell)

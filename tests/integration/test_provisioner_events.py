@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.clock import SystemClock
 from provisioner.events import EVENT
-from provisioner.kube import KINDS, KubeApi
-from provisioner.reconciler import Reconciler
+from provisioner.kube import KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.twin import GuestFault
-from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     ready_with,
     row,
-    setup_pool,
+    running_pool,
 )
 
 SECRET_MARKERS = ("k0s install", "certificate-authority-data", "client-key-data", "token")
@@ -47,18 +45,12 @@ async def test_ready_and_scale_down_are_announced(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("evt", namespace, replicas=1))
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
-            ready_events = await _events(infra_api, namespace, "evt")
-            await infra_api.patch(KINDS["GPUCellPool"], namespace, "evt", {"spec": {"replicas": 0}})
-            await converge(reconciler, key, ready_with(0), timeout_s=30)
-    finally:
-        await reconciler.close()
+    infra_api = apis[0]
+    async with running_pool(apis, workload, swiftguest_pool("evt", namespace, replicas=1)) as run:
+        pool = await run.converge(ready_with(1), timeout_s=30)
+        ready_events = await _events(infra_api, namespace, "evt")
+        await run.scale(0)
+        await run.converge(ready_with(0), timeout_s=30)
     assert {"CellCreating", "CellReady", "Connected", "AllCellsReady"} <= _reasons(ready_events)
     assert not _reasons(ready_events, "Warning")
     creating = next(e for e in ready_events if e["reason"] == "CellCreating")
@@ -77,20 +69,14 @@ async def test_failed_cell_is_a_warning_with_its_reason_and_attempt(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("evf", namespace, replicas=1))
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace) as twin:
-            twin.kubeswift.faults["evf-0"] = GuestFault(fail=True)
+    infra_api = apis[0]
+    async with running_pool(apis, workload, swiftguest_pool("evf", namespace, replicas=1)) as run:
+        run.twin.kubeswift.faults["evf-0"] = GuestFault(fail=True)
 
-            def failed(p: Any) -> bool:
-                return bool(row(p, "evf-0").get("phase") == "Failed")
+        def failed(p: Any) -> bool:
+            return bool(row(p, "evf-0").get("phase") == "Failed")
 
-            await converge(reconciler, key, failed, timeout_s=30)
-    finally:
-        await reconciler.close()
+        await run.converge(failed, timeout_s=30)
     events = await _events(infra_api, namespace, "evf")
     warnings = [e for e in events if e["type"] == "Warning"]
     failure = next(e for e in warnings if e["reason"] == "GuestFailed")

@@ -8,16 +8,14 @@ What this proves: with ``updatePolicy: RollingUpdate`` a template edit marks cel
 
 from __future__ import annotations
 
-from provisioner.clock import SystemClock
 from provisioner.kube import JSON, KINDS, KubeApi
-from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     cond,
     ready_with,
-    setup_pool,
+    running_pool,
     status,
 )
 
@@ -29,33 +27,27 @@ async def test_rolling_update_replaces_every_cell_keeping_one_ready(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
+    infra_api = apis[0]
     pool_obj = swiftguest_pool(
         "roll", namespace, replicas=2, updatePolicy={"type": "RollingUpdate"}
     )
-    key = await setup_pool(infra_api, workload, pool_obj)
-    reconciler = Reconciler(infra_api, clock)
     seen_ready: list[int] = []
     reasons: set[str] = set()
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            pool = await converge(reconciler, key, ready_with(2), timeout_s=30)
-            old_hashes = {r["templateHash"] for r in status(pool)["cells"]}
-            await infra_api.patch(KINDS["GPUCellPool"], namespace, "roll", NEW_IMAGE)
+    async with running_pool(apis, workload, pool_obj) as run:
+        pool = await run.converge(ready_with(2), timeout_s=30)
+        old_hashes = {r["templateHash"] for r in status(pool)["cells"]}
+        await infra_api.patch(KINDS["GPUCellPool"], namespace, "roll", NEW_IMAGE)
 
-            def rolled(p: JSON | None) -> bool:
-                s = status(p)
-                if s.get("observedGeneration") != (p or {})["metadata"]["generation"]:
-                    return False
-                seen_ready.append(s.get("readyCells", 0))
-                reasons.add(cond(p, "Updated").get("reason", ""))
-                done = cond(p, "Updated").get("reason") == "AllCellsCurrent"
-                return done and ready_with(2)(p)
+        def rolled(p: JSON | None) -> bool:
+            s = status(p)
+            if s.get("observedGeneration") != (p or {})["metadata"]["generation"]:
+                return False
+            seen_ready.append(s.get("readyCells", 0))
+            reasons.add(cond(p, "Updated").get("reason", ""))
+            done = cond(p, "Updated").get("reason") == "AllCellsCurrent"
+            return done and ready_with(2)(p)
 
-            pool = await converge(reconciler, key, rolled, timeout_s=60)
-    finally:
-        await reconciler.close()
+        pool = await run.converge(rolled, timeout_s=60)
     assert min(seen_ready) >= 1  # maxUnavailable 1 of 2
     assert "RollingUpdate" in reasons
     new_hashes = {r["templateHash"] for r in status(pool)["cells"]}
@@ -70,25 +62,18 @@ async def test_manual_update_policy_only_reports_drift(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("man", namespace, replicas=1))
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
-            uid = status(pool)["cells"][0]["guestUID"]
-            await infra_api.patch(KINDS["GPUCellPool"], namespace, "man", NEW_IMAGE)
+    infra_api = apis[0]
+    async with running_pool(apis, workload, swiftguest_pool("man", namespace, replicas=1)) as run:
+        pool = await run.converge(ready_with(1), timeout_s=30)
+        uid = status(pool)["cells"][0]["guestUID"]
+        await infra_api.patch(KINDS["GPUCellPool"], namespace, "man", NEW_IMAGE)
 
-            def drift(p: JSON | None) -> bool:
-                return cond(p, "Updated").get("reason") == "TemplateChanged"
+        def drift(p: JSON | None) -> bool:
+            return cond(p, "Updated").get("reason") == "TemplateChanged"
 
-            await converge(reconciler, key, drift, timeout_s=10)
-            for _ in range(5):
-                await reconciler.reconcile_once(key)
-            pool = await infra_api.get(KINDS["GPUCellPool"], namespace, "man")
-    finally:
-        await reconciler.close()
+        await run.converge(drift, timeout_s=10)
+        await run.passes(5)
+        pool = await infra_api.get(KINDS["GPUCellPool"], namespace, "man")
     assert cond(pool, "Updated")["status"] == "False"
     assert status(pool)["cells"][0]["guestUID"] == uid  # not replaced
     assert status(pool)["readyCells"] == 1
@@ -99,32 +84,26 @@ async def test_rolling_update_with_surge_never_drops_below_desired(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
+    infra_api = apis[0]
     policy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pool_obj = swiftguest_pool("surge", namespace, replicas=2, updatePolicy=policy)
-    key = await setup_pool(infra_api, workload, pool_obj)
-    reconciler = Reconciler(infra_api, clock)
     seen_ready: list[int] = []
     seen_guests: list[int] = []
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            pool = await converge(reconciler, key, ready_with(2), timeout_s=30)
-            old_hashes = {r["templateHash"] for r in status(pool)["cells"]}
-            await infra_api.patch(KINDS["GPUCellPool"], namespace, "surge", NEW_IMAGE)
+    async with running_pool(apis, workload, pool_obj) as run:
+        pool = await run.converge(ready_with(2), timeout_s=30)
+        old_hashes = {r["templateHash"] for r in status(pool)["cells"]}
+        await infra_api.patch(KINDS["GPUCellPool"], namespace, "surge", NEW_IMAGE)
 
-            async def rolled(p: JSON | None) -> bool:
-                s = status(p)
-                if s.get("observedGeneration") != (p or {})["metadata"]["generation"]:
-                    return False
-                seen_ready.append(s.get("readyCells", 0))
-                seen_guests.append(len(await infra_api.list(KINDS["SwiftGuest"], namespace)))
-                done = cond(p, "Updated").get("reason") == "AllCellsCurrent"
-                return done and ready_with(2)(p)
+        async def rolled(p: JSON | None) -> bool:
+            s = status(p)
+            if s.get("observedGeneration") != (p or {})["metadata"]["generation"]:
+                return False
+            seen_ready.append(s.get("readyCells", 0))
+            seen_guests.append(len(await infra_api.list(KINDS["SwiftGuest"], namespace)))
+            done = cond(p, "Updated").get("reason") == "AllCellsCurrent"
+            return done and ready_with(2)(p)
 
-            pool = await converge(reconciler, key, rolled, timeout_s=90)
-    finally:
-        await reconciler.close()
+        pool = await run.converge(rolled, timeout_s=90)
     assert min(seen_ready) >= 2  # maxUnavailable 0: never below desired
     assert max(seen_guests) == 3  # maxSurge 1: one extra cell, never two
     new_hashes = {r["templateHash"] for r in status(pool)["cells"]}

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.clock import SystemClock
 from provisioner.kube import KINDS, KubeApi
-from provisioner.reconciler import PoolKey, Reconciler
+from provisioner.reconciler import PoolKey
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     names,
     ready_with,
-    setup_pool,
+    running_pool,
 )
 
 
@@ -40,20 +39,14 @@ async def test_scale_down_drains_the_published_victim(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, autoscaled("vic", namespace))
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            await publish(infra_api, key, 3, reason="ScaledUp")
-            await converge(reconciler, key, ready_with(3), timeout_s=60)
-            await publish(infra_api, key, 2, victims=["vic-0"])
-            await converge(reconciler, key, ready_with(2), timeout_s=60)
-            assert await names(infra_api, "SwiftGuest", namespace) == {"vic-1", "vic-2"}
-            # A decision that is not in force (Shadow: act false) names no victim: highest goes.
-            await publish(infra_api, key, 1, act=False, victims=["vic-1"])
-            await converge(reconciler, key, ready_with(1), timeout_s=60)
-            assert await names(infra_api, "SwiftGuest", namespace) == {"vic-1"}
-    finally:
-        await reconciler.close()
+    infra_api = apis[0]
+    async with running_pool(apis, workload, autoscaled("vic", namespace)) as run:
+        await publish(infra_api, run.key, 3, reason="ScaledUp")
+        await run.converge(ready_with(3), timeout_s=60)
+        await publish(infra_api, run.key, 2, victims=["vic-0"])
+        await run.converge(ready_with(2), timeout_s=60)
+        assert await names(infra_api, "SwiftGuest", namespace) == {"vic-1", "vic-2"}
+        # A decision that is not in force (Shadow: act false) names no victim: highest goes.
+        await publish(infra_api, run.key, 1, act=False, victims=["vic-1"])
+        await run.converge(ready_with(1), timeout_s=60)
+        assert await names(infra_api, "SwiftGuest", namespace) == {"vic-1"}

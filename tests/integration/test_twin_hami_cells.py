@@ -11,15 +11,14 @@ from autoscaler.policy.types import GPUAsk
 from provisioner.clock import SystemClock
 from provisioner.fsm.identity import PoolIdentity
 from provisioner.kube import KINDS, KubeApi
-from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.traces.model import TracePod
 from simulations.twin import PodLifecycle, SimulatedHAMi, TracePlayer
-from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     ready_with,
-    setup_pool,
+    running_pool,
 )
 from tests.integration.twin_support import running, scheduled, until
 
@@ -31,42 +30,37 @@ async def test_trace_pods_run_on_the_node_agents_cells_one_after_another(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
+    workload_api = apis[1]
     clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("cells", namespace, replicas=1))
-    reconciler = Reconciler(infra_api, clock)
     selector = f"cells.kubeswift.io/pool-id={PoolIdentity(namespace, 'cells').pool_id}"
     hami = SimulatedHAMi(workload_api, clock, namespace, node_label_selector=selector)
     lifecycle = PodLifecycle(workload_api, clock, namespace)
     whole = GPUAsk(1, None, None, 100)  # the whole (8 GiB) GPU: two pods must take turns
     pods = [TracePod("first", 0.0, 1.0, whole), TracePod("second", 0.0, 1.0, whole)]
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            await converge(reconciler, key, ready_with(1), timeout_s=60)
-            async with running(hami, lifecycle):
-                await TracePlayer(workload_api, pods, clock, namespace).run()
+    async with running_pool(apis, workload, swiftguest_pool("cells", namespace, replicas=1)) as run:
+        await run.converge(ready_with(1), timeout_s=60)
+        async with running(hami, lifecycle):
+            await TracePlayer(workload_api, pods, clock, namespace).run()
 
-                async def second_waits() -> bool:
-                    first = await workload_api.get(KINDS["Pod"], namespace, "trace-00000")
-                    second = await workload_api.get(KINDS["Pod"], namespace, "trace-00001")
-                    waiting = scheduled(second or {}).get("message")
-                    bound = (first or {}).get("spec", {}).get("nodeName") == "cells-0"
-                    return (
-                        bound
-                        and waiting
-                        == "0/1 nodes are available: 1 1/1 CardInsufficientMemory. " + PREEMPTION
-                    )
+            async def second_waits() -> bool:
+                first = await workload_api.get(KINDS["Pod"], namespace, "trace-00000")
+                second = await workload_api.get(KINDS["Pod"], namespace, "trace-00001")
+                waiting = scheduled(second or {}).get("message")
+                bound = (first or {}).get("spec", {}).get("nodeName") == "cells-0"
+                return (
+                    bound
+                    and waiting
+                    == "0/1 nodes are available: 1 1/1 CardInsufficientMemory. " + PREEMPTION
+                )
 
-                await until(second_waits)
+            await until(second_waits)
 
-                async def both_done_and_freed() -> bool:
-                    pods_left = await workload_api.list(KINDS["Pod"], namespace)
-                    usage = [g for n in hami.allocations().values() for g in n.usage()]
-                    return not pods_left and bool(usage) and all(g.slots == 0 for g in usage)
+            async def both_done_and_freed() -> bool:
+                pods_left = await workload_api.list(KINDS["Pod"], namespace)
+                usage = [g for n in hami.allocations().values() for g in n.usage()]
+                return not pods_left and bool(usage) and all(g.slots == 0 for g in usage)
 
-                await until(both_done_and_freed, timeout_s=40)
-    finally:
-        await reconciler.close()
+            await until(both_done_and_freed, timeout_s=40)
     (node,) = hami.allocations().values()
     assert node.node == "cells-0"
     assert node.shape().memory_mib == 8192 and node.shape().slots == 10
