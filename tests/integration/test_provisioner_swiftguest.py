@@ -15,31 +15,27 @@ anything left at that moment is the operator's leftover.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
-from provisioner.clock import SystemClock
 from provisioner.fsm.identity import (
     CELL_DRAIN_FINALIZER,
     INSTANCE_LABEL,
     POOL_FINALIZER,
     PoolIdentity,
 )
-from provisioner.kube import JSON, KINDS, Kind, KubeApi
-from provisioner.reconciler import PoolKey, Reconciler
+from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
-    RecordingKubeApi,
+    FinalizerReleaseWitness,
     apis,  # noqa: F401  (fixture)
     cell_nodes,
     cond,
     gpu_pod,
     names,
     ready_with,
-    setup_pool,
+    running_pool,
     status,
+    swiftguest_leftovers,
 )
 
 
@@ -49,14 +45,8 @@ async def test_pool_reaches_ready_through_all_three_layers(
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("ready", namespace, replicas=1))
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
-    finally:
-        await reconciler.close()
+    async with running_pool(apis, workload, swiftguest_pool("ready", namespace, 1)) as run:
+        pool = await run.converge(ready_with(1), timeout_s=30)
     assert POOL_FINALIZER in pool["metadata"]["finalizers"]
     guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "ready-0")
     assert guest is not None
@@ -97,52 +87,38 @@ async def test_pool_reaches_ready_through_all_three_layers(
     assert status(pool)["desiredReplicas"] == 1 and status(pool)["replicas"] == 1
 
 
-async def _scale(infra_api: KubeApi, key: PoolKey, replicas: int) -> None:
-    await infra_api.patch(
-        KINDS["GPUCellPool"], key.namespace, key.name, {"spec": {"replicas": replicas}}
-    )
-
-
 async def test_scale_one_three_one_drains_removed_cells(
     apis: tuple[KubeApi, KubeApi],  # noqa: F811
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("scale", namespace, replicas=1))
     ident = PoolIdentity(namespace, "scale")
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            await converge(reconciler, key, ready_with(1), timeout_s=30)
-            first_uid = (await infra_api.get(KINDS["SwiftGuest"], namespace, "scale-0"))[
-                "metadata"
-            ]["uid"]  # type: ignore[index]
-            await _scale(infra_api, key, 3)
-            pool = await converge(reconciler, key, ready_with(3), timeout_s=40)
-            assert {c["name"] for c in status(pool)["cells"]} == {"scale-0", "scale-1", "scale-2"}
-            assert await cell_nodes(workload_api, ident) == {"scale-0", "scale-1", "scale-2"}
-            # A GPU pod on scale-2 keeps it from being deleted: the drain waits for idle.
-            pod = gpu_pod(namespace, "busy", "scale-2")
-            await workload_api.create(pod)
-            await _scale(infra_api, key, 1)
+    async with running_pool(apis, workload, swiftguest_pool("scale", namespace, 1)) as run:
+        await run.converge(ready_with(1), timeout_s=30)
+        first = await infra_api.get(KINDS["SwiftGuest"], namespace, "scale-0")
+        assert first is not None
+        first_uid = first["metadata"]["uid"]
+        await run.scale(3)
+        pool = await run.converge(ready_with(3), timeout_s=40)
+        assert {c["name"] for c in status(pool)["cells"]} == {"scale-0", "scale-1", "scale-2"}
+        assert await cell_nodes(workload_api, ident) == {"scale-0", "scale-1", "scale-2"}
+        # A GPU pod on scale-2 keeps it from being deleted: the drain waits for idle.
+        pod = gpu_pod(namespace, "busy", "scale-2")
+        await workload_api.create(pod)
+        await run.scale(1)
 
-            def draining_busy(p: JSON | None) -> bool:
-                rows = {c["name"]: c for c in status(p).get("cells") or []}
-                return rows.get("scale-2", {}).get("reason") == "WaitingForAllocations"
+        def draining_busy(p: JSON | None) -> bool:
+            rows = {c["name"]: c for c in status(p).get("cells") or []}
+            return rows.get("scale-2", {}).get("reason") == "WaitingForAllocations"
 
-            await converge(reconciler, key, draining_busy, timeout_s=20)
-            node2 = await workload_api.get(KINDS["Node"], None, "scale-2")
-            assert node2 is not None and node2["spec"].get("unschedulable") is True  # cordoned
-            assert await infra_api.get(KINDS["SwiftGuest"], namespace, "scale-2") is not None
-            # No kubelet runs here: remove the pod at once, as a finished pod would be.
-            workload.kubectl(
-                "delete", "pod", "busy", "-n", namespace, "--grace-period=0", "--force"
-            )
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
-    finally:
-        await reconciler.close()
+        await run.converge(draining_busy, timeout_s=20)
+        node2 = await workload_api.get(KINDS["Node"], None, "scale-2")
+        assert node2 is not None and node2["spec"].get("unschedulable") is True  # cordoned
+        assert await infra_api.get(KINDS["SwiftGuest"], namespace, "scale-2") is not None
+        # No kubelet runs here: remove the pod at once, as a finished pod would be.
+        workload.kubectl("delete", "pod", "busy", "-n", namespace, "--grace-period=0", "--force")
+        pool = await run.converge(ready_with(1), timeout_s=30)
     assert [c["name"] for c in status(pool)["cells"]] == ["scale-0"]
     guest0 = await infra_api.get(KINDS["SwiftGuest"], namespace, "scale-0")
     assert guest0 is not None and guest0["metadata"]["uid"] == first_uid  # the survivor untouched
@@ -153,58 +129,18 @@ async def test_scale_one_three_one_drains_removed_cells(
     assert await cell_nodes(workload_api, ident) == {"scale-0"}
 
 
-@dataclass
-class _FinalizerReleaseWitness(RecordingKubeApi):
-    """The operator's infrastructure client; when a patch drops the pool finalizer it first
-    records what the pool still has (``left``), before the patch reaches the apiserver."""
-
-    workload: KubeApi | None = None
-    ident: PoolIdentity | None = None
-    left: dict[str, set[str]] | None = None
-
-    async def patch(
-        self,
-        kind: Kind,
-        namespace: str | None,
-        name: str,
-        patch: Mapping[str, Any],
-        status: bool = False,
-    ) -> JSON:
-        finalizers = (patch.get("metadata") or {}).get("finalizers")
-        if (
-            kind.kind == "GPUCellPool"
-            and finalizers is not None
-            and POOL_FINALIZER not in finalizers
-        ):
-            assert self.workload is not None and self.ident is not None and namespace
-            sel = f"cells.kubeswift.io/pool-id={self.ident.pool_id}"
-            self.left = {
-                "SwiftGuest": await names(self.inner, "SwiftGuest", namespace),
-                "SwiftSeedProfile": await names(self.inner, "SwiftSeedProfile", namespace),
-                "Secret": await names(self.inner, "Secret", namespace, sel),
-                "Node": await cell_nodes(self.workload, self.ident),
-            }
-        return await super().patch(kind, namespace, name, patch, status)
-
-
 async def test_pool_deletion_drains_and_leaves_nothing_behind(
     apis: tuple[KubeApi, KubeApi],  # noqa: F811
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("gone", namespace, replicas=2))
     ident = PoolIdentity(namespace, "gone")
-    witness = _FinalizerReleaseWitness(infra_api, workload=workload_api, ident=ident)
-    reconciler = Reconciler(witness, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            await converge(reconciler, key, ready_with(2), timeout_s=40)
-            await infra_api.delete(KINDS["GPUCellPool"], namespace, "gone")
-            await converge(reconciler, key, lambda p: p is None, timeout_s=30)
-    finally:
-        await reconciler.close()
+    witness = FinalizerReleaseWitness(infra_api, snapshot=swiftguest_leftovers(workload_api, ident))
+    pool_obj = swiftguest_pool("gone", namespace, replicas=2)
+    async with running_pool(apis, workload, pool_obj, operator_api=witness) as run:
+        await run.converge(ready_with(2), timeout_s=40)
+        await run.delete(timeout_s=30)
     # The operator's own cleanup, seen while the pool (the owner) still existed: the garbage
     # collector cannot have helped yet.
     nothing = {"SwiftGuest": set(), "SwiftSeedProfile": set(), "Secret": set(), "Node": set()}
