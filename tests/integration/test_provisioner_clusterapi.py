@@ -4,6 +4,10 @@ What this proves: with ``provisioner: ClusterAPI`` the operator creates only CAP
 after the cell, plain owner references, the drain finalizer on the Machine, the bootstrap Secret
 as ``dataSecretName``); the simulated CAPI/CAPKS controllers create the SwiftGuest from them;
 the pool reaches Ready through the same three layers, scales, and its deletion leaves nothing.
+The deletion is checked twice: when the operator releases the pool finalizer (the pool still
+exists, so kube-controller-manager's garbage collector cannot have deleted anything for it: no
+Machine, no bootstrap Secret or config of the operator's, no Node, every KubeSwiftMachine
+already being deleted) and once CAPKS has finished tearing down the guests it owns.
 The shipped sample's mode (``bootstrapConfigTemplateRef``: CAPI's kubeadm bootstrap provider
 renders the join data, so the Node registers without the pool's labels) works too: the Node is
 proven the cell's by providerID, then labelled.
@@ -15,21 +19,49 @@ from pathlib import Path
 
 import yaml
 
-from provisioner.clock import SystemClock
 from provisioner.fsm.identity import CELL_DRAIN_FINALIZER, PoolIdentity
 from provisioner.kube import JSON, KINDS, KubeApi
-from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.capi import provider_id
-from simulations.twin.scenario import Twin, clusterapi_pool, converge, poll_until
+from simulations.twin.scenario import clusterapi_pool, poll_until
 from tests.integration.provisioner_support import (
+    FinalizerReleaseWitness,
+    Snapshot,
     apis,  # noqa: F401  (fixture)
     cell_nodes,
+    live_names,
     names,
     ready_with,
-    setup_pool,
+    running_pool,
     status,
 )
+
+_NOTHING: dict[str, set[str]] = {
+    "Machine": set(),
+    "KubeSwiftMachine": set(),
+    "Secret": set(),
+    "Node": set(),
+}
+
+
+def _capi_leftovers(workload_api: KubeApi, ident: PoolIdentity, *also_deleted: str) -> Snapshot:
+    """A ClusterAPI pool's cells: its Machines; the KubeSwiftMachines (and ``also_deleted``
+    kinds) not yet being deleted - their finalizers are CAPKS's, so they may still stand while
+    CAPKS tears down the guest; the operator's bootstrap Secrets; the cells' Nodes."""
+
+    async def snapshot(infra: KubeApi, namespace: str) -> dict[str, set[str]]:
+        sel = f"cells.kubeswift.io/pool-id={ident.pool_id}"
+        left = {
+            "Machine": await names(infra, "Machine", namespace),
+            "KubeSwiftMachine": await live_names(infra, "KubeSwiftMachine", namespace),
+            "Secret": await names(infra, "Secret", namespace, sel),
+            "Node": await cell_nodes(workload_api, ident),
+        }
+        for kind in also_deleted:
+            left[kind] = await live_names(infra, kind, namespace)
+        return left
+
+    return snapshot
 
 
 async def test_clusterapi_pool_ready_scale_and_delete(
@@ -38,54 +70,49 @@ async def test_clusterapi_pool_ready_scale_and_delete(
     namespace: str,
 ) -> None:
     infra_api, workload_api = apis
-    clock = SystemClock()
-    key: PoolKey = await setup_pool(infra_api, workload, clusterapi_pool("capi", namespace, 1))
     ident = PoolIdentity(namespace, "capi")
     sel = f"cells.kubeswift.io/pool-id={ident.pool_id}"
-    reconciler = Reconciler(infra_api, clock)
-    try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=30)
-            machine = await infra_api.get(KINDS["Machine"], namespace, "capi-0")
-            ksm = await infra_api.get(KINDS["KubeSwiftMachine"], namespace, "capi-0")
-            guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "capi-0")
-            assert machine is not None and ksm is not None and guest is not None
-            assert CELL_DRAIN_FINALIZER in machine["metadata"]["finalizers"]
-            assert machine["spec"]["bootstrap"] == {"dataSecretName": "capi-0-bootstrap"}
-            assert machine["status"]["phase"] == "Running"
-            assert machine["status"]["nodeRef"] == {"name": "capi-0"}
-            our_ref = machine["metadata"]["ownerReferences"][0]
-            assert our_ref["kind"] == "GPUCellPool" and our_ref["controller"] is False
-            ksm_owners = {o["kind"]: o for o in ksm["metadata"]["ownerReferences"]}
-            assert ksm_owners["Machine"]["controller"] is True  # CAPI holds the controller slot
-            assert ksm_owners["GPUCellPool"]["controller"] is False
-            assert "ownerReferences" not in guest["metadata"]  # CAPKS sets none
-            node = await workload_api.get(KINDS["Node"], None, "capi-0")
-            assert node is not None
-            assert node["spec"]["providerID"] == provider_id(namespace, "capi-0")
-            row = status(pool)["cells"][0]
-            assert row["guestUID"] == machine["metadata"]["uid"]  # the Machine is the incarnation
-            assert row["phase"] == "Ready" and row["capacityDevices"] == 1
+    witness = FinalizerReleaseWitness(infra_api, snapshot=_capi_leftovers(workload_api, ident))
+    pool_obj = clusterapi_pool("capi", namespace, 1)
+    async with running_pool(apis, workload, pool_obj, operator_api=witness) as run:
+        pool = await run.converge(ready_with(1), timeout_s=30)
+        machine = await infra_api.get(KINDS["Machine"], namespace, "capi-0")
+        ksm = await infra_api.get(KINDS["KubeSwiftMachine"], namespace, "capi-0")
+        guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "capi-0")
+        assert machine is not None and ksm is not None and guest is not None
+        assert CELL_DRAIN_FINALIZER in machine["metadata"]["finalizers"]
+        assert machine["spec"]["bootstrap"] == {"dataSecretName": "capi-0-bootstrap"}
+        assert machine["status"]["phase"] == "Running"
+        assert machine["status"]["nodeRef"] == {"name": "capi-0"}
+        our_ref = machine["metadata"]["ownerReferences"][0]
+        assert our_ref["kind"] == "GPUCellPool" and our_ref["controller"] is False
+        ksm_owners = {o["kind"]: o for o in ksm["metadata"]["ownerReferences"]}
+        assert ksm_owners["Machine"]["controller"] is True  # CAPI holds the controller slot
+        assert ksm_owners["GPUCellPool"]["controller"] is False
+        assert "ownerReferences" not in guest["metadata"]  # CAPKS sets none
+        node = await workload_api.get(KINDS["Node"], None, "capi-0")
+        assert node is not None
+        assert node["spec"]["providerID"] == provider_id(namespace, "capi-0")
+        row = status(pool)["cells"][0]
+        assert row["guestUID"] == machine["metadata"]["uid"]  # the Machine is the incarnation
+        assert row["phase"] == "Ready" and row["capacityDevices"] == 1
 
-            await infra_api.patch(
-                KINDS["GPUCellPool"], namespace, "capi", {"spec": {"replicas": 2}}
-            )
-            await converge(reconciler, key, ready_with(2), timeout_s=30)
-            assert await cell_nodes(workload_api, ident) == {"capi-0", "capi-1"}
+        await run.scale(2)
+        await run.converge(ready_with(2), timeout_s=30)
+        assert await cell_nodes(workload_api, ident) == {"capi-0", "capi-1"}
 
-            await infra_api.delete(KINDS["GPUCellPool"], namespace, "capi")
-            await converge(reconciler, key, lambda p: p is None, timeout_s=30)
+        await run.delete(timeout_s=30)
 
-            async def nothing_left() -> bool:
-                for kind in ("Machine", "KubeSwiftMachine", "SwiftGuest", "SwiftSeedProfile"):
-                    if await names(infra_api, kind, namespace):
-                        return False
-                return not await names(infra_api, "Secret", namespace, sel)
+        async def nothing_left() -> bool:
+            for kind in ("Machine", "KubeSwiftMachine", "SwiftGuest", "SwiftSeedProfile"):
+                if await names(infra_api, kind, namespace):
+                    return False
+            return not await names(infra_api, "Secret", namespace, sel)
 
-            # CAPKS finishes tearing down the guests it owns after the pool is gone.
-            await poll_until(nothing_left, timeout_s=20)
-    finally:
-        await reconciler.close()
+        # CAPKS finishes tearing down the guests it owns after the pool is gone.
+        await poll_until(nothing_left, timeout_s=20)
+    # The operator's own cleanup, seen when it released the pool finalizer.
+    assert witness.left == _NOTHING
     assert await cell_nodes(workload_api, ident) == set()
 
 
@@ -119,10 +146,10 @@ async def test_clusterapi_sample_with_bootstrap_config_template_owns_nodes_by_pr
     carries none); it is recognised by providerID, labelled, Ready through all three layers,
     scales 1 -> 2 -> 1, deletion leaves nothing; a foreign Node is never written to."""
     infra_api, workload_api = apis
-    clock = SystemClock()
     await infra_api.apply(_kubeadm_config_template(namespace))
-    key = await setup_pool(infra_api, workload, _sample_pool(namespace))
     ident = PoolIdentity(namespace, "gpu-capi")
+    leftovers = _capi_leftovers(workload_api, ident, "KubeadmConfig")
+    witness = FinalizerReleaseWitness(infra_api, snapshot=leftovers)
     foreign_name = f"gpu-capi-foreign-{namespace[-6:]}"
     foreign = await workload_api.create(
         {
@@ -132,10 +159,11 @@ async def test_clusterapi_sample_with_bootstrap_config_template_owns_nodes_by_pr
             "spec": {"providerID": provider_id(namespace, foreign_name)},
         }
     )
-    reconciler = Reconciler(infra_api, clock)
     try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            pool = await converge(reconciler, key, ready_with(1), timeout_s=40)
+        async with running_pool(
+            apis, workload, _sample_pool(namespace), operator_api=witness
+        ) as run:
+            pool = await run.converge(ready_with(1), timeout_s=40)
             machine = await infra_api.get(KINDS["Machine"], namespace, "gpu-capi-0")
             config = await infra_api.get(KINDS["KubeadmConfig"], namespace, "gpu-capi-0")
             node = await workload_api.get(KINDS["Node"], None, "gpu-capi-0")
@@ -157,19 +185,14 @@ async def test_clusterapi_sample_with_bootstrap_config_template_owns_nodes_by_pr
             row = status(pool)["cells"][0]
             assert row["phase"] == "Ready" and row["capacityDevices"] == 1
 
-            await infra_api.patch(
-                KINDS["GPUCellPool"], namespace, "gpu-capi", {"spec": {"replicas": 2}}
-            )
-            await converge(reconciler, key, ready_with(2), timeout_s=40)
+            await run.scale(2)
+            await run.converge(ready_with(2), timeout_s=40)
             assert await cell_nodes(workload_api, ident) == {"gpu-capi-0", "gpu-capi-1"}
-            await infra_api.patch(
-                KINDS["GPUCellPool"], namespace, "gpu-capi", {"spec": {"replicas": 1}}
-            )
-            await converge(reconciler, key, ready_with(1), timeout_s=40)
+            await run.scale(1)
+            await run.converge(ready_with(1), timeout_s=40)
             assert await cell_nodes(workload_api, ident) == {"gpu-capi-0"}
 
-            await infra_api.delete(KINDS["GPUCellPool"], namespace, "gpu-capi")
-            await converge(reconciler, key, lambda p: p is None, timeout_s=40)
+            await run.delete(timeout_s=40)
 
             async def nothing_left() -> bool:
                 kinds = ("Machine", "KubeSwiftMachine", "KubeadmConfig", "SwiftGuest")
@@ -182,9 +205,10 @@ async def test_clusterapi_sample_with_bootstrap_config_template_owns_nodes_by_pr
 
             await poll_until(nothing_left, timeout_s=20)
     finally:
-        await reconciler.close()
         after = await workload_api.get(KINDS["Node"], None, foreign_name)
         await workload_api.delete(KINDS["Node"], None, foreign_name)
+    # The operator's own cleanup, seen when it released the pool finalizer.
+    assert witness.left == {**_NOTHING, "KubeadmConfig": set()}
     assert await cell_nodes(workload_api, ident) == set()
     assert await workload_api.get(KINDS["Node"], None, "gpu-capi-0") is None
     assert after is not None  # the foreign Node: same metadata, never written to
