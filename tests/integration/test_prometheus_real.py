@@ -20,9 +20,7 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import httpx
 import pytest
 from aiohttp import web
 
@@ -38,6 +36,7 @@ from autoscaler.signals.hami_metrics import (
     usage_query,
 )
 from autoscaler.signals.prometheus import PrometheusSource, PrometheusUnavailable, WallClock
+from tests.integration import prometheus_support
 
 pytestmark = pytest.mark.integration
 
@@ -163,8 +162,6 @@ async def exporters() -> AsyncIterator[dict[str, Exporter]]:
 def prometheus_url(
     exporters: dict[str, Exporter], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    from simulations.harness.procs import ManagedProcess, free_port  # noqa: PLC0415
-
     binary = prometheus_binary()
     work = tmp_path_factory.mktemp("prometheus")
     targets = ", ".join(f'"127.0.0.1:{e.port}"' for e in exporters.values())
@@ -174,20 +171,9 @@ def prometheus_url(
         f"scrape_configs:\n  - job_name: hami\n    static_configs:\n"
         f"      - targets: [{targets}]\n"
     )
-    port = free_port()
-    process = ManagedProcess(
-        "prometheus",
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={work / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        Path(work / "prometheus.log"),
-    )
+    url, process = prometheus_support.launch(binary, config)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         process.stop()
         assert not process.running()
@@ -196,29 +182,11 @@ def prometheus_url(
 async def poll(
     what: str, probe: Callable[[], Awaitable[MetricsReading]], ok: Callable[[MetricsReading], bool]
 ) -> MetricsReading:
-    """Probe until ``ok`` holds, with a deadline; the pause is polling back-off only."""
-    deadline = time.monotonic() + DEADLINE
-    last: MetricsReading | None = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if ok(last):
-            return last
-        await asyncio.sleep(0.2)
-    detail = last.health.detail if last else "no reading"
-    raise AssertionError(f"timed out after {DEADLINE:g}s waiting for {what}; last: {detail}")
+    return await prometheus_support.poll(what, probe, ok, DEADLINE)
 
 
 async def ready(url: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    async with httpx.AsyncClient(timeout=1.0) as client:
-        while time.monotonic() < deadline:
-            try:
-                if (await client.get(f"{url}/-/ready")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"prometheus at {url} not ready within {DEADLINE:g}s")
+    await prometheus_support.ready(url, DEADLINE)
 
 
 @pytest.fixture

@@ -7,20 +7,18 @@ exactly the simulated HAMi's per-GPU allocation table, and follows it when a pod
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from autoscaler.signals.hami_metrics import MetricFamily, MetricsReading
 from autoscaler.signals.prometheus import PrometheusSource, WallClock
 from provisioner.kube import KINDS, KubeApi
 from simulations.twin import start_hami_exporter
-from tests.integration import twin_support
+from tests.integration import prometheus_support, twin_support
+from tests.integration.prometheus_support import poll
 from tests.integration.twin_support import GIB, hami_pod, new_hami, register_node
 
 api = twin_support.api  # the fixture: a workload client; deletes the test's Nodes afterwards
@@ -30,8 +28,6 @@ DEADLINE_S = 60.0
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Prometheus scraping the file-configured targets every 0.5 s; (url, targets file)."""
-    from simulations.harness.procs import ManagedProcess, free_port  # noqa: PLC0415
-
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus binary not on PATH")
@@ -43,48 +39,11 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "scrape_configs:\n  - job_name: hami-twin\n    file_sd_configs:\n"
         f"      - files: ['{targets}']\n        refresh_interval: 1s\n"
     )
-    port = free_port()
-    process = ManagedProcess(
-        "prometheus",
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        Path(tmp_path / "prometheus.log"),
-    )
+    url, process = prometheus_support.launch(binary, config)
     try:
-        yield f"http://127.0.0.1:{port}", targets
+        yield url, targets
     finally:
         process.stop()
-
-
-async def ready(url: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    async with httpx.AsyncClient(timeout=1.0) as client:
-        while time.monotonic() < deadline:
-            try:
-                if (await client.get(f"{url}/-/ready")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"prometheus at {url} not ready within {DEADLINE_S:g}s")
-
-
-async def poll(
-    probe: Callable[[], Awaitable[MetricsReading]], ok: Callable[[MetricsReading], bool]
-) -> MetricsReading:
-    deadline = time.monotonic() + DEADLINE_S
-    last: MetricsReading | None = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if ok(last):
-            return last
-        await asyncio.sleep(0.2)  # polling back-off against the scrape interval
-    raise AssertionError(f"no matching reading in {DEADLINE_S:g}s; last: {last}")
 
 
 async def test_operator_reads_the_twin_allocations_through_real_prometheus(
@@ -101,9 +60,13 @@ async def test_operator_reads_the_twin_allocations_through_real_prometheus(
     runner, port = await start_hami_exporter(hami)
     try:
         targets.write_text(f'[{{"targets": ["127.0.0.1:{port}"]}}]')
-        await ready(url)
+        await prometheus_support.ready(url, DEADLINE_S)
         async with PrometheusSource(url, stale_after_seconds=5.0, clock=WallClock()) as source:
-            reading = await poll(lambda: source.node_gpu_usage([node]), lambda r: r.health.fresh)
+
+            async def probe() -> MetricsReading:
+                return await source.node_gpu_usage([node])
+
+            reading = await poll("a fresh reading", probe, lambda r: r.health.fresh, DEADLINE_S)
             assert source.family is MetricFamily.CURRENT
             assert reading.usage_by_node() == {node: expected}
             assert node in reading.reporting_nodes
@@ -112,8 +75,10 @@ async def test_operator_reads_the_twin_allocations_through_real_prometheus(
             freed = hami.allocations()[node].usage()
             assert sum(g.slots for g in freed) == 1
             reading = await poll(
-                lambda: source.node_gpu_usage([node]),
+                "b's devices freed",
+                probe,
                 lambda r: r.usage_by_node().get(node) == freed,
+                DEADLINE_S,
             )
             assert reading.health.fresh
     finally:

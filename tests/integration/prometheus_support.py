@@ -1,0 +1,74 @@
+"""Shared helpers of the tests that run a real Prometheus (a plain module, not a test file).
+
+Why this module exists: the adapter tests against small fake exporters
+(``test_prometheus_real``) and the twin HAMi test (``test_twin_hami_prometheus``) start the same
+Prometheus process, wait for it the same way and poll ``PrometheusSource`` readings until the
+scrapes catch up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from autoscaler.signals.hami_metrics import MetricsReading
+
+if TYPE_CHECKING:
+    from simulations.harness.procs import ManagedProcess
+
+
+def launch(binary: str, config: Path) -> tuple[str, ManagedProcess]:
+    """Start Prometheus on ``config`` (data and log next to it) on a free port; (url, process)."""
+    from simulations.harness.procs import ManagedProcess, free_port  # noqa: PLC0415
+
+    work = config.parent
+    port = free_port()
+    process = ManagedProcess(
+        "prometheus",
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        work / "prometheus.log",
+    )
+    return f"http://127.0.0.1:{port}", process
+
+
+async def ready(url: str, deadline_s: float) -> None:
+    """Wait until Prometheus answers ``/-/ready``."""
+    deadline = time.monotonic() + deadline_s
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            try:
+                if (await client.get(f"{url}/-/ready")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"prometheus at {url} not ready within {deadline_s:g}s")
+
+
+async def poll(
+    what: str,
+    probe: Callable[[], Awaitable[MetricsReading]],
+    ok: Callable[[MetricsReading], bool],
+    deadline_s: float,
+) -> MetricsReading:
+    """Probe until ``ok`` holds, with a deadline; the pause is polling back-off only."""
+    deadline = time.monotonic() + deadline_s
+    last: MetricsReading | None = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if ok(last):
+            return last
+        await asyncio.sleep(0.2)  # polling back-off against the scrape interval
+    detail = last.health.detail if last else "no reading"
+    raise AssertionError(f"timed out after {deadline_s:g}s waiting for {what}; last: {detail}")
