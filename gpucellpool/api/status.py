@@ -93,16 +93,17 @@ class CellDeviceShape(KubeModel):
 
 
 class PhysicalCapacity(KubeModel):
-    """Outer (infrastructure) GPU capacity."""
+    """Outer (infrastructure) GPU capacity; written by the provisioner every pass."""
 
     gpus: int = 0
     """PCI devices on this pool's cells."""
     free_gpus_in_cluster: int | None = Field(
         default=None, alias="freeGPUsInCluster", json_schema_extra={"nullable": True}
     )
-    """Free physical GPUs in the infrastructure cluster (null or absent: unknown)."""
+    """Free physical GPUs in the infrastructure cluster, from the SwiftGPUNode ledger (Native)
+    or ResourceSlices minus allocated ResourceClaims (DRA); null or absent: unknown."""
     model: str | None = None
-    """GPU model."""
+    """GPU model as HAMi reports it (the first workloadCapacity.byModel entry)."""
 
 
 class ResourceTotals(KubeModel):
@@ -130,14 +131,14 @@ class ModelCapacity(KubeModel):
 
 
 class WorkloadCapacity(KubeModel):
-    """Inner (HAMi) capacity; retained unchanged on a failed read."""
+    """Inner (HAMi) capacity of the pool's Ready cells; retained unchanged on a failed read."""
 
     provider: str | None = None
     """Capacity provider (HAMi)."""
     mode: str | None = None
     """HAMi mode (DevicePlugin or DRA)."""
     gpu_devices: int = 0
-    """Devices HAMi advertises across the pool."""
+    """Healthy devices HAMi advertises on the pool's Ready cells."""
     homogeneous: bool | None = None
     """All devices are the same model."""
     gpu_memory: ResourceTotals | None = None
