@@ -1,8 +1,8 @@
 """The chart's alert rules under the real promtool: syntax, one unit test per alert, mutations.
 
 The rules live in one file (charts/gpucellpool/files/prometheus-rules.yaml); the chart embeds
-it verbatim (tests/integration/test_chart.py proves the rendered PrometheusRule equals it).
-promtool's unit tests compare annotations too, so the cases run against a copy with the
+it verbatim (tests/integration/test_chart_webhook_metrics.py proves the rendered PrometheusRule
+equals it). promtool's unit tests compare annotations too, so the cases run against a copy with the
 annotations stripped; the annotation templates themselves are checked by `promtool check
 rules` on the real file. Every alert must have a case that fires it: replacing its expression
 with one that never fires must make `promtool test rules` fail.

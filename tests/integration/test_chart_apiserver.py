@@ -5,8 +5,8 @@ apiserver's full validation. The third-party kinds (ServiceMonitor, PrometheusRu
 Prometheus Operator; Certificate, Issuer from cert-manager) need their CRDs, which the harness
 does not carry: this module installs minimal stand-ins (right group, version, kind and scope,
 open schema) first, so those objects are checked for apiVersion/kind/scope/metadata only;
-their specs are checked by tests/integration/test_chart.py (structure) and test_alerts.py
-(promtool on the PrometheusRule's rules).
+their specs are checked by tests/integration/test_chart_webhook_metrics.py (structure) and
+test_alerts.py (promtool on the PrometheusRule's rules).
 """
 
 from __future__ import annotations
@@ -19,14 +19,10 @@ import pytest
 import yaml
 
 from simulations.harness import ClusterEndpoint
-from tests.integration.test_chart import (
-    CHART,
-    RELEASE,
-    SCENARIOS,
-    helm,  # noqa: F401  (fixture)
-    render,
-    run_helm,
-)
+from tests.integration import chart_support
+from tests.integration.chart_support import CHART, RELEASE, SCENARIOS, render, run_helm
+
+helm = chart_support.helm  # the fixture
 
 STAND_INS = (
     ("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"),
@@ -88,7 +84,7 @@ def _extra_namespaces(
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_apiserver_accepts_every_scenario(
-    helm: Path,  # noqa: F811
+    helm: Path,
     infra: ClusterEndpoint,
     namespace: str,
     third_party_crds: None,
@@ -104,7 +100,7 @@ def test_apiserver_accepts_every_scenario(
 
 
 def test_apiserver_refuses_a_broken_manifest(
-    helm: Path,  # noqa: F811
+    helm: Path,
     infra: ClusterEndpoint,
     namespace: str,
     tmp_path: Path,
@@ -118,7 +114,7 @@ def test_apiserver_refuses_a_broken_manifest(
 
 
 def test_workload_observer_rbac_applies_to_the_workload_cluster(
-    helm: Path,  # noqa: F811
+    helm: Path,
     workload: ClusterEndpoint,
     tmp_path: Path,
 ) -> None:
@@ -131,7 +127,7 @@ def test_workload_observer_rbac_applies_to_the_workload_cluster(
 
 
 def test_notes_warn_about_secrets_only_when_no_pool_namespaces(
-    helm: Path,  # noqa: F811
+    helm: Path,
     infra: ClusterEndpoint,
     namespace: str,
     tmp_path: Path,
