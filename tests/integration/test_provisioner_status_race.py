@@ -18,19 +18,18 @@ import yaml
 
 from gpucellpool.kube.adapters import pool_path
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
-from provisioner.clock import SystemClock
 from provisioner.kube import JSON, KINDS, KubeApi
 from provisioner.kube_delegate import Write
-from provisioner.reconciler import PoolKey, Reconciler
+from provisioner.reconciler import PoolKey
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     RecordingKubeApi,
     apis,  # noqa: F401  (fixture)
     cond,
     ready_with,
     row,
-    setup_pool,
+    running_pool,
 )
 
 T = TypeVar("T")
@@ -78,22 +77,18 @@ async def test_a_scaling_active_written_mid_pass_is_kept(
     workload: ClusterEndpoint,
     namespace: str,
 ) -> None:
-    infra_api, workload_api = apis
-    clock = SystemClock()
-    key = await setup_pool(infra_api, workload, swiftguest_pool("race", namespace, replicas=1))
+    infra_api = apis[0]
+    key = PoolKey(namespace, "race")
     autoscaler = await autoscaler_client(infra)
     path = pool_path(key.namespace, key.name)
-    await autoscaler.apply_status(
-        path, scaling_active(key, "False", "Initial", "2026-11-30T10:00:00Z")
-    )
     racing = RacingKubeApi(infra_api)
-    reconciler = Reconciler(racing, clock)
+    pool_obj = swiftguest_pool("race", namespace, replicas=1)
     try:
-        async with Twin(infra_api, workload_api, clock, namespace):
-            await converge(reconciler, key, ready_with(1), timeout_s=30)
-            await infra_api.patch(
-                KINDS["GPUCellPool"], namespace, key.name, {"spec": {"replicas": 2}}
-            )
+        async with running_pool(apis, workload, pool_obj, operator_api=racing) as run:
+            initial = scaling_active(key, "False", "Initial", "2026-11-30T10:00:00Z")
+            await autoscaler.apply_status(path, initial)  # before the first pass
+            await run.converge(ready_with(1), timeout_s=30)
+            await run.scale(2)
             won = scaling_active(key, "True", "RaceWinner", "2026-11-30T10:05:00Z")
 
             async def race() -> None:
@@ -101,7 +96,7 @@ async def test_a_scaling_active_written_mid_pass_is_kept(
 
             racing.race = race
             racing.calls.clear()
-            await reconciler.reconcile_once(key)
+            await run.passes(1)
 
             assert racing.race is None  # the competing write did happen mid-pass
             outcomes = [c.outcome for c in racing.of("patch", "GPUCellPool")]
@@ -113,9 +108,8 @@ async def test_a_scaling_active_written_mid_pass_is_kept(
             assert cond(pool, "WorkloadClusterReachable")["status"] == "True"
             assert row(pool, "race-1")["reason"] == "GuestNotCreated"  # the created row kept
 
-            pool = await converge(reconciler, key, ready_with(2), timeout_s=30)
+            pool = await run.converge(ready_with(2), timeout_s=30)
             assert cond(pool, "ScalingActive")["reason"] == "RaceWinner"  # never reverted
             assert cond(pool, "Ready")["reason"] == "AllCellsReady"
     finally:
-        await reconciler.close()
         await autoscaler.close()
