@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from simulations.harness.binaries import BinaryError, ensure
+from tests.integration.binary_support import required_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpucellpool"
@@ -60,12 +60,7 @@ SCENARIOS: dict[str, Doc] = {
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    try:
-        return ensure(["helm"])["helm"]
-    except BinaryError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"helm unavailable in CI: {exc}")
-        pytest.skip(f"helm unavailable: {exc}")
+    return required_binary("helm")
 
 
 def run_helm(helm: Path, *args: str, values: Doc | None = None, tmp: Path | None = None,

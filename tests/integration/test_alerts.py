@@ -10,7 +10,6 @@ with one that never fires must make `promtool test rules` fail.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from simulations.harness.binaries import BinaryError, ensure
+from tests.integration.binary_support import required_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "charts/gpucellpool/files/prometheus-rules.yaml"
@@ -29,12 +28,7 @@ NEVER = "vector(1) == 2"
 
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    try:
-        return ensure(["promtool"])["promtool"]
-    except BinaryError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"promtool unavailable in CI: {exc}")
-        pytest.skip(f"promtool unavailable: {exc}")
+    return required_binary("promtool")
 
 
 def _rules() -> dict[str, Any]:

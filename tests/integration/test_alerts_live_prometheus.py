@@ -11,7 +11,6 @@ driven into every bad state, a second pool is healthy: every alert must fire for
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.parse
 import urllib.request
@@ -25,8 +24,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from gpucellpool.api.status import CellPhase
 from gpucellpool.metrics import OperatorMetrics, PoolMetrics
-from simulations.harness.binaries import BinaryError, ensure
 from simulations.harness.procs import ManagedProcess, free_port
+from tests.integration.binary_support import required_binary
 from tests.integration.test_alerts import RULES
 
 DEADLINE = 60.0
@@ -98,18 +97,9 @@ def _until(what: str, probe: Callable[[], T | None]) -> T:
     raise AssertionError(f"timed out after {DEADLINE:g}s waiting for {what}")
 
 
-def prometheus_binary() -> Path:
-    try:
-        return ensure(["prometheus"])["prometheus"]
-    except BinaryError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"prometheus unavailable in CI: {exc}")
-        pytest.skip(f"prometheus unavailable: {exc}")
-
-
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[tuple[str, OperatorMetrics]]:
-    binary = prometheus_binary()
+    binary = required_binary("prometheus")
     registry = CollectorRegistry()
     metrics = OperatorMetrics(registry)
     port = free_port()
