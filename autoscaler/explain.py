@@ -12,6 +12,7 @@ cooldowns survive an operator restart (the API has no status field for it yet).
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -63,23 +64,22 @@ def outcome(decision: Decision, reachable: bool) -> Outcome:
     )
 
 
-def carry_victims(out: Outcome, previous: Outcome | None) -> Outcome:
-    """A decision holding the target of the scale-down in force keeps that scale-down's victims.
+def carry_victims(out: Outcome, in_force: Sequence[str], live: Collection[str]) -> Outcome:
+    """The victims to publish: every cell our scale-downs in force chose (``in_force``, the
+    victims last published) that ``live`` still has, then this decision's own.
 
-    The provisioner drains the published victims only while the published decision is the one
-    in force; a later "hold" at the same target with no victims of its own would otherwise let
-    it drain whichever cell it picks by index instead of the one the policy chose.
+    The provisioner drains exactly the published victims, and only while the published decision
+    is the one in force. Scale-downs come in steps (16 -> 15, then 15 -> 14 before the first
+    victim is marked Draining), and a hold may follow at the same target: each published
+    decision must therefore name the earlier steps' victims still live (Ready or Booting), then
+    its own, up to the excess over its target; otherwise the provisioner would pick a cell by
+    index for the earlier step, and the loop would see that cell live and undo the step.
     """
-    if (
-        previous is not None
-        and previous.act
-        and previous.victims
-        and out.act
-        and not out.victims
-        and out.desired == previous.desired
-    ):
-        return replace(out, victims=previous.victims)
-    return out
+    if not out.act:
+        return out
+    names = [name for name in dict.fromkeys((*in_force, *out.victims)) if name in live]
+    excess = max(0, len(live) - out.desired)
+    return replace(out, victims=tuple(names[:excess]))
 
 
 def drifted(published: Outcome, status: JSON) -> bool:

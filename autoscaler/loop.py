@@ -46,6 +46,7 @@ from autoscaler.observe import (
     cells_for_pool,
     counts_as_demand,
     index_pods,
+    live_cell_names,
     nodes_to_read,
     observation,
     pending_for_pool,
@@ -333,7 +334,8 @@ class Autoscaler:
         self, state: PoolState, decision: Decision, reachable: bool, now: float
     ) -> None:
         pool = state.pool
-        out = carry_victims(outcome(decision, reachable), state.published)
+        live = live_cell_names(pool)
+        out = carry_victims(outcome(decision, reachable), self._victims(state), live)
         changed = self._due(state, out, now)
         if changed:
             if state.event_reason is None:  # after a restart or takeover: what status says,

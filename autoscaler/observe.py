@@ -274,6 +274,12 @@ def ready_cell_usage(
     return raised(annotated, reported), True
 
 
+def live_cell_names(pool: GPUCellPool) -> list[str]:
+    """The pool's Ready and Booting cells by their status rows (what scale-downs remove)."""
+    live = (CellState.READY, CellState.BOOTING)
+    return [row.name for row in pool.status.cells or [] if _state(row.phase) in live]
+
+
 def cells_for_pool(
     pool: GPUCellPool, inputs: CellInputs, now: float
 ) -> tuple[tuple[CellView, ...], list[str]]:

@@ -194,10 +194,17 @@ def test_victims_of_the_scale_down_in_force_count_as_draining() -> None:
     assert with_requested(cells, requested=2, since=0.0) == cells
 
 
-def test_a_hold_at_the_scale_down_target_keeps_its_victims() -> None:
-    down = Outcome(7, "ScaledDown", "m", True, 0, 0, "True", "ScaledDown", ("p-6",))
-    hold = Outcome(7, "MetricsStale", "m", True, 0, 0, "True", "MetricsStale")
-    assert carry_victims(hold, down).victims == ("p-6",)
-    assert carry_victims(replace(hold, desired=8), down).victims == ()  # a new target
-    assert carry_victims(hold, replace(down, act=False)).victims == ()  # shadow: not in force
-    assert carry_victims(hold, None) == hold
+def test_published_victims_accumulate_over_scale_down_steps_until_they_leave() -> None:
+    live = [f"p-{i}" for i in range(16)]
+    down = Outcome(15, "ScaledDown", "m", True, 0, 0, "True", "ScaledDown", ("p-15",))
+    assert carry_victims(down, (), live).victims == ("p-15",)
+    # 15 -> 14 before p-15 was marked Draining: both are named, the earlier step first.
+    step = replace(down, desired=14, victims=("p-9",))
+    assert carry_victims(step, ("p-15",), live).victims == ("p-15", "p-9")
+    # A hold at 14 keeps both; once p-15 is Draining (no longer live) only p-9 is left.
+    hold = Outcome(14, "MetricsStale", "m", True, 0, 0, "True", "MetricsStale")
+    assert carry_victims(hold, ("p-15", "p-9"), live).victims == ("p-15", "p-9")
+    assert carry_victims(hold, ("p-15", "p-9"), live[:15]).victims == ("p-9",)
+    # A scale-up past the live count needs no victims; Shadow mode publishes none of ours.
+    assert carry_victims(replace(hold, desired=17), ("p-15",), live).victims == ()
+    assert carry_victims(replace(hold, act=False), ("p-15",), live) == replace(hold, act=False)
