@@ -62,7 +62,8 @@ def interpret_usage(
     nodes: dict[str, NodeReading] = {}
     for node in wanted:
         if node in picked:
-            nodes[node] = _node_reading(node, picked[node], schema, now, problems)
+            current = current_gpus(picked[node], schema)
+            nodes[node] = _node_reading(node, current, schema, now, problems)
             if nodes[node].age_seconds > stale_after_seconds:
                 problems.append(
                     f"node {node}: newest sample is {nodes[node].age_seconds:.1f}s old "
@@ -108,6 +109,29 @@ def _pick_newest(
         if current is None or timestamp > current.timestamp:
             picked[node][(uuid, quantity)] = _Picked(name, dict(s.labels), timestamp, raw)
     return picked
+
+
+def current_gpus(entries: dict[_Key, _Picked], schema: Schema) -> dict[_Key, _Picked]:
+    """Of GPUs reported at the same device index of a node, only the newest-reporting one.
+
+    A node name outlives its GPUs: a cell drained and created again at the same index joins
+    as a Node of the same name with another GPU at the same device index, and the old GPU's
+    series stay in the lookback window. Counting it would make the new Node read as stale (the
+    old GPU's last sample is its oldest) and as one GPU more than it has. GPUs at different
+    indexes are all kept: one of them going silent is staleness, never hidden here.
+    """
+    newest: dict[str, float] = defaultdict(float)
+    slot_of: dict[str, str] = {}
+    for (uuid, _), entry in entries.items():
+        newest[uuid] = max(newest[uuid], entry.timestamp)
+        index = entry.labels.get(schema.index_label, "")
+        slot_of[uuid] = f"index:{index}" if index else f"uuid:{uuid}"
+    winner: dict[str, str] = {}
+    for uuid, slot in slot_of.items():
+        if slot not in winner or newest[uuid] > newest[winner[slot]]:
+            winner[slot] = uuid
+    kept = set(winner.values())
+    return {key: entry for key, entry in entries.items() if key[0] in kept}
 
 
 def _node_reading(

@@ -302,3 +302,19 @@ def test_cross_check_compares_node_totals() -> None:
     assert str(found[0]) == (
         "node cell-1: memory_mib allocated 8192 per HAMi metrics, 0 per pod annotations"
     )
+
+
+def test_a_node_recreated_under_its_name_reads_its_new_gpu_only() -> None:
+    """A cell drained and created again at its index: the old GPU's series linger (age 90)."""
+    series = gpu_series("cell-0", "GPU-old", 0, mem_mib=24576, age=90) + gpu_series(
+        "cell-0", "GPU-new", 0, mem_mib=0, cores="0", slots="0", age=2
+    )
+    reading = read(series, ["cell-0"])
+    assert reading.health.fresh, reading.problems
+    assert [g.uuid for g in reading.nodes["cell-0"].gpus] == ["GPU-new"]
+    assert reading.nodes["cell-0"].age_seconds == pytest.approx(2)
+    # The legacy names carry the index as deviceidx: same rule.
+    legacy = gpu_series("cell-0", "GPU-old", 0, age=90, schema=LEGACY) + gpu_series(
+        "cell-0", "GPU-new", 0, age=2, schema=LEGACY
+    )
+    assert read(legacy, ["cell-0"], schema=LEGACY).health.fresh
