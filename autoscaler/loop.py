@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -40,7 +40,7 @@ from autoscaler.loop_ports import (
     WorkloadSnapshot,
     WorkloadView,
 )
-from autoscaler.loop_state import LoopSettings, PoolState, record_metrics
+from autoscaler.loop_state import LoopSettings, PoolState, record_metrics, scale_facts
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
@@ -101,6 +101,7 @@ class Autoscaler:
         self.settings = settings or LoopSettings()
         self.is_leader = is_leader
         self.pools: dict[tuple[str, str], PoolState] = {}
+        self._writes = asyncio.Semaphore(self.settings.writes_in_flight)
 
     # -- inputs from the watches ----------------------------------------------------------
 
@@ -333,7 +334,7 @@ class Autoscaler:
     async def _publish(
         self, state: PoolState, decision: Decision, reachable: bool, now: float
     ) -> None:
-        pool = state.pool
+        pool, persist_s = state.pool, self.settings.memory_persist_s
         live = live_cell_names(pool)
         out = carry_victims(outcome(decision, reachable), self._victims(state), live)
         changed = self._due(state, out, now)
@@ -341,14 +342,24 @@ class Autoscaler:
             if state.event_reason is None:  # after a restart or takeover: what status says,
                 # read before our write (its watch event may update raw_status meanwhile)
                 state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
-            await self.writer.apply_status(status_apply_body(pool, out, state.raw_status, now))
+            body = status_apply_body(pool, out, state.raw_status, now)
+            await self._write(lambda: self.writer.apply_status(body))
             state.published, state.status_written_at = out, now
             if state.event_reason != out.reason:
-                await self.writer.event(pool, out.reason, note(out), not reachable)
+                warn = not reachable
+                await self._write(lambda: self.writer.event(pool, out.reason, note(out), warn))
                 state.event_reason = out.reason
-        if changed or now - state.memory_written_at >= self.settings.memory_persist_s:
-            await self.writer.annotate(pool, MEMORY_ANNOTATION, encode_memory(decision.memory))
-            state.memory_written_at = now
+        facts = scale_facts(decision.memory)
+        if facts != state.facts_written or now - state.memory_written_at >= persist_s:
+            text = encode_memory(decision.memory)
+            await self._write(lambda: self.writer.annotate(pool, MEMORY_ANNOTATION, text))
+            state.memory_written_at, state.facts_written = now, facts
+
+    async def _write(self, call: Callable[[], Awaitable[None]]) -> None:
+        """One write, at most ``writes_in_flight`` at once across pools: a request queued here
+        does not run its timeout down while an overloaded apiserver works through the others."""
+        async with self._writes:
+            await call()
 
     def _due(self, state: PoolState, out: Outcome, now: float) -> bool:
         """Whether ``out`` must be written to status now.

@@ -32,11 +32,14 @@ class LoopSettings:
     tick_s: float = 10.0
     """Time-based rules (stabilisation, delays) need a decision even when nothing changes."""
     memory_persist_s: float = 30.0
-    """How often unchanged memory is written back; a restart loses at most this much."""
+    """How often memory is written back when its scaling facts (``scale_facts``) are unchanged;
+    a restart loses at most this much of its samples."""
     usage_timeout_s: float = 5.0
     """Bound on a Prometheus read inside a decision."""
     message_refresh_s: float = 30.0
     """How often a status whose decision changed only in its message's text is rewritten."""
+    writes_in_flight: int = 8
+    """Status applies, Events and memory patches in flight at once, across every pool."""
     unsynced_retry_s: float = 1.0
     """The tick while the workload caches are not synced: events are routed to the pools they
     concern, so no event may come for a pool once its caches finish syncing."""
@@ -54,6 +57,7 @@ class PoolState:
     event_reason: str | None = None  # the reason of the last Event posted
     latency_reported: set[str] = field(default_factory=set)  # pods whose wait was observed
     memory_written_at: float = float("-inf")
+    facts_written: tuple[Any, ...] | None = None  # ``scale_facts`` of the memory last written
     status_written_at: float = float("-inf")
     decisions: int = 0
     skipped: int = 0  # wake-ups whose decision inputs had not changed (see ``_unchanged``)
@@ -62,6 +66,16 @@ class PoolState:
     last_inputs: tuple[Any, ...] | None = None
     decided_at: float = float("-inf")
     synced: bool = True
+
+
+def scale_facts(memory: PolicyMemory) -> tuple[Any, ...]:
+    """What of the memory must survive a restart at once: when and by how much it scaled.
+
+    Written the moment they change (a restart must not scale down just after a scale-up); the
+    rolling samples (recommendations, idle times, demand) are written every
+    ``memory_persist_s``, which bounds what a restart can lose of them.
+    """
+    return memory.last_scale_up_at, memory.last_scale_down_at, memory.scale_events
 
 
 def record_metrics(

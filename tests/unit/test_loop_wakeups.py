@@ -127,3 +127,27 @@ async def test_unsynced_caches_are_retried_quickly(world: World) -> None:
     workload.pods["p"] = pending_pod("p")
     await clock.advance(1.1)  # no event: the 1 s retry notices the synced caches
     assert writer.for_pool("a")[-1]["status"]["lastDecision"]["reason"] == "ScaledUp"
+
+
+async def test_memory_written_when_it_scaled_else_every_persist_interval(world: World) -> None:
+    scaler, workload, writer, clock = world
+    writes: list[float] = []
+    annotate = writer.annotate
+
+    async def counting(*args: object) -> None:
+        writes.append(clock.now())
+        await annotate(*args)  # type: ignore[arg-type]
+
+    writer.annotate = counting  # type: ignore[method-assign,assignment]
+    scaler.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.2)
+    assert len(writes) == 1  # the first decision
+    workload.pods["p"] = pending_pod("p")
+    scaler.wake([A])
+    await clock.advance(0.2)
+    assert len(writes) == 2  # it scaled up: written at once
+    scaler.wake([A])  # the follow-up hold changes the outcome, not the scaling facts
+    await clock.advance(0.2)
+    assert len(writes) == 2
+    await clock.advance(31.0)
+    assert len(writes) == 3  # the samples, within memory_persist_s

@@ -5,14 +5,18 @@ pod wakes the pool owning its Node (by status row, cell name or pool label), and
 provisioner only for that; a binding wakes both the pool that counted the pod as demand and the
 Node's pool; a deletion is routed by the object last seen; a Node wakes its pool; a Namespace
 wakes only pools with a namespace selector; a rebuilt cluster or an unknown object wakes every
-pool of that cluster and none of another cluster's.
+pool of that cluster and none of another cluster's; the pod index kept from the events holds
+what a rebuild from the same pods would.
 """
 
 from __future__ import annotations
 
 import copy
+import random
+from collections.abc import Iterable
 from typing import Any
 
+from autoscaler.observe import PodIndex, index_pods
 from autoscaler.routing import WorkloadRouter, pool_route
 from gpucellpool.api.pool import POOL_LABEL
 from tests.unit.test_loop_fakes import pending_pod, pool_manifest, with_cells
@@ -143,3 +147,35 @@ def test_invalid_demand_selection_reads_as_the_default() -> None:
     raw["spec"]["autoscaling"]["demand"] = {"podSelector": "not a selector"}
     route = pool_route(A, WL, raw)
     assert route.demand.pod_selector is None and route.node_names == {"a-0", "a-1"}
+
+
+def _content(index: PodIndex) -> tuple[list[str], dict[str, list[str]]]:
+    def names(pods: Iterable[JSON]) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in pods)
+
+    return names(index.unbound), {n: names(p) for n, p in index.by_node.items()}
+
+
+def test_pod_index_follows_events_like_a_rebuild() -> None:
+    rng = random.Random(7)
+    r, live = router(pool("a", "ta")), dict[str, JSON]()
+    handed_out = r.pod_index(WL)
+    for step in range(400):
+        name = f"p{rng.randrange(30)}"
+        if name in live and rng.random() < 0.3:
+            r.event(WL, "DELETED", live.pop(name))
+            continue
+        fresh = pod(name, "ta")
+        roll = rng.random()
+        if roll < 0.4:
+            fresh = bound(fresh, f"a-{rng.randrange(3)}")
+        elif roll < 0.5:
+            fresh["status"] = {"phase": "Succeeded"}
+        r.event(WL, "MODIFIED" if name in live else "ADDED", fresh)
+        live[name] = fresh
+        if step % 50 == 0:
+            assert _content(r.pod_index(WL)) == _content(index_pods(live.values()))
+    assert _content(r.pod_index(WL)) == _content(index_pods(live.values()))
+    assert handed_out.unbound == () and not handed_out.by_node  # snapshots never change
+    r.event(WL, "SECRET", {})
+    assert _content(r.pod_index(WL)) == ([], {})
