@@ -25,6 +25,7 @@ from tests.integration.provisioner_support import (
     cell_nodes,
     names,
     ready_with,
+    set_replicas,
     setup_pool,
     status,
 )
@@ -115,9 +116,9 @@ async def test_crash_at_every_write_of_a_draining_pass(
     try:
         async with Twin(infra_api, workload_api, clock, namespace):
             for k in range(MAX_WRITES_PER_PASS):
-                await _replicas(infra_api, key, 2)
+                await set_replicas(infra_api, key, 2)
                 await converge(healthy, key, ready_with(2), timeout_s=30)
-                await _replicas(infra_api, key, 1)
+                await set_replicas(infra_api, key, 1)
                 plan = CrashPlan(crash_at=k, after=after)
                 if not await crash_once(infra_api, key, plan):
                     break
@@ -132,7 +133,3 @@ async def test_crash_at_every_write_of_a_draining_pass(
         await healthy.close()
     # mark, cordon, delete Node, release finalizer, delete guest, status.
     assert crashes == len(plan.log) >= 6, plan.log
-
-
-async def _replicas(api: KubeApi, key: PoolKey, n: int) -> None:
-    await api.patch(KINDS["GPUCellPool"], key.namespace, key.name, {"spec": {"replicas": n}})
