@@ -28,13 +28,6 @@ from simulations.harness.binaries import BinaryError, ensure
 SPEC = replace(DemoSpec(), start_seconds=148 * 86400 + 15 * HOUR, hours=0.5, multiplier=0.4,
                compression=20.0)  # fmt: skip
 
-FIDELITY_GAP = (
-    "NOT MET (issue #5 stays open): on this slice the twin was within +/-1 cell of the "
-    "simulator 81-89 % of the time at load ~15 and 73 % at load ~1 (cell-hours 3-7 % above, "
-    "then 11 % below): the live loop's reaction and the twin's HAMi timing still differ from "
-    "the simulator's model; see docs/simulation.md"
-)
-
 
 def _prometheus_or_skip() -> None:
     try:
@@ -60,7 +53,6 @@ def report(twin: TwinResult) -> DemoReport:
     return build_report(twin)
 
 
-@pytest.mark.xfail(reason=FIDELITY_GAP, strict=False)
 def test_twin_follows_the_simulator(report: DemoReport) -> None:
     print("\n" + markdown_report(report))
     f = report.fidelity
