@@ -189,6 +189,12 @@ class PodIndexer:
         self._node_of: dict[str, str] = {}  # pod key -> the Node it is indexed under
         self._node_pods: dict[str, tuple[JSON, ...]] = {}
         self._index: PodIndex | None = None
+        self._known: set[str] = set()
+
+    @property
+    def pods(self) -> int:
+        """How many pods the events reported (to compare with the cache holding them)."""
+        return len(self._known)
 
     def apply(self, key: str, pod: JSON | None) -> None:
         """The pod ``key`` is now ``pod`` (None: deleted)."""
@@ -200,7 +206,9 @@ class PodIndexer:
             self._node_pods[old_node] = tuple(self._by_node[old_node].values())
         node = _node_of(pod)
         if pod is None:
+            self._known.discard(key)
             return
+        self._known.add(key)
         if node:
             self._by_node.setdefault(node, {})[key] = pod
             self._node_pods[node] = tuple(self._by_node[node].values())
@@ -244,10 +252,11 @@ class WorkloadRouter:
         if old is not None:
             self._indexed.pop(old.cluster, None)
 
-    def pod_index(self, cluster: Hashable) -> PodIndex:
-        """The cluster's pods as last reported by its events (empty before any)."""
-        indexer = self._pods.get(cluster)
-        return indexer.index() if indexer is not None else PodIndex((), {})
+    def pod_index(self, cluster: Hashable, cached_pods: int) -> PodIndex | None:
+        """The cluster's pods as its events reported them; None unless that is as many pods
+        as its cache holds (an event missed: the caller rebuilds from the cache)."""
+        indexer = self._pods.setdefault(cluster, PodIndexer())
+        return indexer.index() if indexer.pods == cached_pods else None
 
     def routes(self, cluster: Hashable) -> ClusterRoutes:
         indexed = self._indexed.get(cluster)

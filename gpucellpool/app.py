@@ -95,8 +95,8 @@ class RoutedWorkloadView(CacheWorkloadView):
         self.router = router
 
     def pod_index(self, key: ClusterKey, pods: WatchCache) -> PodIndex:
-        del pods  # the router saw every event of this cache (relists included)
-        return self.router.pod_index(key)
+        index = self.router.pod_index(key, len(pods.objects))
+        return index if index is not None else super().pod_index(key, pods)
 
 
 def watched_namespaces(settings: Settings) -> tuple[str | None, ...]:

@@ -156,10 +156,17 @@ def _content(index: PodIndex) -> tuple[list[str], dict[str, list[str]]]:
     return names(index.unbound), {n: names(p) for n, p in index.by_node.items()}
 
 
+def index_of(r: WorkloadRouter, cached: int) -> PodIndex:
+    index = r.pod_index(WL, cached)
+    assert index is not None
+    return index
+
+
 def test_pod_index_follows_events_like_a_rebuild() -> None:
     rng = random.Random(7)
     r, live = router(pool("a", "ta")), dict[str, JSON]()
-    handed_out = r.pod_index(WL)
+    handed_out = r.pod_index(WL, 0)
+    assert handed_out is not None
     for step in range(400):
         name = f"p{rng.randrange(30)}"
         if name in live and rng.random() < 0.3:
@@ -174,8 +181,9 @@ def test_pod_index_follows_events_like_a_rebuild() -> None:
         r.event(WL, "MODIFIED" if name in live else "ADDED", fresh)
         live[name] = fresh
         if step % 50 == 0:
-            assert _content(r.pod_index(WL)) == _content(index_pods(live.values()))
-    assert _content(r.pod_index(WL)) == _content(index_pods(live.values()))
+            assert _content(index_of(r, len(live))) == _content(index_pods(live.values()))
+    assert _content(index_of(r, len(live))) == _content(index_pods(live.values()))
+    assert r.pod_index(WL, len(live) + 1) is None  # not what the cache holds: rebuild
     assert handed_out.unbound == () and not handed_out.by_node  # snapshots never change
     r.event(WL, "SECRET", {})
-    assert _content(r.pod_index(WL)) == ([], {})
+    assert r.pod_index(WL, len(live)) is None  # forgotten until the new caches report again
