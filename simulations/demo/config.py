@@ -137,9 +137,11 @@ class WorldTimings:
     """The world's latencies in compressed seconds: nominal (the spec) or measured on the twin.
 
     The simulator takes them as a user takes ``--boot-seconds`` / ``--boot-sigma`` from their
-    own cluster: boot = guest created to cell Ready (KubeSwift's delay plus everything a loaded
-    kubelet, HAMi and provisioner add), drain = cell empty to guest gone, react = pending pod
-    to cell requested.
+    own cluster: boot = cell asked for (the decision raising ``desiredReplicas``) to cell Ready
+    (the provisioner creating the guest, KubeSwift's delay, and everything a loaded kubelet,
+    HAMi and provisioner add; the simulator creates a cell at its decision, so the provisioning
+    time belongs in the boot), drain = cell empty to guest gone, react = first pending pod to
+    the first decision asking for cells.
     """
 
     boot_seconds: float

@@ -12,6 +12,7 @@ at a fixed interval too, so the progress line and the timeline never go quiet.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections import Counter
@@ -74,6 +75,12 @@ class Recorder:
     ready_after: list[tuple[float, float]] = field(default_factory=list)  # (created, boot)
     drains: list[float] = field(default_factory=list)  # Draining seen -> guest gone
     first_guest: float | None = None
+    first_request: float | None = None  # the first scale-up decision seen in status
+    # One entry per cell a decision asked for (desiredReplicas raised by n: n entries), taken
+    # in order by the guests that follow: a cell's boot counts from the decision, as a user
+    # measures "scale-up to Ready" on their cluster (the provisioner's work is part of it).
+    _asked: collections.deque[float] = field(default_factory=collections.deque)
+    _desired: int = 0
     decisions: list[tuple[float, str, int]] = field(default_factory=list)  # on change
     _live: set[str] = field(default_factory=set)
     _status: JSON = field(default_factory=dict)
@@ -102,6 +109,7 @@ class Recorder:
         """Time zero is the start of the replay."""
         shift = time.monotonic() - self.t0
         self.booting = {k: v - shift for k, v in self.booting.items()}
+        self._asked = collections.deque(t - shift for t in self._asked)
         self.t0 += shift
         self.samples.clear()
         self.sample()
@@ -119,7 +127,7 @@ class Recorder:
         name, now = str(obj["metadata"]["name"]), self.now()
         if kind == "ADDED":
             self.created_guests.add(str(obj["metadata"]["uid"]))
-            self.booting[name] = now
+            self.booting[name] = self._asked.popleft() if self._asked else now
             self._live.add(name)
             self.first_guest = now if self.first_guest is None else self.first_guest
         elif kind == "DELETED":
@@ -134,6 +142,14 @@ class Recorder:
         del kind
         self._status = obj.get("status") or {}
         now = self.now()
+        desired = int(self._status.get("desiredReplicas") or 0)
+        if desired > self._desired:
+            self._asked.extend([now] * (desired - self._desired))
+            self.first_request = now if self.first_request is None else self.first_request
+        elif desired < self._desired:  # asked-for cells not created yet are no longer asked for
+            for _ in range(min(len(self._asked), self._desired - desired)):
+                self._asked.pop()
+        self._desired = desired
         last = self._status.get("lastDecision") or {}
         outcome = (str(last.get("reason", "")), int(last.get("desiredReplicas") or 0))
         if not self.decisions or self.decisions[-1][1:] != outcome:
@@ -163,7 +179,8 @@ class Recorder:
 
     @property
     def boots(self) -> list[float]:
-        """Guest seen to cell Ready, in the order the guests were created."""
+        """Cell asked for (or, without a decision to match, guest seen) to cell Ready, in the
+        order the guests were created."""
         return [boot for _, boot in sorted(self.ready_after)]
 
     def _emptied(self, node: str, drain_start: float) -> float:
@@ -242,5 +259,6 @@ class Recorder:
             "pods_never_bound": sum(1 for p in self.pods.values() if p.bound is None),
             "boot_seconds": list(self.boots),
             "drain_seconds": list(self.drains),
-            "first_scale_up_seconds": self.first_guest,
+            "first_scale_up_seconds": self.first_request,
+            "first_guest_seconds": self.first_guest,
         }

@@ -92,7 +92,7 @@ def _clip(result: SimResult, end: float) -> SimResult:
 
 def measured_timings(run: TwinResult) -> WorldTimings:
     rec = run.recorder
-    return WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.first_guest)
+    return WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.first_request)
 
 
 def _simulate(run: TwinResult, timings: WorldTimings, name: str) -> tuple[SimResult, Fidelity]:
