@@ -246,7 +246,7 @@ class Autoscaler:
             # Memory is committed only once the decision is published: a failed write must
             # not leave the policy believing it scaled when nobody was told.
             await self._publish(state, decision, obs.workload_cluster_reachable, now)
-            if self.metrics is not None:
+            if self.metrics is not None and self.is_leader():  # not if deposed meanwhile
                 recorder = self.metrics.pool(*_key(pool))
                 state.latency_reported = record_metrics(recorder, state, decision, obs, now)
         state.memory = decision.memory

@@ -129,7 +129,7 @@ class App:
         self.writer = KubePoolWriter(infra, settings.identity, self.clock)
         self.autoscaler = self._autoscaler()
         self.reconciler = Reconciler(
-            RestKubeApi(infra.api_client, settings.api_timeout_s), self.clock
+            RestKubeApi(infra.api_client, settings.api_timeout_s), self.clock, metrics=self.metrics
         )
         self.driver = ProvisionerDriver(self.reconciler, self.clock, lambda: self.elector.is_leader)
         self.status_metrics = StatusMetrics(self.metrics, lambda: self.elector.is_leader)
@@ -225,6 +225,8 @@ class App:
     def _leadership(self, leader: bool) -> None:
         # A new term starts from a first sight of every pool: gauges now, no history counted.
         self.status_metrics.reset()
+        if not leader:  # a standby exports no per-pool series next to the new leader's
+            self.metrics.forget_all()
         if leader:
             self.autoscaler.wake_all()
             self.driver.wake_all()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from gpucellpool.app import App
@@ -126,3 +127,51 @@ async def test_clean_shutdown_hands_over_at_next_retry(
         for app in (one, two):
             if app not in stopped:
                 await app.stop()
+
+
+async def until(check: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)  # polling with a deadline
+
+
+async def test_a_deposed_leader_stops_exporting_pool_series(
+    infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
+) -> None:
+    """Another holder takes the Lease: the old leader drops every per-pool series at once, and
+    its decisions after that (it keeps deciding, as a standby does) bring none back."""
+    infra_api, workload_api = await client_for(infra), await client_for(workload)
+    one, two, _ = await two_apps(infra, namespace)
+    stopped: list[App] = []
+    labels = {"namespace": namespace, "pool": "dep"}
+    try:
+        await create_pool(infra_api, workload, autoscaled_pool("dep", namespace, "dep"))
+        leader = await leader_of((one, two), 10)
+        standby = two if leader is one else one
+        await standby.stop()  # nobody else may take over: only the intruder below
+        stopped.append(standby)
+        desired = leader.registry.get_sample_value
+        await until(lambda: desired("gpucellpool_desired_cells", labels) is not None, 10,
+                    "the leader exports the pool's series")  # fmt: skip
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/gpucellpool-autoscaler"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await infra_api.merge_patch(path, {"spec": {"holderIdentity": "intruder",
+                                                    "renewTime": now,
+                                                    "leaseDurationSeconds": 3600}})  # fmt: skip
+        await until(lambda: not leader.elector.is_leader, 5, "the leader saw the intruder")
+        assert desired("gpucellpool_desired_cells", labels) is None
+        decided = leader.autoscaler.pools[(namespace, "dep")].decisions
+        await create_pending(workload_api, namespace, "dep-1", "dep")
+        await until(lambda: leader.autoscaler.pools[(namespace, "dep")].decisions > decided, 10,
+                    "the deposed replica keeps deciding")  # fmt: skip
+        assert desired("gpucellpool_desired_cells", labels) is None
+        assert (
+            desired("gpucellpool_scale_decisions_total", {**labels, "reason": "ScaledUp"}) is None
+        )
+    finally:
+        for app in (one, two):
+            if app not in stopped:
+                await app.stop()
+        await infra_api.close()
+        await workload_api.close()
