@@ -82,8 +82,9 @@ class CacheWorkloadView:
     """``WorkloadView`` over the shared per-cluster caches.
 
     The pods are indexed (``index_pods``) once per change of a cluster's Pods cache and the
-    index is handed to every pool of that cluster: a burst of pod events wakes all of them,
-    and each would otherwise walk every pod of the cluster.
+    index is handed to every pool of that cluster, so no pool's decision walks every pod of the
+    cluster. (The app's ``RoutedWorkloadView`` prefers the index kept from routed events, and
+    ``autoscaler.routing`` decides which pools an event wakes.)
     """
 
     def __init__(self, clusters: WorkloadClusters) -> None:
