@@ -120,16 +120,18 @@ def _node_of(pod: Mapping[str, Any] | None) -> str:
     return str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""
 
 
+def _pending(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status")
+    return isinstance(status, Mapping) and status.get("phase") == "Pending"
+
+
 def pod_demand(
     pod: Mapping[str, Any] | None,
     routes: ClusterRoutes,
     namespace_labels: Mapping[str, str] | None,
 ) -> frozenset[PoolKey]:
     """The pools for which ``pod`` counts as pending demand."""
-    if pod is None or _node_of(pod):
-        return NONE
-    status = pod.get("status")
-    if not isinstance(status, Mapping) or status.get("phase") != "Pending":
+    if pod is None or _node_of(pod) or not _pending(pod):
         return NONE
     return frozenset(
         r.key for r in routes.routes if counts_as_demand(pod, r.demand, namespace_labels)
@@ -175,11 +177,6 @@ def _object_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
     return str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))
 
 
-def _unbound_pending(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status")
-    return isinstance(status, Mapping) and status.get("phase") == "Pending"
-
-
 class PodIndexer:
     """``index_pods`` kept up to date one event at a time (same content; order may differ)."""
 
@@ -213,7 +210,7 @@ class PodIndexer:
             self._by_node.setdefault(node, {})[key] = pod
             self._node_pods[node] = tuple(self._by_node[node].values())
             self._node_of[key] = node
-        elif _unbound_pending(pod):
+        elif _pending(pod):
             self._unbound[key] = pod
 
     def index(self) -> PodIndex:
