@@ -192,6 +192,8 @@ async def test_pod_ends_after_its_duration_and_frees_its_gpu(api: KubeApi, names
     node = await register_node(api, namespace, "0")
     hami = new_hami(api, namespace)
     lifecycle = PodLifecycle(api, SystemClock(), namespace)
+    # Timed from before "short" exists, so how late this test sees it Running cannot shorten it.
+    started = time.monotonic()
     await api.create(hami_pod(namespace, "short", None, cores=100, duration_s=1.5))
     async with running(hami, lifecycle):
 
@@ -200,7 +202,6 @@ async def test_pod_ends_after_its_duration_and_frees_its_gpu(api: KubeApi, names
             return bool((pod or {}).get("status", {}).get("phase") == "Running")
 
         await until(short_running)
-        started = time.monotonic()
         # Started as a kubelet would: the Binding's PodScheduled=True stays beside Ready.
         assert scheduled(await get_pod(api, namespace, "short"))["status"] == "True"
         await api.create(hami_pod(namespace, "next", None, cores=100, duration_s=60))
@@ -216,7 +217,7 @@ async def test_pod_ends_after_its_duration_and_frees_its_gpu(api: KubeApi, names
         await until(next_bound)
         bound_after = time.monotonic() - started
         assert await api.get(KINDS["Pod"], namespace, "short") is None  # finished and deleted
-    assert bound_after >= 1.5 - 0.2  # not before "short" ran its 1.5 s
+    assert bound_after >= 1.5  # not before "short" ran its 1.5 s
     assert (await get_pod(api, namespace, "next"))["spec"]["nodeName"] == node
     assert hami.allocations()[node].devices[0].used_slots == 1
 
