@@ -79,9 +79,16 @@ async def test_cell_lifecycle_series_from_the_status(
             print(f"\ntwo cells Ready through the twin: {time.monotonic() - started:.1f}s")
 
             def booted(s: Samples) -> bool:
-                return total(s, "gpucellpool_cell_startup_seconds_count", **pool) == 2
+                # The gauges follow the latest status seen; its capacity may land a pass after
+                # the rows turned Ready, so wait for them too (asserted again below).
+                return (
+                    total(s, "gpucellpool_cell_startup_seconds_count", **pool) == 2
+                    and total(s, "gpucell_physical_gpus", state="held", **pool) == 2
+                    and total(s, "gpucell_capacity_gpu_devices", **pool) == 2
+                    and total(s, "gpucell_capacity_gpu_memory_bytes", state="total", **pool) > 0
+                )
 
-            samples = await until(app, booted, 15)
+            samples = await until(app, booted, 30)
             assert total(samples, "gpucellpool_cells_created_total", **pool) == 2
             assert total(samples, "gpucell_cell_startup_seconds_count", **pool) == 2
             assert total(samples, "gpucellpool_cell_startup_seconds_sum", **pool) >= 0
@@ -104,7 +111,7 @@ async def test_cell_lifecycle_series_from_the_status(
             def removed(s: Samples) -> bool:
                 return total(s, "gpucellpool_cells_removed_total", **pool) == 1
 
-            samples = await until(app, removed, 15)
+            samples = await until(app, removed, 30)
             assert total(samples, "gpucellpool_cells_removed_total", reason="Drained", **pool) == 1
             leaving = [total(samples, "gpucell_cell_transitions_total", to=p, **pool)
                        for p in ("Draining", "Deleting")]  # fmt: skip
