@@ -55,7 +55,7 @@ async def test_pools_in_every_watched_namespace_and_none_other_are_decided(
             await create_pool(infra_api, workload, autoscaled_pool("ns", ns, f"trial-{ns}"))
             await create_pending(workload_api, ns, "p", f"trial-{ns}")
         for ns in (namespace, watched):
-            _, status = await watches[ns][0].until(lambda s: s.get("desiredReplicas") == 1, 15)
+            _, status = await watches[ns][0].until(lambda s: s.get("desiredReplicas") == 1, 30)
             assert decision(status)["reason"] == "ScaledUp"
         # Both watched pools decided; the unwatched one, created and pending first, never was.
         last = watches[unwatched][0].seen[-1][1] if watches[unwatched][0].seen else {}

@@ -41,15 +41,15 @@ async def test_pending_pod_becomes_a_ready_cell(
     try:
         async with Twin(twin_infra, twin_workload, SystemClock(), namespace):
             await create_pool(infra_api, workload, autoscaled_pool("e2e", namespace, "e2e"))
-            await watch.until(lambda s: decision(s).get("reason") == "Idle", 15)
+            await watch.until(lambda s: decision(s).get("reason") == "Idle", 30)
             started = time.monotonic()
             await create_pending(workload_api, namespace, "e2e-1", "e2e")
-            await watch.until(lambda s: s.get("desiredReplicas") == 1, 10)
-            at, status = await watch.until(lambda s: s.get("readyCells") == 1, 60)
+            await watch.until(lambda s: s.get("desiredReplicas") == 1, 30)
+            at, status = await watch.until(lambda s: s.get("readyCells") == 1, 90)
             print(f"\npending pod -> Ready cell through the twin: {at - started:.2f}s")
             assert [c["name"] for c in status["cells"]] == ["e2e-0"]
             _, settled = await watch.until(
-                lambda s: decision(s).get("reason") == "DemandSatisfied", 15
+                lambda s: decision(s).get("reason") == "DemandSatisfied", 30
             )
             assert settled["desiredReplicas"] == 1
             guest = await infra_api.get(

@@ -304,7 +304,7 @@ async def test_a_server_that_never_answers_times_out() -> None:
         reading.health.detail
         == f"prometheus timeout: no answer from http://127.0.0.1:{port} within 0.5s"
     )
-    assert elapsed < 3.0
+    assert elapsed < 4.0  # the 0.5 s asked for, plus a loaded machine; the default is 5 s
 
 
 def _fresh(reading: MetricsReading) -> bool:

@@ -36,7 +36,8 @@ async def test_trace_pods_run_on_the_node_agents_cells_one_after_another(
     hami = SimulatedHAMi(workload_api, clock, namespace, node_label_selector=selector)
     lifecycle = PodLifecycle(workload_api, clock, namespace)
     whole = GPUAsk(1, None, None, 100)  # the whole (8 GiB) GPU: two pods must take turns
-    pods = [TracePod("first", 0.0, 1.0, whole), TracePod("second", 0.0, 1.0, whole)]
+    # Each runs 4 s: long enough that the second is surely seen waiting while the first runs.
+    pods = [TracePod("first", 0.0, 4.0, whole), TracePod("second", 0.0, 4.0, whole)]
     async with running_pool(apis, workload, swiftguest_pool("cells", namespace, replicas=1)) as run:
         await run.converge(ready_with(1), timeout_s=60)
         async with running(hami, lifecycle):
