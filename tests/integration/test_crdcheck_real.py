@@ -118,7 +118,7 @@ async def test_drift_against_an_older_crd_is_reported(
         items = json.loads(out.stdout)["items"]
         return [e for e in items if e["reason"] == "CRDDrift" and e["type"] == "Warning"]
 
-    recorded = await wait_until("the CRDDrift event", event_recorded, seconds=10)
+    recorded = await wait_until("the CRDDrift event", event_recorded, seconds=30)
     assert recorded[0]["involvedObject"]["name"] == crdcheck.CRD_NAME
     assert REMOVED in recorded[0]["message"]
 

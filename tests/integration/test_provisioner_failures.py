@@ -141,7 +141,7 @@ async def test_unreachable_workload_freezes_the_pool_then_recovers(
         def frozen(p: JSON | None) -> bool:
             return cond(p, "WorkloadClusterReachable").get("reason") == "Unreachable"
 
-        pool = await run.converge(frozen, timeout_s=10)
+        pool = await run.converge(frozen, timeout_s=30)
         await run.passes(10)  # many passes while unreachable: nothing may change
         await run.scale(3)
         await run.passes(10)
@@ -222,7 +222,7 @@ async def test_same_named_pools_in_two_namespaces_do_not_interfere(
             await converge(reconciler, key_b, b_blocked, timeout_s=20)
             await infra_api.delete(KINDS["GPUCellPool"], other, name)
             await converge(reconciler, key_b, lambda p: p is None, timeout_s=20)
-            pool_a = await converge(reconciler, key_a, ready_with(2), timeout_s=10)
+            pool_a = await converge(reconciler, key_a, ready_with(2), timeout_s=30)
     finally:
         await reconciler.close()
         for endpoint in harness.endpoints:
@@ -299,7 +299,7 @@ async def test_pool_deletion_proceeds_after_drain_timeout_while_unreachable(
         def waiting(p: JSON | None) -> bool:
             return row(p, "blind-0").get("reason") == "Unreachable"
 
-        await run.converge(waiting, timeout_s=10)  # paused, not torn down
+        await run.converge(waiting, timeout_s=30)  # paused, not torn down
         assert await infra_api.get(KINDS["SwiftGuest"], namespace, "blind-0") is not None
         await run.converge(lambda p: p is None, timeout_s=20)
     # The operator's own teardown, seen when it released the pool finalizer (the pool, the

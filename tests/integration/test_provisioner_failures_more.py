@@ -271,8 +271,9 @@ async def test_stale_node_appearing_under_a_live_cell_is_reaped_by_the_cell(
 
         async with Twin(infra_api, workload_api, clock, namespace) as twin:
             # The kubelet starts a while after boot (the operator looks first): a twin kubelet
-            # whose name is taken gives up instead of retrying, so it must not race the reap.
-            twin.nodes.join_s = 3.0
+            # whose name is taken gives up instead of retrying, so it must not race the reap
+            # (6 s: ample for the operator's next passes on a loaded machine).
+            twin.nodes.join_s = 6.0
             pool = await converge(reconciler, key, done, timeout_s=30)
     finally:
         await reconciler.close()

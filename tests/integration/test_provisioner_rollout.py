@@ -71,7 +71,7 @@ async def test_manual_update_policy_only_reports_drift(
         def drift(p: JSON | None) -> bool:
             return cond(p, "Updated").get("reason") == "TemplateChanged"
 
-        await run.converge(drift, timeout_s=10)
+        await run.converge(drift, timeout_s=30)
         await run.passes(5)
         pool = await infra_api.get(KINDS["GPUCellPool"], namespace, "man")
     assert cond(pool, "Updated")["status"] == "False"
