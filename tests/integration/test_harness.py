@@ -225,7 +225,7 @@ def test_a_controller_manager_that_exits_fails_the_start_and_everything_is_stopp
 def test_failed_start_cleans_up(tmp_path: Path) -> None:
     paths = {**ensure(versions.KUBE_BINARIES), "kube-apiserver": Path("/bin/false")}
     with pytest.raises(HarnessError, match="exited during start"):
-        Harness.start(tmp_path / "broken", binaries=paths, crd_dirs=[], timeout=30)
+        Harness.start(tmp_path / "broken", binaries=paths, crd_dirs=[], timeout=60)
     assert _processes_mentioning(str(tmp_path)) == []
 
 
