@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -58,6 +58,7 @@ from autoscaler.policy.decide import decide
 from autoscaler.policy.types import (
     CellState,
     Decision,
+    GPUUsage,
     MetricsHealth,
     Observation,
 )
@@ -67,6 +68,8 @@ __all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
+# gpucell_capacity_scrape_errors_total's reason for a failed Prometheus usage read.
+DEMAND_READ = "demand"
 
 
 def _key(pool: GPUCellPool) -> tuple[str, str]:
@@ -290,19 +293,7 @@ class Autoscaler:
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
-        prom_usage, health = None, MetricsHealth(True, 0.0, "HAMi pod annotations")
-        names: list[str] = []
-        if self.usage is not None and pool.spec.autoscaling.prometheus is not None:
-            # Only cells HAMi can report: a booting cell has no Node (or no HAMi registration)
-            # yet and a drained cell's Node is gone, so their missing series are expected.
-            grace = pool.spec.autoscaling.prometheus.stale_after.seconds
-            names = nodes_to_read(pool, nodes, now, grace)
-            try:
-                async with asyncio.timeout(self.settings.usage_timeout_s):
-                    prom_usage, health = await self.usage.usage(pool, names)
-            except TimeoutError:
-                health = MetricsHealth(False, 0.0, "Prometheus read timed out")
-                prom_usage = {}
+        names, prom_usage, health = await self._read_usage(pool, nodes, now)
         shape = policy_config_from_spec(pool.spec).shape
         asked = frozenset(names) if prom_usage is not None else None
         inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked)
@@ -313,6 +304,27 @@ class Autoscaler:
         leaving = {c.name for c in cells if c.state is CellState.DRAINING}
         unknown = [name for name in unknown if name not in leaving]  # going: no need to know
         return observation(pending, cells, unknown, health, True)
+
+    async def _read_usage(
+        self, pool: GPUCellPool, nodes: Mapping[str, JSON], now: float
+    ) -> tuple[list[str], Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
+        """The Nodes asked about, their Prometheus usage (None: pods' annotations only) and its
+        health; a failed read is counted as a scrape error."""
+        if self.usage is None or pool.spec.autoscaling.prometheus is None:
+            return [], None, MetricsHealth(True, 0.0, "HAMi pod annotations")
+        # Only cells HAMi can report: a booting cell has no Node (or no HAMi registration)
+        # yet and a drained cell's Node is gone, so their missing series are expected.
+        grace = pool.spec.autoscaling.prometheus.stale_after.seconds
+        names = nodes_to_read(pool, nodes, now, grace)
+        try:
+            async with asyncio.timeout(self.settings.usage_timeout_s):
+                usage, health = await self.usage.usage(pool, names)
+        except TimeoutError:
+            usage = {}
+            health = MetricsHealth(False, 0.0, "Prometheus read timed out", read_failed=True)
+        if health.read_failed and self.metrics is not None and self.is_leader():
+            self.metrics.pool(*_key(pool)).scrape_error(DEMAND_READ)
+        return names, usage, health
 
     @staticmethod
     def _victims(state: PoolState) -> tuple[str, ...]:

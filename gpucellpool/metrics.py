@@ -36,8 +36,9 @@ from gpucellpool.api.status import CellPhase
 POOL_LABELS = ("namespace", "pool")
 STARTUP_BUCKETS = (30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1800.0)
 REMOVAL_REASONS = ("Drained", "Failed", "Other")  # gpucellpool_cells_removed_total{reason}
-# gpucell_capacity_scrape_errors_total{reason}: HAMi capacity of Ready cells, pending demand, and
-# the physical GPU ledger (SwiftGPUNodes / ResourceSlices; a reason the original did not have).
+# gpucell_capacity_scrape_errors_total{reason}: HAMi capacity of Ready cells, the autoscaler's
+# Prometheus usage read ("demand"), and the physical GPU ledger (SwiftGPUNodes / ResourceSlices;
+# a reason the original did not have).
 SCRAPE_REASONS = ("capacity", "demand", "inventory")
 DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
@@ -84,8 +85,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("gpucell_capacity_gpu_compute_percent", G, "HAMi GPU compute on the pool's "
                "cells, percent of one GPU per GPU; homogeneous pools only", ("state",)),
     MetricSpec("gpucell_workload_cluster_reachable", G, "1 when the workload apiserver answers"),
-    MetricSpec("gpucell_capacity_scrape_errors_total", C, "Failed reads of HAMi capacity, demand "
-               "or the physical GPU inventory", ("reason",)),
+    MetricSpec("gpucell_capacity_scrape_errors_total", C, "Failed reads of HAMi capacity, "
+               "Prometheus usage (demand) or the physical GPU inventory", ("reason",)),
     MetricSpec("gpucell_scale_decisions_total", C, "Scaling decisions that changed the outcome "
                "(reason or desired count), by reason and whether desired rose",
                ("reason", "scaled_up")),

@@ -180,6 +180,10 @@ class MetricsHealth:
     fresh: bool = True
     age_seconds: float = 0.0
     detail: str = ""
+    # The read itself failed (no answer, an HTTP error, a malformed body), as opposed to series
+    # that are missing or old. The policy treats both alike; only a failed read is counted as a
+    # scrape error (``gpucell_capacity_scrape_errors_total{reason="demand"}``).
+    read_failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

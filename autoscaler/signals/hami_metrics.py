@@ -257,10 +257,15 @@ class MetricsReading:
 
 
 def unavailable(
-    detail: str, age_seconds: float, family: MetricFamily | None = None
+    detail: str,
+    age_seconds: float,
+    family: MetricFamily | None = None,
+    *,
+    read_failed: bool = False,
 ) -> MetricsReading:
-    """A reading with no data at all (transport error, bad response, no series)."""
-    health = MetricsHealth(fresh=False, age_seconds=max(0.0, age_seconds), detail=detail)
+    """A reading with no data at all: ``read_failed`` for a transport error or bad response,
+    not for an answer without series."""
+    health = MetricsHealth(False, max(0.0, age_seconds), detail, read_failed=read_failed)
     return MetricsReading(health=health, nodes={}, family=family, problems=(detail,))
 
 

@@ -172,7 +172,8 @@ class PrometheusSource:
             reading = await self._read(wanted, now)
         except PrometheusUnavailable as exc:
             since = self._last_fresh_at if self._last_fresh_at is not None else self._created_at
-            reading = unavailable(f"prometheus {exc.kind}: {exc.detail}", now - since, self._family)
+            detail = f"prometheus {exc.kind}: {exc.detail}"
+            reading = unavailable(detail, now - since, self._family, read_failed=True)
         if reading.health.fresh:
             self._last_fresh_at = now
         self._log(reading, now)

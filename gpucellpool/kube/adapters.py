@@ -188,7 +188,8 @@ class PrometheusUsage:
             source = await self._source(pool)
             reading = await source.node_gpu_usage(nodes)
         except (PrometheusUnavailable, ValueError, ApiError) as exc:
-            return {}, MetricsHealth(False, 0.0, f"Prometheus unavailable: {type(exc).__name__}")
+            detail = f"Prometheus unavailable: {type(exc).__name__}"
+            return {}, MetricsHealth(False, 0.0, detail, read_failed=True)
         return reading.usage_by_node(), reading.health
 
     async def close(self) -> None:

@@ -58,6 +58,8 @@ class DemoSpec:
     react_seconds: float = 15.0  # the simulator's pending-pod -> decision delay (twin: real)
     max_cells: int = 40
     seed: int = 0
+    # The pool's prometheus.staleAfter, in wall seconds (the simulator reads no Prometheus).
+    stale_after_wall_seconds: float = 30.0
 
     def wall(self, trace_seconds: float) -> float:
         """A trace duration in wall (compressed) seconds."""
@@ -104,7 +106,7 @@ def autoscaling(
             "slots": SHAPE.slots,
         },
         "demand": {"podSelector": {"matchLabels": dict([demand_label])}},
-        "prometheus": {"url": prometheus_url, "staleAfter": "30s"},
+        "prometheus": {"url": prometheus_url, "staleAfter": f"{spec.stale_after_wall_seconds:g}s"},
     }
 
 

@@ -118,3 +118,12 @@ class Prometheus:
 
     def stop(self) -> None:
         self.process.stop()
+
+    async def restart(self) -> None:
+        """Start the stopped server again: same flags, port (URL) and data directory, as a
+        Prometheus back from an outage."""
+        if self.process.running():
+            raise RuntimeError("prometheus is still running; stop() it first")
+        log = self.process.log_path.with_suffix(".restarted.log")
+        self.process = ManagedProcess("prometheus", self.process.argv, log)
+        await self.wait_ready()

@@ -64,11 +64,13 @@ class TwinResult:
 
 
 @dataclass
-class _World:
-    """The live pieces of one run, so teardown can find them all."""
+class TwinWorld:
+    """The live pieces of one run, so teardown can find them all (``twin_world`` yields it)."""
 
     workdir: Path
     namespace: str
+    label: str = ""  # the demand label's value: pods with ``demo=<label>`` are the pool's demand
+    operator_url: str = ""  # the operator's probes and plain /metrics
     infra: RestClient | None = None
     workload: RestClient | None = None
     twin_infra: KubeApi | None = None
@@ -80,7 +82,7 @@ class _World:
     recorder: Recorder | None = None
 
 
-async def _clients(world: _World, harness: Harness) -> None:
+async def _clients(world: TwinWorld, harness: Harness) -> None:
     from gpucellpool.kube.rest import client_from_kubeconfig  # noqa: PLC0415
     from simulations.twin.scenario import api_for  # noqa: PLC0415
 
@@ -95,7 +97,7 @@ async def _clients(world: _World, harness: Harness) -> None:
     world.twin_workload = await api_for(harness.workload.kubeconfig_path)
 
 
-async def _secrets(world: _World, harness: Harness) -> None:
+async def _secrets(world: TwinWorld, harness: Harness) -> None:
     from simulations.twin.scenario import join_secret, kubeconfig_secret  # noqa: PLC0415
 
     assert world.twin_infra is not None
@@ -104,7 +106,7 @@ async def _secrets(world: _World, harness: Harness) -> None:
     await world.twin_infra.apply(join_secret(world.namespace))
 
 
-def _controllers(world: _World, spec: DemoSpec) -> list[Any]:
+def _controllers(world: TwinWorld, spec: DemoSpec) -> list[Any]:
     """The simulated KubeSwift, kubelet, HAMi and pod lifecycle for the demo namespace."""
     from simulations.twin.hami import SimulatedHAMi  # noqa: PLC0415
     from simulations.twin.kubeswift import GuestTimings, SimulatedKubeSwift  # noqa: PLC0415
@@ -135,7 +137,7 @@ def _controllers(world: _World, spec: DemoSpec) -> list[Any]:
     ]
 
 
-def _operator(world: _World, kubeconfig: Path, spec: DemoSpec) -> tuple[ManagedProcess, int]:
+def _operator(world: TwinWorld, kubeconfig: Path, spec: DemoSpec) -> tuple[ManagedProcess, int]:
     """``gpucellpool run`` for the demo namespace, probes and /metrics on a loopback port."""
     port = free_port()
     argv = [
@@ -162,8 +164,8 @@ async def _until_ready(url: str, process: ManagedProcess, timeout_s: float = 60.
     raise TimeoutError(f"{url} not ready in {timeout_s:g}s:\n{process.log_tail()}")
 
 
-async def _start(world: _World, harness: Harness, spec: DemoSpec) -> str:
-    """Everything up to (not including) the replay; returns the demand label value."""
+async def _start(world: TwinWorld, harness: Harness, spec: DemoSpec) -> None:
+    """Everything up to (not including) the replay; sets the demand label value."""
     from simulations.twin.hami_exporter import start_hami_exporter  # noqa: PLC0415
 
     for endpoint in harness.endpoints:
@@ -176,10 +178,11 @@ async def _start(world: _World, harness: Harness, spec: DemoSpec) -> str:
     # HAMi <= 2.8 panel and the operator's legacy reader then have series too.
     world.exporter, exporter_port = await start_hami_exporter(controllers[2], legacy_metrics=True)
     world.operator, port = _operator(world, harness.infra.kubeconfig_path, spec)
+    world.operator_url = f"http://127.0.0.1:{port}"
     targets = {"hami": [f"127.0.0.1:{exporter_port}"], "gpucellpool": [f"127.0.0.1:{port}"]}
     world.prometheus = await Prometheus.start(world.workdir / "prometheus", targets)
     await _until_ready(f"http://127.0.0.1:{port}/readyz", world.operator)
-    label = secrets.token_hex(4)
+    world.label = label = secrets.token_hex(4)
     assert world.infra is not None and world.workload is not None
     manifest = pool_manifest(spec, POOL, world.namespace, ("demo", label), world.prometheus.url)
     await world.infra.create(
@@ -188,7 +191,6 @@ async def _start(world: _World, harness: Harness, spec: DemoSpec) -> str:
     world.recorder = Recorder(world.infra, world.workload, world.namespace, POOL)
     await world.recorder.start()
     await _first_decision(world.recorder)
-    return label
 
 
 async def _first_decision(rec: Recorder, timeout_s: float = 60.0) -> None:
@@ -200,7 +202,7 @@ async def _first_decision(rec: Recorder, timeout_s: float = 60.0) -> None:
         await asyncio.sleep(0.1)  # the recorder's watch fills the status; polled with a deadline
 
 
-async def _teardown(world: _World) -> None:
+async def _teardown(world: TwinWorld) -> None:
     """Reverse order; every step runs even if an earlier one failed."""
     for task in world.tasks:
         task.cancel()
@@ -231,22 +233,23 @@ def _settled(rec: Recorder, player: asyncio.Task[Any], to_zero: bool) -> bool:
     )
 
 
-async def _replay(
-    world: _World,
+async def replay(
+    world: TwinWorld,
     spec: DemoSpec,
     pods: tuple[TracePod, ...],
-    label: str,
-    progress: Progress | None,
-    to_zero: bool,
+    *,
+    progress: Progress | None = None,
+    to_zero: bool = True,
 ) -> float:
-    """Play the trace and wait until the pool settled (or the horizon passed); returns the end."""
+    """Play ``pods`` (labelled as the pool's demand) and wait until the pool settled (or the
+    horizon passed); returns the end, in seconds since the replay started."""
     from simulations.twin.player import TracePlayer  # noqa: PLC0415
 
     rec = world.recorder
     assert rec is not None and world.twin_workload is not None
     player = TracePlayer(
         world.twin_workload, pods, SystemClock(), world.namespace,
-        speed=1.0, labels={"demo": label}, name_prefix="trace",
+        speed=1.0, labels={"demo": world.label}, name_prefix="trace",
     )  # fmt: skip
     rec.restart_clock()
     play = asyncio.create_task(player.run(), name="demo:player")
@@ -284,6 +287,22 @@ async def _harness(given: Harness | None, workdir: Path) -> AsyncIterator[Harnes
         await asyncio.to_thread(started.stop)
 
 
+@contextlib.asynccontextmanager
+async def twin_world(
+    spec: DemoSpec, *, harness: Harness | None = None, workdir: Path | None = None
+) -> AsyncIterator[TwinWorld]:
+    """The live world of ``spec`` with its pool created and first decided (Idle), the replay
+    not started; everything in it is stopped on exit (scenario tests drive it themselves)."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="gpucellpool-demo-"))
+    world = TwinWorld(workdir, f"demo-{secrets.token_hex(3)}")
+    async with _harness(harness, workdir) as live:
+        try:
+            await _start(world, live, spec)
+            yield world
+        finally:
+            await _teardown(world)
+
+
 async def run_twin(
     spec: DemoSpec,
     *,
@@ -299,21 +318,15 @@ async def run_twin(
     the replay, before teardown, every dashboard query is run against the twin's Prometheus.
     """
     pods = compressed_pods(spec)
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="gpucellpool-demo-"))
     started, cpu0 = time.monotonic(), time.process_time()
-    world = _World(workdir, f"demo-{secrets.token_hex(3)}")
-    async with _harness(harness, workdir) as live:
-        try:
-            label = await _start(world, live, spec)
-            end = await _replay(world, spec, pods, label, progress, to_zero)
-            assert world.prometheus is not None
-            panels = await series_counts(world.prometheus, world.namespace, POOL)
-            cpu = {
-                "operator": _cpu(world.operator.pid if world.operator else None),
-                "prometheus": _cpu(world.prometheus.process.pid if world.prometheus else None),
-            }
-        finally:
-            await _teardown(world)
+    async with twin_world(spec, harness=harness, workdir=workdir) as world:
+        end = await replay(world, spec, pods, progress=progress, to_zero=to_zero)
+        assert world.prometheus is not None
+        panels = await series_counts(world.prometheus, world.namespace, POOL)
+        cpu = {
+            "operator": _cpu(world.operator.pid if world.operator else None),
+            "prometheus": _cpu(world.prometheus.process.pid if world.prometheus else None),
+        }
     assert world.recorder is not None
     cpu["demo process (twin, player, recorder)"] = time.process_time() - cpu0
     wall = time.monotonic() - started

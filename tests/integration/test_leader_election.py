@@ -25,6 +25,7 @@ from tests.integration.test_loop_helpers import (
     create_pending,
     create_pool,
     start_app,
+    until,
     watch_pool,
 )
 
@@ -196,13 +197,6 @@ async def test_clean_shutdown_hands_over_at_next_retry(
         for app in (one, two):
             if app not in stopped:
                 await app.stop()
-
-
-async def until(check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)  # polling with a deadline
 
 
 async def test_a_deposed_leader_stops_exporting_pool_series(

@@ -5,8 +5,8 @@ status.desiredReplicas with lastDecision ScaledUp within about a second of its c
 (latency measured over trials, p50/p95 printed); 30 pending pods are packed into one
 decision (3 pods per 24 GiB GPU -> 10 cells) and a live burst converges to 10 without
 overshoot; Shadow mode publishes the decision with act=false and a False ScalingActive
-condition and leaves desiredReplicas alone; decisions are explained by events.k8s.io Events;
-/healthz, /readyz and /metrics answer.
+condition and leaves desiredReplicas alone, and the running provisioner creates nothing;
+decisions are explained by events.k8s.io Events; /healthz, /readyz and /metrics answer.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from tests.integration.test_loop_helpers import (
     mark_unschedulable,
     percentile,
     start_app,
+    until,
     watch_pool,
 )
 
@@ -157,7 +158,7 @@ async def test_shadow_mode_publishes_without_acting(
     infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
 ) -> None:
     infra_api, workload_api = await client_for(infra), await client_for(workload)
-    app = await start_app(infra, namespace, "solo")
+    app = await start_app(infra, namespace, "solo", provision=True)  # a provisioner that could act
     watch, task = await watch_pool(infra_api, namespace, "shadow")
     try:
         await create_pool(
@@ -170,6 +171,15 @@ async def test_shadow_mode_publishes_without_acting(
         cond = condition(status, "ScalingActive")
         assert (cond["status"], cond["reason"]) == ("False", "ShadowMode")
         assert "not acted on" in cond["message"]
+        # The provisioner reconciles the pool after the decision, twice, and creates nothing.
+        entry = app.driver.pools[(namespace, "shadow")]
+        for target in (entry.passes + 1, entry.passes + 2):
+            app.driver.wake((namespace, "shadow"))
+            await until(lambda t=target: entry.passes >= t, 20, "a provisioner pass")
+        guests = await infra_api.get(
+            f"/apis/swift.kubeswift.io/v1alpha1/namespaces/{namespace}/swiftguests"
+        )
+        assert (guests or {}).get("items") == [], "Shadow mode must create nothing"
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -156,6 +156,14 @@ async def start_app(
     return app
 
 
+async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll an in-process ``check`` (every 50 ms) until it holds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)  # polling with a deadline
+
+
 def decision(status: JSON) -> JSON:
     return status.get("lastDecision") or {}
 

@@ -32,8 +32,8 @@ PROM = {"prometheus": {"url": "http://prometheus:9090"}}
 
 
 class Usage:
-    def __init__(self, fresh: bool = True, hang: bool = False) -> None:
-        self.fresh, self.hang, self.calls = fresh, hang, 0
+    def __init__(self, fresh: bool = True, hang: bool = False, failed: bool = False) -> None:
+        self.fresh, self.hang, self.failed, self.calls = fresh, hang, failed, 0
 
     async def usage(
         self, pool: GPUCellPool, nodes: Sequence[str]
@@ -41,7 +41,8 @@ class Usage:
         self.calls += 1
         if self.hang:
             await asyncio.Event().wait()
-        return {n: (GPUUsage(),) for n in nodes}, MetricsHealth(self.fresh, 0.0, "test")
+        health = MetricsHealth(self.fresh and not self.failed, 0.0, "test", self.failed)
+        return {} if self.failed else {n: (GPUUsage(),) for n in nodes}, health
 
 
 def idle_ready_pool() -> dict[str, object]:
@@ -52,10 +53,11 @@ def idle_ready_pool() -> dict[str, object]:
     return raw
 
 
-async def decide_with(usage: Usage) -> Reason:
+async def decide_with(usage: Usage, registry: CollectorRegistry | None = None) -> Reason:
     clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
     workload.nodes = [{"metadata": {"name": "a-0"}}]
-    scaler = Autoscaler(workload, writer, clock, usage=usage, settings=SETTINGS)
+    metrics = OperatorMetrics(registry) if registry is not None else None
+    scaler = Autoscaler(workload, writer, clock, metrics, usage=usage, settings=SETTINGS)
     try:
         scaler.pool_event("ADDED", idle_ready_pool())
         await clock.advance(0.2)
@@ -75,6 +77,24 @@ async def test_fresh_idle_usage_scales_down_stale_or_hanging_freezes() -> None:
     assert await decide_with(Usage(fresh=True)) == Reason.SCALED_DOWN
     assert await decide_with(Usage(fresh=False)) == Reason.METRICS_STALE
     assert await decide_with(Usage(hang=True)) == Reason.METRICS_STALE
+
+
+async def test_only_a_failed_prometheus_read_counts_as_a_scrape_error() -> None:
+    """No answer, an HTTP error or a bad body is a failed read (reason "demand"); Prometheus
+    answering with stale or missing series is staleness, which the freshness gauge shows."""
+    labels = {"namespace": "ns", "pool": "a", "reason": "demand"}
+    counted = {}
+    for name, usage in {
+        "fresh": Usage(fresh=True),
+        "stale": Usage(fresh=False),
+        "failed": Usage(failed=True),
+        "hanging": Usage(hang=True),
+    }.items():
+        registry = CollectorRegistry()
+        reason = await decide_with(usage, registry)
+        assert reason == (Reason.SCALED_DOWN if name == "fresh" else Reason.METRICS_STALE)
+        counted[name] = registry.get_sample_value("gpucell_capacity_scrape_errors_total", labels)
+    assert counted == {"fresh": 0, "stale": 0, "failed": 1, "hanging": 1}
 
 
 async def test_decisions_land_in_the_metrics_registry() -> None:

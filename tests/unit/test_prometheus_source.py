@@ -190,6 +190,7 @@ async def test_no_series_in_either_family(router: respx.MockRouter) -> None:
     )
     assert reading.health.age_seconds == pytest.approx(42)  # no fresh reading since creation
     assert reading.family is None
+    assert not reading.health.read_failed  # Prometheus answered: staleness, not a failed read
 
 
 async def test_partial_data_names_missing_nodes(
@@ -227,6 +228,7 @@ async def test_stale_series(router: respx.MockRouter, source: PrometheusSource) 
     assert not reading.health.fresh
     assert reading.health.age_seconds == pytest.approx(75)
     assert reading.health.detail == "node cell-0: newest sample is 75.0s old (stale after 60s)"
+    assert not reading.health.read_failed
 
 
 FAULTS: list[tuple[str, Callable[[httpx.Request], httpx.Response], str]] = [
@@ -315,6 +317,7 @@ async def test_faults_read_unfresh_with_detail(
     reading = await source.node_gpu_usage(["cell-0"])
     assert not reading.health.fresh
     assert reading.health.detail.startswith(detail), reading.health.detail
+    assert reading.health.read_failed  # counted as a scrape error by the loop
     assert reading.nodes == {}
     with pytest.raises(PrometheusUnavailable) as info:
         await source.query("up")
