@@ -117,8 +117,10 @@ class LeaderElector:
 
     async def try_acquire_or_renew(self) -> bool:
         """One round; True when we hold the Lease afterwards."""
-        now = self.clock.now()
         lease = await self.api.get()
+        # After the read, as client-go does: a renewal the GET returned may have been written
+        # while it was in flight, so it is timed no earlier than its answer (never early expiry).
+        now = self.clock.now()
         if lease is None:
             await self.api.create(self._body(None, 0))
             return True

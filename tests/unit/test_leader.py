@@ -130,3 +130,34 @@ async def test_stale_write_loses_the_race() -> None:
     else:
         raise AssertionError("a stale resourceVersion must not win")
     assert a.is_leader
+
+
+class SlowLease(MemoryLease):
+    """A GET that takes ``latency_s`` on the clock; the record is read as it was at its end."""
+
+    def __init__(self, clock: Clock, latency_s: float) -> None:
+        super().__init__()
+        self.clock, self.latency_s = clock, latency_s
+
+    async def get(self) -> JSON | None:
+        self.clock.t += self.latency_s
+        return await super().get()
+
+
+async def test_a_renewal_is_timed_from_the_answer_that_showed_it_not_the_request() -> None:
+    """A renewal a slow GET returned may have been written just before the answer: the standby
+    times the record from the answer, so it never expires the lease early (client-go does)."""
+    clock = Clock()
+    store = SlowLease(clock, latency_s=0.0)
+    a, b = pair(store, clock)
+    await a.step()
+    store.latency_s = 8.0  # b's first look: asked at t, answered (with a's record) at t + 8
+    await b.step()
+    assert not b.is_leader
+    store.latency_s = 0.0
+    clock.t += 8.0  # 16 s after b asked, 8 s after the answer: a's lease (15 s) still stands
+    await b.step()
+    assert not b.is_leader, "took over 8 s into a 15 s lease, timed from the request"
+    clock.t += 7.0  # 15 s after the answer
+    await b.step()
+    assert b.is_leader
