@@ -2,8 +2,8 @@
 
 Why this module exists: a dashboard is only useful if every panel queries a series that exists.
 Writing the JSON by hand drifts from the metrics; generating it lets tests parse every
-expression with promtool and check every metric name against ``gpucellpool.metrics`` and the
-HAMi catalogue. The chart ships the generated files (``charts/gpucellpool/dashboards/``) as
+expression with promtool and check every metric name against ``gpucellpool.metric_catalogue``
+and the HAMi catalogue. The chart ships the generated files (``charts/gpucellpool/dashboards/``) as
 Grafana sidecar ConfigMaps; ``--check`` fails when they differ from what this code renders.
 
 Two dashboards: "GPUCellPool — overview" answers "did the pool follow demand, and why?"

@@ -54,7 +54,8 @@ from gpucellpool.api.status import (
     ResourceTotals,
     WorkloadCapacity,
 )
-from gpucellpool.metrics import REMOVAL_REASONS, OperatorMetrics, PoolMetrics
+from gpucellpool.metric_catalogue import REMOVAL_REASONS
+from gpucellpool.metrics import OperatorMetrics, PoolMetrics
 
 log = logging.getLogger(__name__)
 

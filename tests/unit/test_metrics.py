@@ -10,17 +10,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpucellpool import crdcheck
 from gpucellpool.api.status import CellPhase
-from gpucellpool.metrics import (
-    BY_NAME,
-    CATALOGUE,
-    COARSE_PHASES,
-    Kind,
-    OperatorMetrics,
-    PoolMetrics,
-    exposed_names,
-    label_sets,
-    sample_names,
-)
+from gpucellpool.metric_catalogue import BY_NAME, CATALOGUE, COARSE_PHASES, Kind, sample_names
+from gpucellpool.metrics import OperatorMetrics, PoolMetrics, exposed_names, label_sets
 
 
 def _value(reg: CollectorRegistry, name: str, **labels: str) -> float | None:

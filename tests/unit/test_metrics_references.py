@@ -1,4 +1,5 @@
-"""Alerts and dashboards query only series that exist: ours (gpucellpool.metrics) or HAMi's."""
+"""Alerts and dashboards query only series that exist: ours (gpucellpool.metric_catalogue) or
+HAMi's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 import yaml
 
 from autoscaler.signals.hami_metrics import CATALOGUE as HAMI
-from gpucellpool import dashboards, metrics
+from gpucellpool import dashboards
+from gpucellpool import metric_catalogue as metrics
 from gpucellpool.dashboards import expressions, metric_names
 
 RULES = Path(__file__).resolve().parents[2] / "charts/gpucellpool/files/prometheus-rules.yaml"
