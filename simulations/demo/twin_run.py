@@ -30,7 +30,8 @@ import httpx
 
 from gpucellpool.kube.rest import RestClient
 from provisioner.clock import SystemClock
-from provisioner.kube import KubeApi
+from provisioner.fsm.identity import POOL_ID_LABEL, PoolIdentity
+from provisioner.kube import KINDS, KubeApi
 from simulations.demo.config import DemoSpec, compressed_pods, pool_manifest
 from simulations.demo.panels import PanelQuery, series_counts
 from simulations.demo.prometheus import Prometheus
@@ -115,6 +116,9 @@ def _controllers(world: TwinWorld, spec: DemoSpec) -> list[Any]:
 
     assert world.twin_infra is not None and world.twin_workload is not None
     clock, ns = SystemClock(), world.namespace
+    # HAMi's --node-label-selector: this world's cells only, whatever else the (possibly shared)
+    # workload cluster holds.
+    cells_only = _cell_selector(world)
     address = max(0.0, spec.wall(spec.boot_seconds) - BOOT_OVERHEAD_S)
     timings = GuestTimings(allocate_s=0.2, run_s=0.3, address_s=address)
     return [
@@ -132,9 +136,16 @@ def _controllers(world: TwinWorld, spec: DemoSpec) -> list[Any]:
             poll_s=TWIN_POLL_S,
             run_pods=True,
         ),
-        SimulatedHAMi(world.twin_workload, clock, ns, poll_s=TWIN_POLL_S),
+        SimulatedHAMi(
+            world.twin_workload, clock, ns, poll_s=TWIN_POLL_S, node_label_selector=cells_only
+        ),
         PodLifecycle(world.twin_workload, clock, ns, poll_s=TWIN_POLL_S, start_pods=False),
     ]
+
+
+def _cell_selector(world: TwinWorld) -> str:
+    """The label selector of the demo pool's cell Nodes in the workload cluster."""
+    return f"{POOL_ID_LABEL}={PoolIdentity(world.namespace, POOL).pool_id}"
 
 
 def _operator(world: TwinWorld, kubeconfig: Path, spec: DemoSpec) -> tuple[ManagedProcess, int]:
@@ -216,10 +227,21 @@ async def _teardown(world: TwinWorld) -> None:
             await asyncio.to_thread(proc.stop)
     if world.exporter is not None:
         await world.exporter.cleanup()
+    with contextlib.suppress(Exception):
+        await _delete_cell_nodes(world)
     for client in (world.infra, world.workload, world.twin_infra, world.twin_workload):
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.close()
+
+
+async def _delete_cell_nodes(world: TwinWorld) -> None:
+    """Nodes are cluster-scoped: a cell Node left behind would be another run's free capacity
+    (or take its cell's name) on a shared workload cluster."""
+    if world.twin_workload is None:
+        return
+    for node in await world.twin_workload.list(KINDS["Node"], label_selector=_cell_selector(world)):
+        await world.twin_workload.delete(KINDS["Node"], None, str(node["metadata"]["name"]))
 
 
 def _settled(rec: Recorder, player: asyncio.Task[Any], to_zero: bool) -> bool:

@@ -24,6 +24,7 @@ from tests.integration.test_loop_helpers import (
     client_for,
     create_pending,
     create_pool,
+    read_lease,
     start_app,
     until,
     watch_pool,
@@ -65,17 +66,6 @@ def spec_time(lease: dict[str, Any] | None, field: str) -> float:
     seconds = parse_time_s(((lease or {}).get("spec") or {}).get(field))
     assert seconds is not None, (field, lease)
     return seconds
-
-
-async def read_lease(infra: ClusterEndpoint, namespace: str) -> dict[str, Any]:
-    client = await client_for(infra)
-    try:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/gpucellpool-autoscaler"
-        lease = await client.get(path)
-    finally:
-        await client.close()
-    assert lease is not None
-    return lease
 
 
 class CountingWriter:
@@ -144,12 +134,14 @@ async def test_exactly_one_writes_and_failover_within_lease(
         # Its last renewal: the last it wrote, or one that landed as it was cancelled.
         last_renewals = [spec_time(body, "renewTime") for body in renewals.written]
         crashed = await read_lease(infra, namespace)
+        assert crashed is not None
         if crashed["spec"].get("holderIdentity") == leader.settings.identity:
             last_renewals.append(spec_time(crashed, "renewTime"))
         assert last_renewals, "the leader renewed the Lease while it led"
         new_leader = await leader_of((standby,), LEASE["lease_s"] + 30)
         assert new_leader is standby
         taken = await read_lease(infra, namespace)
+        assert taken is not None
         assert taken["spec"]["holderIdentity"] == standby.settings.identity
         takeover = spec_time(taken, "acquireTime") - max(last_renewals)
         print(f"\nfailover after crash: {takeover:.2f}s after the last renewal "
@@ -187,6 +179,7 @@ async def test_clean_shutdown_hands_over_at_next_retry(
         assert released, "a clean stop releases the Lease"
         await leader_of((standby,), 30)
         taken = await read_lease(infra, namespace)
+        assert taken is not None
         assert taken["spec"]["holderIdentity"] == standby.settings.identity
         handover = spec_time(taken, "acquireTime") - spec_time(released[-1], "renewTime")
         print(f"\nhandover after clean stop: {handover:.2f}s")

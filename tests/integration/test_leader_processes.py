@@ -24,7 +24,7 @@ import httpx
 
 from provisioner.fsm.observations import parse_time_s
 from simulations.harness import ClusterEndpoint
-from tests.integration.test_loop_helpers import client_for
+from tests.integration.test_loop_helpers import read_lease
 
 LEASE_S, RETRY_S = 4, 0.5
 SCHEDULING_SLACK_S = 2.0
@@ -55,13 +55,7 @@ def spawn(
 
 
 async def lease_spec(infra: ClusterEndpoint, namespace: str) -> dict[str, Any]:
-    client = await client_for(infra)
-    try:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/gpucellpool-autoscaler"
-        lease = await client.get(path)
-    finally:
-        await client.close()
-    return dict((lease or {}).get("spec") or {})
+    return dict(((await read_lease(infra, namespace)) or {}).get("spec") or {})
 
 
 async def holder(infra: ClusterEndpoint, namespace: str) -> str:

@@ -164,6 +164,17 @@ async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.05)  # polling with a deadline
 
 
+async def read_lease(infra: ClusterEndpoint, namespace: str) -> JSON | None:
+    """The autoscaler's leader-election Lease in ``namespace`` (None before the first round)."""
+    client = await client_for(infra)
+    try:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/gpucellpool-autoscaler"
+        lease = await client.get(path)
+    finally:
+        await client.close()
+    return lease
+
+
 def decision(status: JSON) -> JSON:
     return status.get("lastDecision") or {}
 
