@@ -1,11 +1,12 @@
 """``run_twin``: the real operator against the twin, replaying a compressed trace.
 
-Why this module exists: the demo, the fidelity test and the fidelity benchmark all need the
-same live world, started and torn down the same way: the harness's two real apiservers, the
-simulated KubeSwift, kubelet and HAMi (with its ``hami_*`` exporter) and pod lifecycle, a real
-Prometheus scraping the exporter and the operator, the real operator as a ``gpucellpool run``
-subprocess, a trace player, and a recorder. Everything started here is stopped here, in
-reverse order, whatever happens (no process, task or port is left behind).
+Why this module exists: the demo, the fidelity test and benchmark, and the scenario tests
+(``twin_world`` + ``replay``, driven step by step) all need the same live world, started and
+torn down the same way: the harness's two real apiservers, the simulated KubeSwift, kubelet
+and HAMi (with its ``hami_*`` exporter) and pod lifecycle, a real Prometheus scraping the
+exporter and the operator, the real operator as a ``gpucellpool run`` subprocess, a trace
+player, and a recorder. Everything started here is stopped here, in reverse order, whatever
+happens (no process, task, port or cell Node is left behind, so a shared harness stays clean).
 
 The operator runs as a subprocess, not in-process: that is the shipped command with its own
 event loop (and GIL), so the twin's controllers, the player and the recorder cannot delay its
