@@ -165,7 +165,7 @@ def node_ownership(
     if is_owned_node(labels, pool, known_instances):
         return NodeOwnership(OwnershipProof.LABELS)
     if POOL_LABEL in labels or POOL_ID_LABEL in labels:
-        return NodeOwnership(OwnershipProof.NONE, "labelled for another pool")
+        return NodeOwnership(OwnershipProof.NONE, _claimed_by(labels, pool))
     if expected_provider_id and provider_id == expected_provider_id:
         return NodeOwnership(OwnershipProof.PROVIDER_ID)
     if not expected_provider_id:
@@ -175,6 +175,20 @@ def node_ownership(
         return NodeOwnership(OwnershipProof.NONE, detail)
     detail = f"providerID {provider_id} is not the cell's {expected_provider_id}"
     return NodeOwnership(OwnershipProof.NONE, detail)
+
+
+def _claimed_by(labels: Mapping[str, str], pool: PoolIdentity) -> str:
+    """Whose the Node is, said so that the fix is plain: a same-named pool of another namespace
+    on the same workload cluster names its cells' Nodes exactly as this pool does."""
+    other = labels.get(POOL_LABEL, "")
+    if other == pool.name:
+        return (
+            f"labelled for another pool named {other!r} (pool-id "
+            f"{labels.get(POOL_ID_LABEL, '?')}, not {pool.pool_id}), probably in another "
+            "namespace: pools that share a workload cluster need distinct names, because a "
+            "cell's Node is named <pool>-<index>"
+        )
+    return f"labelled for pool {other!r}" if other else "labelled for another pool"
 
 
 class Liveness(enum.StrEnum):

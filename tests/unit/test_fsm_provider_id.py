@@ -126,3 +126,18 @@ def test_foreign_node_message_says_why() -> None:
     )
     assert decision.row.reason == CellReason.FOREIGN_NODE
     assert decision.row.message.endswith("(no pool labels)")
+
+
+def test_a_same_named_pool_of_another_namespace_is_named_in_the_verdict() -> None:
+    """Two pools called "gpu" in two namespaces on one workload cluster both want Node gpu-0:
+    the verdict says so and what to change, not just "another pool"."""
+    same_name = node_ownership(OTHER_NS.cell_labels(0), "", POOL)
+    assert not same_name.owned
+    assert f"another pool named 'gpu' (pool-id {OTHER_NS.pool_id}, not {POOL.pool_id})" in (
+        same_name.detail
+    )
+    assert "need distinct names" in same_name.detail
+    other_name = node_ownership({POOL_LABEL: "other"}, "", POOL)
+    assert other_name.detail == "labelled for pool 'other'"
+    stray = node_ownership({POOL_ID_LABEL: "feedface"}, "", POOL)
+    assert stray.detail == "labelled for another pool"
