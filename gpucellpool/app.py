@@ -46,6 +46,7 @@ from gpucellpool.status_metrics import StatusMetrics
 from provisioner.kube import RestKubeApi
 from provisioner.reconciler import Reconciler
 from webhook.kube import KubeCrdReader, KubeEventSink
+from webhook.rules import DEFAULT_SETTINGS, RuleSettings
 from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
 from webhook.tls import FileWatcher
 
@@ -81,6 +82,7 @@ class Settings:
     provision: bool = True  # False: decide only (another process runs the provisioner)
     webhook: WebhookOptions | None = None  # None: no admission webhook in this process
     metrics: MetricsOptions = field(default_factory=MetricsOptions)  # secure=False: plain
+    rules: RuleSettings = DEFAULT_SETTINGS  # admission rule settings: webhook + provisioner
 
 
 class RoutedWorkloadView(CacheWorkloadView):
@@ -256,7 +258,8 @@ class App:
 
     async def start(self) -> None:
         if self.settings.webhook is not None:  # every replica serves admission, leader or not
-            self.webhook = await start_webhook(self.infra.api_client, self.settings.webhook)
+            options = dataclasses.replace(self.settings.webhook, settings=self.settings.rules)
+            self.webhook = await start_webhook(self.infra.api_client, options)
         await self.health.start()
         if self._metrics_cert is not None:
             self._metrics_cert.start()

@@ -20,6 +20,7 @@ from pathlib import Path
 from gpucellpool import logs
 from gpucellpool.app import Settings, build, webhook_options_from_env
 from gpucellpool.secure_metrics import MetricsOptions
+from webhook import rule_flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="decide and publish only; another process reconciles cells",
     )
+    rule_flags.add_arguments(parser)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -80,6 +82,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
             ns.strip() for value in args.namespace for ns in value.split(",") if ns.strip()
         ),
         provision=args.provision,
+        rules=rule_flags.settings_from(args),
         webhook=webhook_options_from_env(os.environ),
         metrics=MetricsOptions(
             secure=args.metrics_secure,

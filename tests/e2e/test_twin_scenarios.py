@@ -38,7 +38,8 @@ from simulations.harness import Harness
 from simulations.traces import TracePod
 from simulations.twin.player import trace_pod_manifest
 from simulations.twin.scenario import poll_until
-from tests.e2e.test_fidelity import _prometheus_or_skip
+from tests.integration.binary_support import required_binary
+from tests.integration.test_loop_helpers import until
 
 pytestmark = pytest.mark.e2e
 
@@ -73,7 +74,7 @@ def _scale_downs(rec: Recorder) -> list[tuple[float, int, int]]:
 async def test_flapping_demand_keeps_its_cell_for_the_stabilisation_window(
     harness: Harness, tmp_path: Path
 ) -> None:
-    _prometheus_or_skip()
+    required_binary("prometheus")
     pods = tuple(
         TracePod(f"flap-{i}", i * FLAP_PERIOD_S, FLAP_RUN_S, WHOLE_GPU) for i in range(FLAPS)
     )
@@ -105,19 +106,19 @@ async def test_flapping_demand_keeps_its_cell_for_the_stabilisation_window(
 async def test_prometheus_outage_freezes_scale_down_but_not_scale_up(
     harness: Harness, tmp_path: Path
 ) -> None:
-    _prometheus_or_skip()
+    required_binary("prometheus")
     async with twin_world(SPEC, harness=harness, workdir=tmp_path) as w:
         rec, prometheus = w.recorder, w.prometheus
         assert rec is not None and prometheus is not None
         await _create(w, "a")
-        await _until(lambda: _running(w, "a") and rec.status().get("readyCells") == 1, 60, "a")
+        await until(lambda: _running(w, "a") and rec.status().get("readyCells") == 1, 60, "a")
         # Once cell 0 has been Ready for staleAfter the operator asks Prometheus about it; the
         # reading is fresh and no read has failed.
         await _until_async(_asked_and_fresh(w, time.monotonic()), 60, "a fresh reading")
         assert await _failed_reads(w) == 0
 
         await asyncio.to_thread(prometheus.stop)
-        await _until(lambda: _condition(rec)[0] == "MetricsStale", 30, "MetricsStale")
+        await until(lambda: _condition(rec)[0] == "MetricsStale", 30, "MetricsStale")
         message = _condition(rec)[1]
         assert "prometheus" in message.lower() and "scale-down frozen" in message, message
         assert await _failed_reads(w) >= 1
@@ -125,7 +126,7 @@ async def test_prometheus_outage_freezes_scale_down_but_not_scale_up(
         # Scale-up still works: b needs a cell of its own; the full cell 0 is known full from
         # the HAMi annotation of a.
         await _create(w, "b")
-        await _until(lambda: _running(w, "b") and rec.status().get("readyCells") == 2, 60, "b")
+        await until(lambda: _running(w, "b") and rec.status().get("readyCells") == 2, 60, "b")
         assert rec.status()["desiredReplicas"] == 2
         node_of_b = rec.pods[_name(w, "b")].node
 
@@ -134,7 +135,7 @@ async def test_prometheus_outage_freezes_scale_down_but_not_scale_up(
         # with a failed read, after the window has passed.
         assert w.twin_workload is not None
         await w.twin_workload.delete(KINDS["Pod"], w.namespace, _name(w, "a"))
-        await _until(lambda: rec.pods[_name(w, "a")].ended is not None, 30, "a gone")
+        await until(lambda: rec.pods[_name(w, "a")].ended is not None, 30, "a gone")
         window_end = time.monotonic() + WINDOW_S + SPEC.scale_down_delay_seconds
         # The scenario's own time (the outage outlasts the window), not a synchronisation.
         await asyncio.sleep(max(0.0, window_end - time.monotonic()))
@@ -146,8 +147,8 @@ async def test_prometheus_outage_freezes_scale_down_but_not_scale_up(
 
         # Prometheus back: the idle cell, and only it, is scaled down.
         await prometheus.restart()
-        await _until(lambda: rec.status().get("desiredReplicas") == 1, 60, "scale-down")
-        await _until(lambda: len(rec.status().get("cells") or []) == 1, 60, "one cell left")
+        await until(lambda: rec.status().get("desiredReplicas") == 1, 60, "scale-down")
+        await until(lambda: len(rec.status().get("cells") or []) == 1, 60, "one cell left")
         cells = rec.status().get("cells") or []
         assert [c.get("nodeName") or c.get("name") for c in cells] == [node_of_b], cells
         assert rec.pods[_name(w, "b")].ended is None, "the busy cell's pod was never disturbed"
@@ -180,19 +181,9 @@ def _condition(rec: Recorder) -> tuple[str, str]:
     return str(cond.get("reason", "")), str(cond.get("message", ""))
 
 
-async def _until(check: object, timeout_s: float, what: str) -> None:
-    async def done() -> bool:
-        return bool(check())  # type: ignore[operator]
-
+async def _until_async(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
     try:
-        await poll_until(done, timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not reached in {timeout_s:g}s") from None
-
-
-async def _until_async(check: object, timeout_s: float, what: str) -> None:
-    try:
-        await poll_until(check, timeout_s, interval_s=0.25)  # type: ignore[arg-type]
+        await poll_until(check, timeout_s, interval_s=0.25)
     except TimeoutError:
         raise AssertionError(f"{what}: not reached in {timeout_s:g}s") from None
 

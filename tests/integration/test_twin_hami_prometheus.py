@@ -7,7 +7,6 @@ exactly the simulated HAMi's per-GPU allocation table, and follows it when a pod
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from autoscaler.signals.prometheus import PrometheusSource, WallClock
 from provisioner.kube import KINDS, KubeApi
 from simulations.twin import start_hami_exporter
 from tests.integration import prometheus_support, twin_support
+from tests.integration.binary_support import required_binary
 from tests.integration.prometheus_support import poll
 from tests.integration.twin_support import GIB, hami_pod, new_hami, register_node
 
@@ -28,9 +28,7 @@ DEADLINE_S = 60.0
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Prometheus scraping the file-configured targets every 0.5 s; (url, targets file)."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("prometheus binary not on PATH")
+    binary = str(required_binary("prometheus"))  # with CI=true a missing binary fails
     targets = tmp_path / "targets.json"
     targets.write_text("[]")
     config = tmp_path / "prometheus.yml"
