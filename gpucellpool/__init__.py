@@ -1,3 +1,8 @@
 """gpucellpool: pools of VM-isolated, HAMi-shared GPU worker nodes that size themselves."""
 
-__version__ = "0.1.0.dev0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("gpucellpool")  # one source: pyproject.toml
+except PackageNotFoundError:  # pragma: no cover - running from a tree that was never installed
+    __version__ = "0.0.0+unknown"
