@@ -12,6 +12,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from gpucellpool import __version__
+
+VERSION_TEXT = f"gpucellpool {__version__}"
+
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "crd": ("gpucellpool.crdgen", "write (or --check) the generated CRD files"),
@@ -28,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucellpool", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=VERSION_TEXT)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = argv[0] if argv else None
     for name, (module_name, help_text) in SUBCOMMANDS.items():

@@ -17,7 +17,7 @@ import signal
 import socket
 from pathlib import Path
 
-from gpucellpool import logs
+from gpucellpool import __version__, logs
 from gpucellpool.app import Settings, build, webhook_options_from_env
 from gpucellpool.secure_metrics import MetricsOptions
 from webhook import rule_flags
@@ -25,6 +25,7 @@ from webhook import rule_flags
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
+    parser.add_argument("--version", action="version", version=f"gpucellpool {__version__}")
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="default: in-cluster")
     parser.add_argument("--identity", default=env("POD_NAME") or socket.gethostname())
     parser.add_argument("--lease-namespace", default=env("POD_NAMESPACE") or "default")
