@@ -42,6 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: any host that is not link-local, loopback or a metadata address)",
     )
     group.add_argument(
+        "--allowed-storage-class",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a StorageClass a guestTemplate storage (root-disk) override may name; repeat or "
+        "comma-separate (default: none, so every storage override is refused)",
+    )
+    group.add_argument(
         "--allow-blank-data-disks",
         action="store_true",
         help="let guests create blank data-disk PVCs of any size and StorageClass",
@@ -55,4 +63,5 @@ def settings_from(args: argparse.Namespace) -> RuleSettings:
         allowed_sriov_resources=_names(args.allowed_sriov_resource),
         allow_blank_data_disks=bool(args.allow_blank_data_disks),
         allowed_prometheus_hosts=_names(args.allowed_prometheus_host),
+        allowed_storage_classes=_names(args.allowed_storage_class),
     )

@@ -37,7 +37,7 @@ def parse_duration(text: str) -> float:
 
     Negative durations are rejected: no window or timeout in this API can be negative.
     """
-    if not isinstance(text, str) or not _WHOLE.match(text):
+    if not isinstance(text, str) or not _WHOLE.fullmatch(text):
         raise ValueError(f"invalid duration {text!r}: want a Go duration such as 90s, 10m, 1h30m")
     if text == "0":
         return 0.0

@@ -142,7 +142,7 @@ async def test_denial_lists_every_reason_with_its_path(running: Running) -> None
 
 
 async def test_warnings_pass_through_on_an_allowed_request(running: Running) -> None:
-    case = CASES["good-ok-storage-warning"]
+    case = CASES["good-ok-placement-warning"]
     status, answer = await running.post(admission(case.object))
     assert status == 200 and answer["response"]["allowed"] is True
     assert any(w.message in " ".join(answer["response"]["warnings"]) for w in case.warnings)

@@ -197,7 +197,7 @@ def _link_local(host: str) -> bool:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        return bool(_NUMERIC_HOST.match(host))
+        return bool(_NUMERIC_HOST.fullmatch(host))
     mapped = getattr(address, "ipv4_mapped", None)
     return bool(address.is_link_local or (mapped is not None and mapped.is_link_local))
 

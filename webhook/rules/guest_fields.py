@@ -64,6 +64,9 @@ DISCOURAGED: dict[str, str] = {
     "prefer the guest class defaults",
 }
 
+STORAGE_KEYS: frozenset[str] = frozenset({"storageClassName", "accessMode", "volumeMode"})
+"""What a root-disk ``storage`` override may carry once its StorageClass is allowlisted."""
+
 ALLOWED: frozenset[str] = frozenset(
     {
         "guestClassRef",
@@ -152,8 +155,10 @@ SAFE_SCHEMA: dict[str, Schema] = {
         "binding": None,
         "ports": [{"name": None, "port": None, "targetPort": None, "protocol": None}],
     },
+    "storage": dict.fromkeys(STORAGE_KEYS),
 }
-"""The strict-mode allowlist: only these keys, at these places, are admitted."""
+"""The strict-mode allowlist: only these keys, at these places, are admitted (``storage`` only
+when its StorageClass is on the cluster's allowlist: the top-level check refuses it otherwise)."""
 
 NESTED_KNOWN: frozenset[str] = frozenset(
     {

@@ -51,7 +51,7 @@ def check_interfaces(
         name = item.get("name")
         if not isinstance(name, str) or not name:
             found.error(join(item_path, "name"), "is required; name the interface")
-        elif not INTERFACE_NAME.match(name):
+        elif not INTERFACE_NAME.fullmatch(name):
             found.error(
                 join(item_path, "name"),
                 "must be letters, digits, '-', '_' or '.' (at "
@@ -65,7 +65,7 @@ def check_interfaces(
         _interface_type(item, item_path, settings, found)
         _network_ref(item.get("networkRef"), join(item_path, "networkRef"), namespace, found)
         mac = item.get("mac")
-        if mac is not None and (not isinstance(mac, str) or not MAC.match(mac)):
+        if mac is not None and (not isinstance(mac, str) or not MAC.fullmatch(mac)):
             found.error(join(item_path, "mac"), "must be a MAC like 02:00:00:00:00:01; fix it")
     if primaries > 1:
         found.error(path, "at most one interface may set primary: true; keep one")
@@ -112,7 +112,7 @@ def _network_ref(ref: Any, path: str, namespace: str, found: Findings) -> None:
     name = ref.get("name")
     if not isinstance(name, str) or not name:
         found.error(join(path, "name"), "is required; name the NetworkAttachmentDefinition")
-    elif not OBJECT_NAME.match(name):
+    elif not OBJECT_NAME.fullmatch(name):
         found.error(
             join(path, "name"),
             "must be a plain object name (a DNS-1123 subdomain, no "

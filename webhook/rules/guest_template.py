@@ -75,6 +75,8 @@ def _check_top_level(template: Mapping[str, Any], ctx: GuestContext, found: Find
                 "is not allowed with provisioner ClusterAPI, which only carries "
                 "imageRef, guestClassRef and interfaces; remove it",
             )
+        elif canonical == "storage":
+            _storage(template[raw_key], path, ctx, found)
         elif canonical in gf.DISCOURAGED:
             _discouraged(canonical, path, ctx, found)
         elif canonical is None:
@@ -86,6 +88,27 @@ def _discouraged(key: str, path: str, ctx: GuestContext, found: Findings) -> Non
         found.error(path, f"{gf.DISCOURAGED[key]}; strict guestTemplate mode refuses it, remove it")
     else:
         found.warn(path, gf.DISCOURAGED[key])
+
+
+def _storage(value: Any, path: str, ctx: GuestContext, found: Findings) -> None:
+    """A root-disk override is admitted only onto a StorageClass the cluster admin allowlisted."""
+    allowed = ctx.settings.allowed_storage_classes
+    name = value.get("storageClassName") if isinstance(value, Mapping) else None
+    if isinstance(name, str) and name in allowed:
+        extra = sorted(str(k) for k in value if str(k) not in gf.STORAGE_KEYS)
+        if extra:
+            found.error(join(path, extra[0]), "is not a root-disk storage field; remove it")
+        return
+    if not allowed:
+        why = "no StorageClass is allowlisted for it (cluster setting --allowed-storage-class)"
+    elif not isinstance(name, str):
+        why = f"it must name a storageClassName from the allowlist: {', '.join(sorted(allowed))}"
+    else:
+        why = (
+            f"StorageClass {name!r} is not on the allowlist ({', '.join(sorted(allowed))}; "
+            "cluster setting --allowed-storage-class)"
+        )
+    found.error(path, f"{gf.DISCOURAGED['storage']}; {why}; remove it or ask the cluster admin")
 
 
 def _unknown(key: str, path: str, ctx: GuestContext, found: Findings) -> None:

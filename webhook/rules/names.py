@@ -39,7 +39,7 @@ def check_name(obj: Any, found: Findings) -> None:
             f"is {len(name)} characters; use at most {MAX_POOL_NAME} so that cell names "
             "<pool>-<index> stay valid 63-character DNS labels",
         )
-    if not DNS1123_SUBDOMAIN.match(name):
+    if not DNS1123_SUBDOMAIN.fullmatch(name):
         found.error(
             "metadata.name",
             "must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', "
@@ -51,7 +51,7 @@ def _check_generate_name(prefix: Any, found: Findings) -> None:
     if prefix in (None, ""):
         found.error("metadata.name", "is required; name the pool")
         return
-    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
         found.error(
             "metadata.generateName",
             "must be a DNS-1123 subdomain prefix (lower-case letters, digits, '-', '.'); fix it",

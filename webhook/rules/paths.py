@@ -27,10 +27,16 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def join(base: str, key: str | int) -> str:
-    """``base.key`` for identifiers, ``base[key]`` for list indices and odd map keys."""
+    """``base.key`` for identifiers, ``base[key]`` for list indices and odd map keys.
+
+    A key with a control or other unprintable character is JSON-quoted (``labels["a\\n"]``),
+    so a path never carries a raw newline into a message, an Event or a log line.
+    """
     if isinstance(key, int):
         return f"{base}[{key}]"
-    if _IDENT.match(key):
+    if not key.isprintable():
+        return f"{base}[{json.dumps(key)}]"
+    if _IDENT.fullmatch(key):
         return f"{base}.{key}" if base else key
     return f"{base}[{key}]"
 

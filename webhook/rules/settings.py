@@ -23,6 +23,10 @@ class RuleSettings:
     """Let guests create blank data-disk PVCs of any size and StorageClass."""
     allowed_prometheus_hosts: frozenset[str] = frozenset()
     """Hosts spec.autoscaling.prometheus.url may name (default: any host except link-local)."""
+    allowed_storage_classes: frozenset[str] = frozenset()
+    """StorageClasses a guestTemplate ``storage`` override may name (default: none, so every
+    root-disk override is refused: it moves the disk to another class, with its cost and
+    placement, which only the cluster admin should choose)."""
 
 
 DEFAULT_SETTINGS = RuleSettings()

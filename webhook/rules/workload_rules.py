@@ -35,7 +35,7 @@ def check_node_settings(spec: GPUCellPoolSpec, found: Findings) -> None:
     for key, value in (node.labels or {}).items():
         path = join(f"{BASE}.labels", key)
         _key(key, path, found)
-        if not LABEL_VALUE.match(value):
+        if not LABEL_VALUE.fullmatch(value):
             found.error(
                 path,
                 "label value must be at most 63 letters, digits, '-', '_' or '.', "
@@ -46,7 +46,7 @@ def check_node_settings(spec: GPUCellPoolSpec, found: Findings) -> None:
     for i, taint in enumerate(node.taints or []):
         path = f"{BASE}.taints[{i}]"
         _key(taint.key, f"{path}.key", found)
-        if taint.value is not None and not LABEL_VALUE.match(taint.value):
+        if taint.value is not None and not LABEL_VALUE.fullmatch(taint.value):
             found.error(
                 f"{path}.value", "must be at most 63 letters, digits, '-', '_' or '.'; fix it"
             )
@@ -60,7 +60,7 @@ def _key(key: str, path: str, found: Findings) -> None:
         )
         return
     prefix = key.rpartition("/")[0]
-    if not QUALIFIED_NAME.match(key) or len(prefix) > MAX_PREFIX:
+    if not QUALIFIED_NAME.fullmatch(key) or len(prefix) > MAX_PREFIX:
         found.error(
             path,
             "must be a qualified name: an optional DNS subdomain prefix and '/', "

@@ -53,6 +53,7 @@ def settings_from(raw: dict[str, Any] | None) -> RuleSettings:
         allowed_sriov_resources=frozenset(raw.get("allowedSriovResources", ())),
         allow_blank_data_disks=bool(raw.get("allowBlankDataDisks", False)),
         allowed_prometheus_hosts=frozenset(raw.get("allowedPrometheusHosts", ())),
+        allowed_storage_classes=frozenset(raw.get("allowedStorageClasses", ())),
     )
 
 
