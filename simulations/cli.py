@@ -9,12 +9,13 @@ policy and every peer, and prints cost, waits and churn against the oracle.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from autoscaler.policy.types import CellShape, PolicyConfig
+from simulations import argtypes as at
 from simulations.baselines import PEERS
 from simulations.baselines.oracle import BOUND, PACK
 from simulations.engine import BootModel, DrainMode, ProductionPolicy, ScalingPolicy, SimConfig
@@ -22,15 +23,9 @@ from simulations.engine.hami import BINPACK, SPREAD
 from simulations.engine.policy import legacy_windows_policy
 from simulations.report import PlotUnavailable, markdown, plot_timelines, rich_table, write_json
 from simulations.report.compare import Comparison, compare
-from simulations.traces import (
-    BUNDLED_OPENB_PATH,
-    LoadResult,
-    RescaleSpec,
-    TracePod,
-    load_generic,
-    load_openb,
-    rescale,
-)
+from simulations.traces import LoadResult, RescaleSpec, TracePod, rescale
+from simulations.traces.detect import FORMATS, load_trace, require_well_formed
+from simulations.traces.model import HORIZON_SECONDS, TraceError
 
 DAY = 86400.0
 POLICIES: dict[str, Callable[[], ScalingPolicy]] = {"gpucellpool": ProductionPolicy, **PEERS}
@@ -40,34 +35,55 @@ EXTRA_POLICIES: dict[str, Callable[[], ScalingPolicy]] = {
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    # argparse would print the whole many-line usage above a one-line error
+    parser.usage = "%(prog)s [options] (see --help)"
     g = parser.add_argument_group("trace")
-    g.add_argument("--trace", type=Path, help="trace file (default: the bundled openb trace)")
-    g.add_argument("--trace-format", choices=("auto", "openb", "generic"), default="auto")
-    g.add_argument("--start", type=float, help="window start, trace seconds")
-    g.add_argument("--days", type=float, help="window length in days (bundled: last 7 days)")
-    g.add_argument("--time-compression", type=float, default=1.0)
-    g.add_argument("--arrival-multiplier", type=float, default=1.0)
-    g.add_argument("--duration-scale", type=float, default=1.0)
-    g.add_argument("--jitter-seconds", type=float, default=300.0)
+    g.add_argument("--trace", type=at.existing_file, help="trace file (default: bundled openb)")
+    g.add_argument("--trace-format", choices=FORMATS, default="auto")
+    g.add_argument(
+        "--skip-malformed",
+        action="store_true",
+        help="skip and count malformed rows (default: the first one fails with file and line)",
+    )
+    g.add_argument("--start", type=at.nonnegative_float, help="window start, trace seconds")
+    g.add_argument(
+        "--days", type=at.positive_float, help="window length in days (bundled: last 7 days)"
+    )
+    g.add_argument("--time-compression", type=at.factor, default=1.0)
+    g.add_argument("--arrival-multiplier", type=at.bounded(0, 1000, low_open=True), default=1.0)
+    g.add_argument("--duration-scale", type=at.factor, default=1.0)
+    g.add_argument("--jitter-seconds", type=at.nonnegative_float, default=300.0)
 
 
 def add_world_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("pool and world")
-    g.add_argument("--cell-gpus", type=int, default=1, help="GPUs per cell")
-    g.add_argument("--cell-memory-mib", type=int, default=24576, help="memory per GPU")
-    g.add_argument("--cell-slots", type=int, default=10, help="HAMi slots per GPU")
-    g.add_argument("--max-cells", type=int, default=1000, help="maxReplicas")
-    g.add_argument("--min-cells", type=int, default=0, help="minReplicas")
-    g.add_argument("--physical-gpus", type=int, help="GPUs available for cells (default: no limit)")
-    g.add_argument("--boot-seconds", type=float, default=300.0, help="median boot time")
-    g.add_argument("--boot-sigma", type=float, default=0.25, help="lognormal sigma of boot time")
-    g.add_argument("--boot-failure", type=float, default=0.0, help="probability a boot fails")
+    count = at.int_at_least
+    g.add_argument("--cell-gpus", type=count(1, 1024), default=1, help="GPUs per cell")
+    g.add_argument("--cell-memory-mib", type=count(1), default=24576, help="memory per GPU")
+    g.add_argument("--cell-slots", type=count(1, 1024), default=10, help="HAMi slots per GPU")
+    g.add_argument("--max-cells", type=count(0, 10**6), default=1000, help="maxReplicas")
+    g.add_argument("--min-cells", type=count(0, 10**6), default=0, help="minReplicas")
+    g.add_argument(
+        "--physical-gpus", type=count(0), help="GPUs available for cells (default: no limit)"
+    )
+    g.add_argument(
+        "--boot-seconds",
+        type=at.bounded(0, 86400, low_open=True),
+        default=300.0,
+        help="median boot time",
+    )
+    g.add_argument(
+        "--boot-sigma", type=at.bounded(0, 5), default=0.25, help="lognormal sigma of boot time"
+    )
+    g.add_argument(
+        "--boot-failure", type=at.bounded(0, 0.99), default=0.0, help="probability a boot fails"
+    )
     g.add_argument("--drain", choices=[m.value for m in DrainMode], default="wait-for-idle")
     g.add_argument(
         "--drain-timeout",
-        type=float,
+        type=at.bounded(-1, 10 * 86400),
         default=-1.0,
-        help="wait-for-idle: abandon a drain after this many seconds (default: never)",
+        help="wait-for-idle: abandon a drain after this many seconds (default -1: never)",
     )
     g.add_argument("--node-policy", choices=(BINPACK, SPREAD), default=BINPACK)
     g.add_argument("--gpu-policy", choices=(BINPACK, SPREAD), default=SPREAD)
@@ -78,10 +94,12 @@ def add_world_arguments(parser: argparse.ArgumentParser) -> None:
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("output")
     g.add_argument("--format", choices=("table", "md"), default="table")
-    g.add_argument("--json", type=Path, help="also write the summaries as JSON")
-    g.add_argument("--plot", type=Path, help="also write a PNG of demand vs cells")
+    g.add_argument("--json", type=at.output_file, help="also write the summaries as JSON")
+    g.add_argument("--plot", type=at.output_file, help="also write a PNG of demand vs cells")
     g.add_argument("--no-progress", action="store_true")
-    g.add_argument("--jobs", type=int, default=1, help="run policies in parallel processes")
+    g.add_argument(
+        "--jobs", type=at.int_at_least(1, 64), default=1, help="run policies in parallel processes"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,19 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_arguments(parser)
 
 
-def load_trace(path: Path | None, trace_format: str) -> LoadResult:
-    path = path or BUNDLED_OPENB_PATH
-    if trace_format == "auto":
-        from simulations.traces.bundled import open_text  # noqa: PLC0415
-
-        with open_text(path) as stream:
-            header = stream.readline()
-        trace_format = "openb" if "gpu_milli" in header else "generic"
-    return load_openb(path) if trace_format == "openb" else load_generic(path)
-
-
 def trace_pods(args: argparse.Namespace) -> tuple[tuple[TracePod, ...], LoadResult]:
+    """The window of the trace the flags select; ``TraceError`` (one line) on bad input."""
     loaded = load_trace(args.trace, args.trace_format)
+    if not args.skip_malformed:
+        require_well_formed(loaded, args.trace)
     last = max((p.arrival_seconds for p in loaded.pods), default=0.0)
     days = args.days if args.days is not None else (7.0 if args.trace is None else None)
     start = args.start
@@ -125,7 +135,15 @@ def trace_pods(args: argparse.Namespace) -> tuple[tuple[TracePod, ...], LoadResu
         jitter_seconds=args.jitter_seconds,
         seed=args.seed,
     )
-    return rescale(loaded.pods, spec), loaded
+    pods = rescale(loaded.pods, spec)
+    end = max((p.arrival_seconds + p.duration_seconds for p in pods), default=0.0)
+    if end > HORIZON_SECONDS:
+        raise TraceError(
+            args.trace or "bundled trace",
+            f"after rescaling the trace ends at {end:.4g} s, beyond the {HORIZON_SECONDS:.0f} s "
+            "(10-year) horizon; lower --duration-scale",
+        )
+    return pods, loaded
 
 
 def policy_config(args: argparse.Namespace, **overrides: object) -> PolicyConfig:
@@ -170,7 +188,9 @@ def emit(
     else:
         from rich.console import Console  # noqa: PLC0415
 
-        Console().print(rich_table(comparison.summaries, title))
+        Console(width=min(100, shutil.get_terminal_size().columns)).print(
+            rich_table(comparison.summaries, title)
+        )
     if args.json:
         write_json(args.json, comparison.summaries, meta)
     if args.plot:
@@ -180,8 +200,18 @@ def emit(
             print(f"plot skipped: {error}", file=sys.stderr)
 
 
+def _fail(message: str) -> int:
+    print(f"gpucellpool: {message}", file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
-    pods, loaded = trace_pods(args)
+    if args.min_cells > args.max_cells:
+        return _fail(f"--min-cells {args.min_cells} is above --max-cells {args.max_cells}")
+    try:
+        pods, loaded = trace_pods(args)
+    except TraceError as error:
+        return _fail(f"trace {error}")
     print(f"trace: {loaded.summary()}", file=sys.stderr)
     if not pods:
         print("no pods in the selected window", file=sys.stderr)
@@ -198,6 +228,14 @@ def run(args: argparse.Namespace) -> int:
     )
     span_days = max(p.arrival_seconds for p in pods) / DAY
     title = f"{len(pods)} pods over {span_days:.1f} days, {args.cell_gpus}-GPU cells"
-    meta = {"pods": len(pods), "span_days": span_days, "trace": str(args.trace or "bundled")}
-    emit(comparison, args, title, meta)
+    meta = {
+        "pods": len(pods),
+        "unhostable_pods": max(s.unschedulable for s in comparison.summaries),
+        "span_days": span_days,
+        "trace": str(args.trace or "bundled"),
+    }
+    try:
+        emit(comparison, args, title, meta)
+    except OSError as error:
+        return _fail(f"cannot write output: {error}")
     return 0

@@ -21,10 +21,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from autoscaler.policy.types import GPUAsk
+from simulations import argtypes as at
 from simulations.traces.generic import write_generic
 from simulations.traces.model import TracePod, sort_pods
 
@@ -138,31 +138,57 @@ def fetch(url: str, start: datetime, end: datetime, step: str, legacy: bool) -> 
 def parse_time(text: str) -> datetime:
     """Unix seconds or ISO 8601 (UTC when no zone is given)."""
     try:
-        return datetime.fromtimestamp(float(text), tz=UTC)
+        seconds = float(text)
     except ValueError:
-        parsed = datetime.fromisoformat(text)
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither unix seconds nor ISO 8601"
+            ) from None
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a representable time") from None
 
 
 def step_seconds(step: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600}
-    if step and step[-1] in units:
-        return float(step[:-1]) * units[step[-1]]
-    return float(step)
+    """A query step in seconds: a Go duration ("15s", "1m30s"; the API's one parser) or plain
+    seconds, > 0."""
+    return at.duration_seconds(step)
+
+
+def _step(text: str) -> str:
+    """``--step`` as given, once it reads as a positive duration of at most a day."""
+    if step_seconds(text) > 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than a day")
+    return text
+
+
+def _url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text) < 10:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s):// URL")
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="trace_command", required=True)
     record = sub.add_parser("record", help="record HAMi allocations from Prometheus")
-    record.add_argument("--prometheus", required=True, help="Prometheus base URL")
+    record.add_argument("--prometheus", required=True, type=_url, help="Prometheus base URL")
     record.add_argument("--start", required=True, type=parse_time, help="unix or ISO 8601")
     record.add_argument("--end", required=True, type=parse_time, help="unix or ISO 8601")
-    record.add_argument("--step", default="30s", help="query resolution, e.g. 15s, 1m")
+    record.add_argument(
+        "--step", default="30s", type=_step, help="query resolution, e.g. 15s, 1m (default: 30s)"
+    )
     record.add_argument("--legacy", action="store_true", help="HAMi <= 2.8 metric names")
-    record.add_argument("-o", "--output", required=True, type=Path)
+    record.add_argument("-o", "--output", required=True, type=at.output_file)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.end <= args.start:
+        print("trace record: --end must be after --start", file=sys.stderr)
+        return 2
     try:
         memory, cores = fetch(args.prometheus, args.start, args.end, args.step, args.legacy)
     except Exception as error:  # any client failure is reported, not raised

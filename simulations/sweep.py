@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 from autoscaler.policy.types import PolicyConfig
+from simulations import argtypes as at
 from simulations.baselines import PEERS
 from simulations.baselines.oracle import oracle
 from simulations.cli import (
@@ -29,6 +30,7 @@ from simulations.engine import ProductionPolicy, SimConfig, simulate
 from simulations.report import markdown, pareto_front, summarise
 from simulations.report.summary import PolicySummary
 from simulations.traces import TracePod
+from simulations.traces.model import TraceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,29 +58,32 @@ class Point:
         )
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _bools(text: str) -> list[bool]:
-    return [x.strip().lower() in ("1", "on", "true", "yes") for x in text.split(",") if x.strip()]
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("1", "on", "true", "yes", "0", "off", "false", "no"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not on/off")
+    return value in ("1", "on", "true", "yes")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_trace_arguments(parser)
     add_world_arguments(parser)
     g = parser.add_argument_group("knobs (comma-separated values; the grid is their product)")
-    g.add_argument("--window", type=_floats, default=[300.0, 600.0], help="scale-down window s")
-    g.add_argument("--threshold", type=_floats, default=[0.5, 0.7], help="utilisation threshold")
-    g.add_argument("--headroom", type=_ints, default=[0, 1], help="headroom cells")
-    g.add_argument("--prewarm", type=_bools, default=[False, True], help="pre-warming on/off")
-    g.add_argument("--in-flight", type=_ints, default=[2, 8], help="max cells booting at once")
+    seconds = at.comma_list(at.bounded(0, 7 * 86400))
+    g.add_argument("--window", type=seconds, default=[300.0, 600.0], help="scale-down window s")
+    share = at.comma_list(at.bounded(0, 1, low_open=True))
+    g.add_argument("--threshold", type=share, default=[0.5, 0.7], help="utilisation threshold")
+    cells = at.comma_list(at.int_at_least(0, 1000))
+    g.add_argument("--headroom", type=cells, default=[0, 1], help="headroom cells")
+    g.add_argument(
+        "--prewarm", type=at.comma_list(_bool), default=[False, True], help="pre-warming on/off"
+    )
+    in_flight = at.comma_list(at.int_at_least(1, 1000))
+    g.add_argument("--in-flight", type=in_flight, default=[2, 8], help="max cells booting at once")
     parser.add_argument("--with-peers", action="store_true", help="add the peer baselines")
-    parser.add_argument("--jobs", type=int, default=1, help="parallel simulations")
+    parser.add_argument(
+        "--jobs", type=at.int_at_least(1, 64), default=1, help="parallel simulations"
+    )
 
 
 def grid(args: argparse.Namespace) -> list[Point]:
@@ -107,7 +112,14 @@ def sweep(
 
 
 def run(args: argparse.Namespace) -> int:
-    pods, loaded = trace_pods(args)
+    try:
+        pods, loaded = trace_pods(args)
+    except TraceError as error:
+        print(f"gpucellpool: trace {error}", file=sys.stderr)
+        return 2
+    if not pods:
+        print("no pods in the selected window", file=sys.stderr)
+        return 1
     print(f"trace: {loaded.summary()}; {len(pods)} pods in the window", file=sys.stderr)
     config = sim_config(args, policy_config(args))
     reference = oracle(pods, config.policy_config.shape, method=args.oracle_method)

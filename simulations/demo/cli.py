@@ -17,24 +17,42 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from simulations import argtypes as at
 from simulations.demo.config import DEFAULT_HOURS, HOUR, DemoSpec
 from simulations.demo.recorder import Snapshot
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.usage = "%(prog)s [options] (see --help)"
     parser.add_argument(
-        "--minutes", type=float, default=3.0, help="wall minutes the trace slice plays in"
+        "--minutes",
+        type=at.bounded(0, 24 * 60, low_open=True),
+        default=3.0,
+        help="wall minutes the trace slice plays in (default: 3)",
     )
     parser.add_argument(
         "--speed",
-        type=float,
+        type=at.bounded(0, 10000, low_open=True),
         help="trace seconds per wall second (overrides --minutes; 60 plays an hour a minute)",
     )
-    parser.add_argument("--trace", type=Path, help="trace file (default: the bundled openb)")
-    parser.add_argument("--start", type=float, help="slice start, trace seconds")
-    parser.add_argument("--hours", type=float, default=DEFAULT_HOURS, help="slice length")
-    parser.add_argument("--multiplier", type=float, help="arrival multiplier (< 1 thins)")
-    parser.add_argument("--out", type=Path, default=Path("demo-out"), help="report directory")
+    parser.add_argument(
+        "--trace", type=at.existing_file, help="trace file (default: the bundled openb)"
+    )
+    parser.add_argument("--start", type=at.nonnegative_float, help="slice start, trace seconds")
+    parser.add_argument(
+        "--hours",
+        type=at.bounded(0, 24 * 7, low_open=True),
+        default=DEFAULT_HOURS,
+        help=f"slice length (default: {DEFAULT_HOURS:g})",
+    )
+    parser.add_argument(
+        "--multiplier",
+        type=at.bounded(0, 100, low_open=True),
+        help="arrival multiplier (< 1 thins)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("demo-out"), help="report directory (default: demo-out)"
+    )
 
 
 def spec_from(args: argparse.Namespace) -> DemoSpec:
@@ -78,28 +96,46 @@ def printer(stream: TextIO, compression: float):  # type: ignore[no-untyped-def]
     return show
 
 
+def _one_line(error: BaseException) -> str:
+    """An error as one line: its last three lines joined (a log tail ends with the cause)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return " | ".join(lines[-3:]) or type(error).__name__
+
+
 def run(args: argparse.Namespace) -> int:
     from simulations.demo.report import build_report, markdown_report, write_report  # noqa: PLC0415
     from simulations.demo.twin_run import run_twin  # noqa: PLC0415
+    from simulations.traces.model import TraceError  # noqa: PLC0415
 
     spec = spec_from(args)
+    out = args.out.resolve()  # every path below (kubeconfigs included) is absolute
     print(
         f"gpucellpool demo: {spec.hours:g} h of trace at x{spec.compression:.0f} "
         f"(~{spec.horizon_seconds / 60:.1f} min); starting apiservers, twin, Prometheus, "
         "operator ...",
         file=sys.stderr,
     )
-    work = args.out / "work"
+    work = out / "work"
     shutil.rmtree(work, ignore_errors=True)
     show = printer(sys.stderr, spec.compression)
     try:
         run_result = asyncio.run(run_twin(spec, workdir=work, progress=show))
-    finally:  # keep the logs, not the etcd and Prometheus data
-        for data in (work / "harness", work / "prometheus" / "data"):
-            shutil.rmtree(data, ignore_errors=True)
+    except TraceError as error:
+        print(f"\ngpucellpool demo: trace {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # the CLI boundary: one line and the logs' place, no traceback
+        print(
+            f"\ngpucellpool demo: failed: {type(error).__name__}: {_one_line(error)} "
+            f"(logs in {work})",
+            file=sys.stderr,
+        )
+        return 1
+    # a success keeps the logs, not the etcd and Prometheus data (a failure keeps all of it)
+    for data in (work / "harness", work / "prometheus" / "data"):
+        shutil.rmtree(data, ignore_errors=True)
     print(file=sys.stderr)
     report = build_report(run_result)
-    written = write_report(report, args.out)
+    written = write_report(report, out)
     print(markdown_report(report))
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0

@@ -24,8 +24,8 @@ from autoscaler.policy.types import CellShape, PolicyConfig
 from gpucellpool.api.spec import GPUCellPoolSpec
 from simulations.engine import BootModel, ProductionPolicy, SimConfig
 from simulations.engine import hami as sim_hami
-from simulations.traces import RescaleSpec, TracePod, load_generic, load_openb, rescale
-from simulations.traces.bundled import BUNDLED_OPENB_PATH, open_text
+from simulations.traces import RescaleSpec, TracePod, rescale
+from simulations.traces.detect import load_trace, require_well_formed
 
 HOUR = 3600.0
 SHAPE = CellShape(gpus=1, memory_mib=24576, cores_percent=100, slots=10)
@@ -210,10 +210,9 @@ def sim_policy(spec: DemoSpec, name: str = "gpucellpool") -> ProductionPolicy:
 
 
 def load_pods(trace: Path | None) -> tuple[TracePod, ...]:
-    path = trace or BUNDLED_OPENB_PATH
-    with open_text(path) as stream:
-        header = stream.readline()
-    loaded = load_openb(path) if "gpu_milli" in header else load_generic(path)
+    """The trace's pods; ``TraceError`` (one line) if it is unreadable or has a malformed row."""
+    loaded = load_trace(trace)
+    require_well_formed(loaded, trace)
     return loaded.pods
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from simulations.baselines.oracle import oracle
 from simulations.demo.config import SHAPE, DemoSpec, WorldTimings, sim_config, sim_policy
 from simulations.demo.twin_run import TwinResult
+from simulations.demo.utilisation import mean_utilisation
 from simulations.engine import Sample, SimResult, simulate
 from simulations.fidelity import Fidelity, compare
 from simulations.report import PlotUnavailable, PolicySummary, markdown, plot_timelines, summarise
@@ -63,7 +64,12 @@ def twin_result(run: TwinResult, horizon: float, fidelity: Fidelity) -> SimResul
         scale_up_cells=counts["guests_created"],
         scale_down_cells=counts["guests_deleted"],
         boot_failures=0,
-        mean_utilisation=0.0,  # not measured on the twin (HAMi's metrics hold it)
+        mean_utilisation=mean_utilisation(
+            ((p.node, p.bound, p.ended, p.ask) for p in rec.pods.values() if p.bound is not None),
+            [(s.time_seconds, s.ready) for s in rec.samples],
+            SHAPE,
+            horizon,
+        ),
         end_seconds=horizon,
         events=len(rec.samples),
         decisions=0,

@@ -30,6 +30,8 @@ from simulations.engine.world import Pending, Running, SimCell, World
 from simulations.traces.model import TracePod
 
 END, BOOT, DRAIN, DRAIN_TIMEOUT, ARRIVAL, TICK, REACT, SAMPLE = range(8)
+# ~0.1 s of work between progress reports, so a bar moves several times a second.
+PROGRESS_EVERY_EVENTS = 1024
 
 
 class DrainMode(enum.StrEnum):
@@ -136,9 +138,11 @@ class Simulation:
             self._settle(now)
             if self._finished():
                 break
-            if progress is not None and self.counters.events % 20000 == 0:
+            if progress is not None and self.counters.events % PROGRESS_EVERY_EVENTS == 0:
                 progress(min(1.0, now / self.horizon))
         self.integrals.advance(now)
+        if progress is not None:
+            progress(1.0)
         return self._result(now)
 
     def _start(self) -> None:

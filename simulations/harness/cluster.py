@@ -218,8 +218,8 @@ class Harness:
         paths = dict(binaries) if binaries is not None else bins.ensure(KUBE_BINARIES)
         if missing := [name for name in KUBE_BINARIES if name not in paths]:
             paths.update(bins.ensure(missing))  # e.g. a caller's map from before the KCM
-        root = Path(tmp_dir)
-        root.mkdir(parents=True, exist_ok=True)
+        root = Path(tmp_dir).resolve()  # kubeconfigs hold these paths; kubectl would
+        root.mkdir(parents=True, exist_ok=True)  # resolve relative ones from its own folder
         started: list[ManagedProcess] = []
         timings: dict[str, float] = {}
         t0 = time.monotonic()

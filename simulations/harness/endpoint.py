@@ -21,6 +21,15 @@ import yaml
 JSON = dict[str, Any]
 
 
+class KubectlError(subprocess.CalledProcessError):
+    """kubectl exited non-zero; its message ends with the tail of kubectl's stderr."""
+
+    def __str__(self) -> str:
+        verb = " ".join(str(a) for a in self.cmd[1:3])
+        tail = " | ".join(str(self.stderr or "").strip().splitlines()[-3:]) or "no stderr"
+        return f"kubectl {verb} failed (exit {self.returncode}): {tail}"
+
+
 class ApiError(RuntimeError):
     """The apiserver answered a request with an error status."""
 
@@ -73,9 +82,7 @@ class ClusterEndpoint:
             check=False,
         )
         if check and proc.returncode != 0:
-            raise subprocess.CalledProcessError(
-                proc.returncode, proc.args, output=proc.stdout, stderr=proc.stderr
-            )
+            raise KubectlError(proc.returncode, proc.args, output=proc.stdout, stderr=proc.stderr)
         return proc
 
     def apply_file(self, path: Path | str) -> subprocess.CompletedProcess[str]:
@@ -139,15 +146,25 @@ class ClusterEndpoint:
 def write_kubeconfig(
     path: Path, *, context: str, url: str, ca: Path, cert: Path, key: Path
 ) -> Path:
-    """An admin kubeconfig with file references (usable by kubectl and kubernetes-asyncio)."""
+    """An admin kubeconfig with absolute file references (kubectl resolves relative ones from
+    the kubeconfig's own folder; usable by kubectl and kubernetes-asyncio)."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": context, "cluster": {"server": url, "certificate-authority": str(ca)}}
+            {
+                "name": context,
+                "cluster": {"server": url, "certificate-authority": str(ca.resolve())},
+            }
         ],
         "users": [
-            {"name": "admin", "user": {"client-certificate": str(cert), "client-key": str(key)}}
+            {
+                "name": "admin",
+                "user": {
+                    "client-certificate": str(cert.resolve()),
+                    "client-key": str(key.resolve()),
+                },
+            }
         ],
         "contexts": [{"name": context, "context": {"cluster": context, "user": "admin"}}],
         "current-context": context,

@@ -7,15 +7,18 @@ one trace through N policies under one world config, compute the oracle, summari
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import Manager
+from queue import Empty, Queue
 
 from simulations.baselines.oracle import PACK, oracle
 from simulations.engine.metrics import SimResult
 from simulations.engine.policy import ScalingPolicy
 from simulations.engine.sim import SimConfig, simulate
-from simulations.report.progress import progress_bar
+from simulations.report.progress import progress_bar, progress_enabled
 from simulations.report.summary import PolicySummary, summarise
 from simulations.traces.model import TracePod
 
@@ -30,9 +33,42 @@ class Comparison:
 
 
 def _run_one(
-    pods: Sequence[TracePod], factory: Callable[[], ScalingPolicy], config: SimConfig
+    pods: Sequence[TracePod],
+    factory: Callable[[], ScalingPolicy],
+    config: SimConfig,
+    name: str = "",
+    updates: Queue[tuple[str, float]] | None = None,
 ) -> SimResult:
-    return simulate(pods, factory(), config)
+    """One policy run (module-level: picklable); progress goes to ``updates`` when given."""
+    progress = None if updates is None else (lambda fraction: updates.put((name, fraction)))
+    return simulate(pods, factory(), config, progress)
+
+
+def _parallel(
+    pods: Sequence[TracePod],
+    policies: Mapping[str, Callable[[], ScalingPolicy]],
+    config: SimConfig,
+    jobs: int,
+    show_progress: bool | None,
+) -> list[SimResult]:
+    """The policies in ``jobs`` processes; their progress reaches this process's bar through
+    a manager queue (only when the bar is shown)."""
+    with (
+        progress_bar(show_progress) as task,
+        contextlib.ExitStack() as stack,
+        ProcessPoolExecutor(max_workers=jobs) as pool,
+    ):
+        bars = {name: task(name) for name in policies}
+        shown = progress_enabled(show_progress)
+        updates = stack.enter_context(Manager()).Queue() if shown else None
+        futures = [
+            pool.submit(_run_one, pods, f, config, name, updates) for name, f in policies.items()
+        ]
+        while updates is not None and not all(f.done() for f in futures):
+            with contextlib.suppress(Empty):
+                name, fraction = updates.get(timeout=0.2)
+                bars[name](fraction)
+        return [f.result() for f in futures]
 
 
 def compare(
@@ -51,9 +87,7 @@ def compare(
     reference = oracle(pods, config.policy_config.shape, method=oracle_method)
     results = [reference]
     if jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_run_one, pods, f, config) for f in policies.values()]
-            results += [f.result() for f in futures]
+        results += _parallel(pods, policies, config, jobs, show_progress)
     else:
         with progress_bar(show_progress) as task:
             for name, factory in policies.items():

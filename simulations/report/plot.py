@@ -17,6 +17,17 @@ class PlotUnavailable(RuntimeError):
     """matplotlib is not installed."""
 
 
+TIME_UNITS = (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0), ("seconds", 1.0))
+
+
+def time_unit(span_seconds: float) -> tuple[str, float]:
+    """The largest unit the span covers at least twice (an hour's run in minutes, not days)."""
+    for name, seconds in TIME_UNITS:
+        if span_seconds >= 2 * seconds:
+            return name, seconds
+    return TIME_UNITS[-1]
+
+
 def plot_timelines(
     results: Sequence[SimResult], path: Path | str, title: str = "", dpi: int = 80
 ) -> Path:
@@ -33,8 +44,10 @@ def plot_timelines(
     fig, axes = plt.subplots(
         len(results), 1, figsize=(9, 1.9 * len(results) + 0.6), sharex=True, squeeze=False
     )
+    span = max((s.time_seconds for r in results for s in r.timeline), default=0.0)
+    unit, unit_seconds = time_unit(span)
     for ax, result in zip(axes[:, 0], results, strict=True):
-        days = [s.time_seconds / 86400 for s in result.timeline]
+        days = [s.time_seconds / unit_seconds for s in result.timeline]
         demand = [s.demand_cells for s in result.timeline]
         ready = [s.ready for s in result.timeline]
         provisioned = [s.ready + s.booting + s.draining for s in result.timeline]
@@ -45,7 +58,7 @@ def plot_timelines(
         ax.set_title(f"{result.policy}: {result.cost_cell_hours:,.0f} cell-hours", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper left", fontsize=7, ncols=3)
-    axes[-1, 0].set_xlabel("days")
+    axes[-1, 0].set_xlabel(unit)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -11,12 +11,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
+def progress_enabled(enabled: bool | None) -> bool:
+    """``enabled``, or when None: whether stdout is a terminal."""
+    return sys.stdout.isatty() if enabled is None else enabled
+
+
 @contextmanager
 def progress_bar(enabled: bool | None = None) -> Iterator[Callable[[str], Callable[[float], None]]]:
     """Yields ``task(name) -> update(fraction)``; a no-op when disabled or not a TTY."""
-    if enabled is None:
-        enabled = sys.stdout.isatty()
-    if not enabled:
+    if not progress_enabled(enabled):
         yield lambda _name: lambda _fraction: None
         return
     from rich.progress import Progress  # noqa: PLC0415 (terminal only)

@@ -41,8 +41,8 @@ class PolicySummary:
 def summarise(result: SimResult, oracle_cost: float, boot_seconds: float) -> PolicySummary:
     """Figures for one run; ``boot_seconds`` is the yardstick for "waited too long"."""
     waits = np.asarray(result.waits_seconds, dtype=float)
-    if waits.size == 0:
-        waits = np.zeros(1)
+    if waits.size == 0:  # nothing simulated (e.g. every pod unhostable): no wait, not 0 s
+        waits = np.full(1, np.nan)
     p50, p95, p99 = np.percentile(waits, [50, 95, 99])
     return PolicySummary(
         policy=result.policy,

@@ -22,8 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.policy.types import GPUAsk
-from simulations.traces.bundled import open_text
-from simulations.traces.model import LoadResult, Malformed, TracePod, sort_pods
+from simulations.traces.bundled import read_trace_text
+from simulations.traces.model import (
+    MAX_FIELD_CHARS,
+    LoadResult,
+    Malformed,
+    TracePod,
+    check_times,
+    sort_pods,
+)
 
 COLUMNS = (
     "key",
@@ -80,6 +87,7 @@ def record_pod(record: Mapping[str, Any], line: int) -> TracePod:
         raise ValueError("arrival_seconds and duration_seconds are required")
     if duration <= 0:
         raise ValueError("duration_seconds must be > 0")
+    check_times(arrival, duration)
     gpu_count = int(_number(record, "gpu_count", 1.0) or 0)
     if gpu_count < 1:
         raise ValueError("gpu_count must be >= 1")
@@ -116,7 +124,14 @@ def _collect(records: Iterable[tuple[int, Mapping[str, Any] | str]]) -> LoadResu
 
 def _csv_records(lines: Iterable[str]) -> Iterable[tuple[int, Mapping[str, Any] | str]]:
     reader = csv.DictReader(lines)
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:  # e.g. a field over the csv module's 131,072 characters
+            yield reader.line_num + 1, f"CSV: {error}"
+            continue
         if None in row:
             yield reader.line_num, "more fields than the header"
         else:
@@ -126,6 +141,9 @@ def _csv_records(lines: Iterable[str]) -> Iterable[tuple[int, Mapping[str, Any] 
 def _jsonl_records(lines: Iterable[str]) -> Iterable[tuple[int, Mapping[str, Any] | str]]:
     for number, text in enumerate(lines, start=1):
         if not text.strip():
+            continue
+        if len(text) > MAX_FIELD_CHARS:
+            yield number, f"line longer than {MAX_FIELD_CHARS} characters"
             continue
         try:
             record = json.loads(text)
@@ -144,7 +162,7 @@ def load_generic(path: Path | str) -> LoadResult:
     """Load a generic trace; ``.jsonl``/``.ndjson`` (optionally ``.gz``) is JSONL, else CSV."""
     path = Path(path)
     name = path.name.removesuffix(".gz")
-    with open_text(path) as stream:
+    with read_trace_text(path) as stream:
         return parse_generic(stream, jsonl=name.endswith((".jsonl", ".ndjson")))
 
 

@@ -2,14 +2,47 @@
 
 Why this module exists: loaders for different trace formats must hand the simulator one shape
 of data, immutable so a trace can be shared between policy runs without copying, and with
-malformed input reported (line number and reason) rather than raised.
+malformed input reported (line number and reason) rather than raised. A file that cannot be
+read as a trace at all (missing, a directory, binary, not UTF-8) is a ``TraceError``: one line
+naming the file, the line when known, and the reason.
+
+Every time in a trace must lie within ``HORIZON_SECONDS`` (ten 365-day years): a row whose
+arrival or end is later is malformed. The event loop ticks every few simulated seconds, so an
+unbounded time (``1e300``) would never finish; ten years is far beyond any real trace.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from autoscaler.policy.types import GPUAsk, PlacementConstraints
+
+HORIZON_SECONDS = 10 * 365 * 86400.0
+# Python's csv module refuses longer fields; JSON lines are held to the same limit.
+MAX_FIELD_CHARS = 131072
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read at all; ``str()`` is the one-line message."""
+
+    def __init__(self, path: object, reason: str, line: int | None = None) -> None:
+        self.path, self.reason, self.line = str(path), reason, line
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {reason}")
+
+
+def check_times(arrival_seconds: float, duration_seconds: float) -> None:
+    """ValueError unless both times are finite and the pod ends within ``HORIZON_SECONDS``."""
+    if not (math.isfinite(arrival_seconds) and math.isfinite(duration_seconds)):
+        raise ValueError("times must be finite numbers")
+    if arrival_seconds < 0 or duration_seconds < 0:
+        raise ValueError("times must be >= 0")
+    if arrival_seconds + duration_seconds > HORIZON_SECONDS:
+        raise ValueError(
+            f"ends at {arrival_seconds + duration_seconds:.4g} s, beyond the "
+            f"{HORIZON_SECONDS:.0f} s (10-year) horizon"
+        )
 
 
 @dataclass(frozen=True, slots=True)

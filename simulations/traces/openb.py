@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from autoscaler.policy.types import GPUAsk
-from simulations.traces.bundled import BUNDLED_OPENB_PATH, open_text
-from simulations.traces.model import LoadResult, Malformed, TracePod, sort_pods
+from simulations.traces.bundled import BUNDLED_OPENB_PATH, read_trace_text
+from simulations.traces.model import LoadResult, Malformed, TracePod, check_times, sort_pods
 
 REQUIRED = ("name", "num_gpu", "gpu_milli", "creation_time", "deletion_time")
 CPU_ONLY = "CPU-only pod"
@@ -45,9 +45,12 @@ def _int(row: dict[str, str], column: str) -> int:
     if not text:
         raise ValueError(f"{column} is empty")
     try:
-        return int(float(text))
+        number = float(text)
     except ValueError:
         raise ValueError(f"{column}={text!r} is not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{column}={text!r} is not a finite number")
+    return int(number)
 
 
 def _row_pod(row: dict[str, str]) -> TracePod | None:
@@ -69,6 +72,7 @@ def _row_pod(row: dict[str, str]) -> TracePod | None:
     name = (row.get("name") or "").strip()
     if not name:
         raise ValueError("name is empty")
+    check_times(float(created), float(deleted - created))
     return TracePod(
         key=f"openb/{name}",
         arrival_seconds=float(created),
@@ -86,12 +90,18 @@ def parse_openb(text: Iterable[str]) -> LoadResult:
     pods: list[TracePod] = []
     malformed: list[Malformed] = []
     skipped: Counter[str] = Counter()
-    for row in reader:
-        line = reader.line_num
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as error:  # e.g. a field over the csv module's 131,072 characters
+            malformed.append(Malformed(reader.line_num + 1, f"CSV: {error}"))
+            continue
         try:
             pod = _row_pod(row)
         except ValueError as error:
-            malformed.append(Malformed(line, str(error)))
+            malformed.append(Malformed(reader.line_num, str(error)))
             continue
         if pod is None:
             skipped[CPU_ONLY] += 1
@@ -102,7 +112,7 @@ def parse_openb(text: Iterable[str]) -> LoadResult:
 
 def load_openb(path: Path | str) -> LoadResult:
     """Load an openb pod-list CSV (plain or ``.gz``)."""
-    with open_text(Path(path)) as stream:
+    with read_trace_text(Path(path)) as stream:
         return parse_openb(stream)
 
 
