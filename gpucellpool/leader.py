@@ -22,6 +22,9 @@ from typing import Any, Protocol
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 
+MIN_RETRY_S = 0.1
+"""The shortest pause between rounds whatever ``retry_s`` says: 0 would spin on the apiserver."""
+
 
 class LeaseConflict(Exception):
     """Someone else changed the Lease between our read and our write."""
@@ -165,7 +168,7 @@ class LeaderElector:
     async def run(self) -> None:
         while True:
             await self.step()
-            await self.clock.sleep(self.settings.retry_s)
+            await self.clock.sleep(max(self.settings.retry_s, MIN_RETRY_S))
 
     async def release(self) -> None:
         """Give the Lease up (clean shutdown) so a standby need not wait a whole lease."""

@@ -17,46 +17,80 @@ import signal
 import socket
 from pathlib import Path
 
-from gpucellpool import __version__, logs
+from gpucellpool import __version__, flag_types, logs, preflight
 from gpucellpool.app import Settings, build, webhook_options_from_env
+from gpucellpool.kube.adapters import LeaseClient
 from gpucellpool.secure_metrics import MetricsOptions
 from webhook import rule_flags
 
 
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" unless the help already speaks of its default or X says nothing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
+    parser.formatter_class = _HelpWithDefaults
+    parser.usage = "%(prog)s [options]"  # the full list is --help's; an error stays short
     parser.add_argument("--version", action="version", version=f"gpucellpool {__version__}")
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="default: in-cluster")
-    parser.add_argument("--identity", default=env("POD_NAME") or socket.gethostname())
-    parser.add_argument("--lease-namespace", default=env("POD_NAMESPACE") or "default")
-    parser.add_argument("--lease-name", default="gpucellpool-autoscaler")
-    parser.add_argument("--lease-duration", type=float, default=15.0, help="seconds")
-    parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds")
-    parser.add_argument("--retry-period", type=float, default=2.0, help="seconds")
-    parser.add_argument("--health-port", type=int, default=8081)
-    parser.add_argument("--health-host", default="0.0.0.0")
     parser.add_argument(
-        "--metrics-secure",
-        action="store_true",
-        help="serve /metrics over TLS on --metrics-port, only to bearer tokens the cluster "
-        "authenticates (TokenReview) and authorises for get /metrics (SubjectAccessReview)",
-    )
-    parser.add_argument("--metrics-port", type=int, default=8443)
-    parser.add_argument(
-        "--metrics-cert-dir",
-        type=Path,
+        "--kubeconfig",
         default=None,
-        help="tls.crt/tls.key for the metrics port (re-read on change); default: self-signed",
+        help="kubeconfig file of the infrastructure cluster (default: $KUBECONFIG, else "
+        "in-cluster service account, else ~/.kube/config)",
     )
-    parser.add_argument("--debounce", type=float, default=0.15, help="seconds")
-    parser.add_argument("--tick", type=float, default=10.0, help="seconds")
+    parser.add_argument(
+        "--identity",
+        type=flag_types.non_empty,
+        default=env("POD_NAME") or socket.gethostname(),
+        help="this replica's name in the leader-election Lease ($POD_NAME, else the host name)",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        type=flag_types.dns1123_label,
+        default=env("POD_NAMESPACE") or "default",
+        help="namespace of the leader-election Lease ($POD_NAMESPACE, else default)",
+    )
+    parser.add_argument(
+        "--lease-name",
+        type=flag_types.dns1123_subdomain,
+        default="gpucellpool-autoscaler",
+        help="name of the leader-election Lease",
+    )
+    _election_arguments(parser)
+    _serving_arguments(parser)
+    parser.add_argument(
+        "--debounce",
+        type=flag_types.non_negative_seconds,
+        default=0.15,
+        help="seconds (or a duration such as 150ms) of quiet after an event before deciding; "
+        "0 decides at once",
+    )
+    parser.add_argument(
+        "--tick",
+        type=flag_types.positive_seconds,
+        default=10.0,
+        help="seconds (or a duration) between decisions when nothing happens",
+    )
     parser.add_argument(
         "--namespace",
+        type=flag_types.namespace_list,
         action="append",
         default=[],
         help="only pools in this namespace; repeat or comma-separate for several (default: all)",
     )
-    parser.add_argument("--log-level", default=env("LOG_LEVEL") or "INFO")
+    parser.add_argument(
+        "--log-level",
+        type=flag_types.log_level,
+        default=env("LOG_LEVEL") or "INFO",
+        help=f"one of {', '.join(flag_types.LOG_LEVELS)}, any case ($LOG_LEVEL, else INFO)",
+    )
     parser.add_argument(
         "--no-provision",
         dest="provision",
@@ -64,6 +98,77 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="decide and publish only; another process reconciles cells",
     )
     rule_flags.add_arguments(parser)
+    parser.set_defaults(_validate=lambda args: _validate(parser, args))
+
+
+def _election_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lease-duration",
+        type=flag_types.lease_seconds,
+        default=15.0,
+        help="seconds (or a duration) a standby waits on an unchanged Lease before taking over",
+    )
+    parser.add_argument(
+        "--renew-deadline",
+        type=flag_types.positive_seconds,
+        default=10.0,
+        help="seconds (or a duration) a leader that cannot renew keeps leading; "
+        "less than --lease-duration",
+    )
+    parser.add_argument(
+        "--retry-period",
+        type=flag_types.positive_seconds,
+        default=2.0,
+        help="seconds (or a duration) between Lease reads and renewals; less than --renew-deadline",
+    )
+
+
+def _serving_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--health-port",
+        type=flag_types.port,
+        default=8081,
+        help="port of /healthz, /readyz and (unless --metrics-secure) /metrics",
+    )
+    parser.add_argument(
+        "--health-host",
+        type=flag_types.non_empty,
+        default="0.0.0.0",
+        help="address the probe (and metrics) ports listen on",
+    )
+    parser.add_argument(
+        "--metrics-secure",
+        action="store_true",
+        help="serve /metrics over TLS on --metrics-port, only to bearer tokens the cluster "
+        "authenticates (TokenReview) and authorises for get /metrics (SubjectAccessReview)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=flag_types.port,
+        default=8443,
+        help="port of the TLS /metrics endpoint (with --metrics-secure)",
+    )
+    parser.add_argument(
+        "--metrics-cert-dir",
+        type=Path,
+        default=None,
+        help="existing directory with tls.crt/tls.key for the metrics port (re-read on "
+        "change); default: a self-signed certificate",
+    )
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Checks across flags, after parsing, reported as argparse's usage error."""
+    problem = flag_types.election_problem(
+        args.lease_duration, args.renew_deadline, args.retry_period
+    )
+    if problem is None and args.metrics_cert_dir is not None:
+        # Checked here, not by type=: in a pod it is a volume mount, absent where the chart's
+        # rendered args are parsed in tests.
+        problem = flag_types.directory_problem(args.metrics_cert_dir)
+        problem = problem and f"--metrics-cert-dir {args.metrics_cert_dir}: {problem}"
+    if problem is not None:
+        parser.error(problem)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -79,9 +184,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         health_port=args.health_port,
         debounce_s=args.debounce,
         tick_s=args.tick,
-        pool_namespaces=tuple(
-            ns.strip() for value in args.namespace for ns in value.split(",") if ns.strip()
-        ),
+        pool_namespaces=tuple(ns for value in args.namespace for ns in value),
         provision=args.provision,
         rules=rule_flags.settings_from(args),
         webhook=webhook_options_from_env(os.environ),
@@ -96,13 +199,19 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 async def serve(settings: Settings) -> None:
     app = await build(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await app.start()
     try:
+        await preflight.check_cluster(
+            app.infra,
+            [c.query.path for c in app.pool_caches],
+            LeaseClient(app.infra, settings.lease_namespace, settings.lease_name).path,
+            str(app.infra.api_client.configuration.host),
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await app.start()
         await stop.wait()
     finally:
         await app.stop()

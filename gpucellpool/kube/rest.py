@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client as k8s_client
@@ -18,12 +21,14 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpucellpool.kube.cache import JSON, Gone, Query
+from gpucellpool.kube.kubeconfig import load_configuration
 
 HTTP_GONE = 410
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 WATCH_SERVER_TIMEOUT_S = 290
 AUTOSCALER_FIELD_MANAGER = "gpucellpool-autoscaler"
+log = logging.getLogger(__name__)
 
 
 class ApiError(RuntimeError):
@@ -165,13 +170,20 @@ async def client_from_kubeconfig(
     return RestClient(k8s_client.ApiClient(configuration), timeout_s)
 
 
-async def client_in_cluster_or(kubeconfig_path: str | None, timeout_s: float = 10.0) -> RestClient:
-    """In-cluster service account, or the kubeconfig file when given."""
-    configuration = k8s_client.Configuration()
-    if kubeconfig_path:
-        await k8s_config.load_kube_config(
-            config_file=kubeconfig_path, client_configuration=configuration
-        )
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+async def client_in_cluster_or(
+    kubeconfig_path: str | None,
+    timeout_s: float = 10.0,
+    environ: Mapping[str, str] | None = None,
+    home: Path | None = None,
+) -> RestClient:
+    """The kubeconfig file when given, else ``$KUBECONFIG``, in-cluster, ``~/.kube/config``.
+
+    Raises ``KubeconfigError`` (one line naming what was tried) when none works.
+    """
+    configuration, source = await load_configuration(
+        kubeconfig_path,
+        os.environ if environ is None else environ,
+        Path.home() if home is None else home,
+    )
+    log.info("cluster configuration: %s", source, extra={"server": configuration.host})
     return RestClient(k8s_client.ApiClient(configuration), timeout_s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +110,21 @@ def rendered(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
 def deployment_env(docs: list[Doc]) -> dict[str, str]:
     container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def container_args(container: Doc, pod_name: str = f"{FULLNAME}-0") -> list[str]:
+    """The container's args as the kubelet passes them: ``$(VAR)`` expanded from its env
+    (fieldRefs answered as for a pod named ``pod_name`` in ``NS``), as the CLI receives them."""
+    fields = {"metadata.namespace": NS, "metadata.name": pod_name}
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        ref = (entry.get("valueFrom") or {}).get("fieldRef") or {}
+        if "value" in entry:
+            env[entry["name"]] = str(entry["value"])
+        elif ref.get("fieldPath") in fields:
+            env[entry["name"]] = fields[ref["fieldPath"]]
+    var = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+    return [var.sub(lambda m: env.get(m[1], m[0]), str(arg)) for arg in container["args"]]
 
 
 def webhook_of(docs: list[Doc]) -> Doc:

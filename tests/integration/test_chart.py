@@ -116,7 +116,8 @@ def test_watch_namespaces_move_provisioning_into_roles(rendered: dict[str, list[
     secrets = {r["metadata"]["namespace"] for r in find(scoped, "Role", f"{FULLNAME}-secrets")}
     assert secrets == {"team-a", "team-b", "team-c"}
     assert not find(default, "Role", f"{FULLNAME}-secrets")
-    args = one(scoped, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    container = one(scoped, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = chart_support.container_args(container)
     settings = settings_from(build_parser(args).parse_args(args))
     assert watched_namespaces(settings) == ("team-a", "team-c")  # every one, not the first
     selector = one(scoped, "ValidatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]
@@ -147,7 +148,7 @@ def test_workload_observer_rbac(helm: Path, tmp_path: Path) -> None:
 def test_args_are_accepted_by_the_real_cli(rendered: dict[str, list[Doc]], scenario: str) -> None:
     """The Deployment must not crash-loop on a flag `gpucellpool run` does not know."""
     pod = one(rendered[scenario], "Deployment")["spec"]["template"]["spec"]
-    args = pod["containers"][0]["args"]
+    args = chart_support.container_args(pod["containers"][0])
     parsed = build_parser(args).parse_args(args)
     settings = settings_from(parsed)
     ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}

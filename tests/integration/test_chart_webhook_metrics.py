@@ -114,7 +114,8 @@ def test_metrics_off_still_keeps_metrics_secured(rendered: dict[str, list[Doc]])
     """metrics.enabled only drops the Service; /metrics must not fall back to plain HTTP on
     the probe port, open to anyone who reaches the pod (it did: --metrics-secure was dropped)."""
     docs = rendered["metrics-off"]
-    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = chart_support.container_args(container)
     assert settings_from(build_parser(args).parse_args(args)).metrics.secure
     manager = one(docs, "ClusterRole", f"{FULLNAME}-manager")
     reviews = {r for rule in rules(manager) for r in rule.get("resources") or ()}
@@ -142,7 +143,7 @@ def test_metrics_are_secured_unless_turned_off(
 ) -> None:
     docs = rendered[scenario]
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
-    args = pod["containers"][0]["args"]
+    args = chart_support.container_args(pod["containers"][0])
     settings = settings_from(build_parser(args).parse_args(args))
     svc_port = one(docs, "Service", f"{FULLNAME}-metrics")["spec"]["ports"][0]
     endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]

@@ -1,0 +1,164 @@
+"""Where ``gpucellpool run`` finds its cluster credentials, and one line when it finds none.
+
+Why this module exists: kubernetes_asyncio's loaders fail with messages that do not say which
+file or source was meant ("Service host/port is not set", a missing "current-context" key for a
+file that does not exist). The operator tries, in controller-runtime's order: ``--kubeconfig``,
+``$KUBECONFIG``, the in-cluster service account, ``~/.kube/config``. An explicit or found file
+that is broken is an error naming the file and its problem (no silent fall-through to another
+cluster); when no source exists the error names each one tried and why it did not apply.
+``$KUBECONFIG`` comes before the in-cluster account so that a process started inside a pod
+with ``$KUBECONFIG`` set (a CI runner) talks to the cluster it was pointed at.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.config import incluster_config
+
+from gpucellpool.errors import UserError
+
+
+class KubeconfigError(UserError):
+    """No usable cluster configuration; the message names the source(s) and the problem."""
+
+
+def _names(items: Any) -> list[str]:
+    if not isinstance(items, list):
+        return []
+    return [str(i.get("name")) for i in items if isinstance(i, dict) and i.get("name")]
+
+
+def document_problem(doc: Any) -> str | None:
+    """What makes a parsed kubeconfig unusable before any loader sees it, or None."""
+    if not isinstance(doc, dict):
+        return "not a kubeconfig (want a YAML mapping with clusters, contexts and users)"
+    contexts = _names(doc.get("contexts"))
+    current = doc.get("current-context")
+    listed = f" (its contexts: {', '.join(contexts)})" if contexts else " (it has no contexts)"
+    if not current:
+        return f"no current-context{listed}; set one: kubectl config use-context NAME"
+    if str(current) not in contexts:
+        return f"current-context {current!r} is not among its contexts{listed}"
+    return None
+
+
+def _read(path: Path) -> tuple[str, str | None]:
+    """The file's text, or why it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8"), None
+    except FileNotFoundError:
+        return "", "no such file"
+    except IsADirectoryError:
+        return "", "is a directory, not a kubeconfig file"
+    except PermissionError:
+        return "", "permission denied"
+    except UnicodeDecodeError:
+        return "", "not a text file (not UTF-8)"
+    except OSError as exc:
+        return "", exc.strerror or type(exc).__name__
+
+
+def file_problem(path: Path) -> str | None:
+    """Why the kubeconfig file at ``path`` cannot be used (read, YAML, shape), or None."""
+    text, problem = _read(path)
+    if problem is not None:
+        return problem
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        return f"not YAML ({getattr(exc, 'problem', None) or 'invalid'}{where})"
+    return document_problem(doc)
+
+
+async def _load_files(label: str, paths: list[Path]) -> k8s_client.Configuration:
+    """The configuration from kubeconfig file(s) (merged as kubectl does), or a one-line error."""
+    for path in paths:
+        problem = file_problem(path)
+        if problem is not None:
+            raise KubeconfigError(f"{label}: {path}: {problem}")
+    configuration = k8s_client.Configuration()
+    joined = os.pathsep.join(str(p) for p in paths)
+    try:
+        await k8s_config.load_kube_config(config_file=joined, client_configuration=configuration)
+    except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+        reason = str(exc).replace("File does not exists", "a file it names does not exist")
+        raise KubeconfigError(f"{label}: {joined}: {reason or type(exc).__name__}") from exc
+    if not configuration.host:
+        raise KubeconfigError(f"{label}: {joined}: the current context's cluster has no server")
+    return configuration
+
+
+def _in_cluster(
+    environ: Mapping[str, str], token_file: str
+) -> tuple[k8s_client.Configuration | None, str]:
+    """The service-account configuration of a pod, or None and why it does not apply."""
+    configuration = k8s_client.Configuration()
+    try:
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration, environ=dict(environ), token_filename=token_file
+        )
+    except (k8s_config.ConfigException, OSError) as exc:
+        text = str(exc).rstrip(".")
+        if "host/port is not set" in text:
+            text = "KUBERNETES_SERVICE_HOST/PORT not set (not in a pod)"
+        return None, text
+    return configuration, ""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where the configuration comes from: kubeconfig file(s), or a loaded in-cluster one."""
+
+    label: str
+    paths: tuple[Path, ...] = ()
+    in_cluster: k8s_client.Configuration | None = None
+
+
+def find_source(
+    explicit: str | None, environ: Mapping[str, str], home: Path, token_file: str
+) -> Source:
+    """The first source that exists, in order; ``KubeconfigError`` naming all when none does."""
+    if explicit:
+        return Source("--kubeconfig", (Path(explicit).expanduser(),))
+    tried = ["--kubeconfig: not given"]
+    env_value = environ.get("KUBECONFIG", "")
+    listed = [Path(p).expanduser() for p in env_value.split(os.pathsep) if p.strip()]
+    existing = tuple(p for p in listed if p.exists())
+    if existing:
+        return Source("$KUBECONFIG", existing)
+    tried.append(f"$KUBECONFIG={env_value}: no such file" if listed else "$KUBECONFIG: not set")
+    configuration, why_not = _in_cluster(environ, token_file)
+    if configuration is not None:
+        return Source("in-cluster service account", in_cluster=configuration)
+    tried.append(f"in-cluster: {why_not}")
+    default = home / ".kube" / "config"
+    if default.exists():
+        return Source("~/.kube/config", (default,))
+    tried.append(f"{default}: no such file")
+    raise KubeconfigError(
+        f"no cluster configuration found (tried {'; '.join(tried)}); pass --kubeconfig FILE"
+    )
+
+
+async def load_configuration(
+    explicit: str | None,
+    environ: Mapping[str, str],
+    home: Path,
+    token_file: str = incluster_config.SERVICE_TOKEN_FILENAME,
+) -> tuple[k8s_client.Configuration, str]:
+    """The configuration of the first source that exists, and a description for the log."""
+    source = find_source(explicit, environ, home, token_file)
+    if source.in_cluster is not None:
+        return source.in_cluster, source.label
+    configuration = await _load_files(source.label, list(source.paths))
+    return configuration, f"{source.label} {os.pathsep.join(map(str, source.paths))}"

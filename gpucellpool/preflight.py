@@ -1,0 +1,69 @@
+"""One look at the cluster before ``gpucellpool run`` starts its loops.
+
+Why this module exists: once running, every watch and the leader election retry forever, which
+is right for an apiserver that blinks but wrong for a newcomer's mistake: an apiserver that is
+not there at all, a cluster without the GPUCellPool CRD, or an identity without RBAC would
+fill the log with warnings and never say so plainly. At start-up these are certain mistakes,
+so each becomes one ``UserError`` line naming what is missing and how to add it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+import aiohttp
+
+from gpucellpool.errors import UserError
+from gpucellpool.kube.rest import HTTP_NOT_FOUND, ApiError, RestClient
+
+HTTP_UNAUTHORIZED = 401
+HTTP_FORBIDDEN = 403
+CRD_HINT = "install it: kubectl apply -f crds/cells.kubeswift.io_gpucellpools.yaml (or the chart)"
+
+
+_MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _status_message(error: ApiError) -> str:
+    """The apiserver's own ``Status.message`` when the body carries one, else the error."""
+    found = _MESSAGE.search(str(error))
+    if found is None:
+        return str(error)
+    try:
+        return str(json.loads(f'"{found.group(1)}"'))
+    except ValueError:
+        return found.group(1)
+
+
+def explain(error: ApiError, what: str) -> str:
+    """One line for an HTTP error met while reading ``what`` at start-up."""
+    if error.status == HTTP_UNAUTHORIZED:
+        return f"the apiserver refused the credentials (401) while reading {what}"
+    if error.status == HTTP_FORBIDDEN:
+        return f"forbidden: {_status_message(error)} (grant it with RBAC, e.g. the chart's roles)"
+    return f"reading {what}: HTTP {error.status}: {_status_message(error)}"
+
+
+async def check_cluster(
+    client: RestClient, pool_paths: Sequence[str], lease_path: str, server: str
+) -> None:
+    """Raise ``UserError`` unless the pools can be listed and the Lease read (or absent)."""
+    try:
+        for path in pool_paths:
+            try:
+                await client.call("GET", path, [("limit", "1")])
+            except ApiError as exc:
+                if exc.status == HTTP_NOT_FOUND:
+                    raise UserError(
+                        f"the GPUCellPool CRD is not installed on {server}; {CRD_HINT}"
+                    ) from exc
+                raise UserError(explain(exc, "GPUCellPools")) from exc
+        try:
+            await client.get(lease_path)
+        except ApiError as exc:
+            raise UserError(explain(exc, "the leader-election Lease")) from exc
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise UserError(f"cannot reach the apiserver at {server}: {detail}") from exc
