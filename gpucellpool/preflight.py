@@ -26,11 +26,11 @@ CRD_HINT = "install it: kubectl apply -f crds/cells.kubeswift.io_gpucellpools.ya
 _MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"')
 
 
-def _status_message(error: ApiError) -> str:
-    """The apiserver's own ``Status.message`` when the body carries one, else the error."""
+def _status_message(error: ApiError) -> str | None:
+    """The apiserver's own ``Status.message`` when the error's body carries one."""
     found = _MESSAGE.search(str(error))
     if found is None:
-        return str(error)
+        return None
     try:
         return str(json.loads(f'"{found.group(1)}"'))
     except ValueError:
@@ -39,11 +39,14 @@ def _status_message(error: ApiError) -> str:
 
 def explain(error: ApiError, what: str) -> str:
     """One line for an HTTP error met while reading ``what`` at start-up."""
+    message = _status_message(error)
     if error.status == HTTP_UNAUTHORIZED:
         return f"the apiserver refused the credentials (401) while reading {what}"
     if error.status == HTTP_FORBIDDEN:
-        return f"forbidden: {_status_message(error)} (grant it with RBAC, e.g. the chart's roles)"
-    return f"reading {what}: HTTP {error.status}: {_status_message(error)}"
+        return f"forbidden: {message or error} (grant it with RBAC, e.g. the chart's roles)"
+    if message is None:
+        return f"reading {what}: {error}"
+    return f"reading {what}: HTTP {error.status}: {message}"
 
 
 async def check_cluster(

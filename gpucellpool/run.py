@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gpucellpool import __version__, flag_types, logs, preflight
 from gpucellpool.app import Settings, build, webhook_options_from_env
+from gpucellpool.errors import UserError
 from gpucellpool.kube.adapters import LeaseClient
 from gpucellpool.secure_metrics import MetricsOptions
 from webhook import rule_flags
@@ -219,5 +220,9 @@ async def serve(settings: Settings) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
-    asyncio.run(serve(settings_from(args)))
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:  # the chart's GPUCELLPOOL_WEBHOOK_* environment
+        raise UserError(str(exc)) from exc
+    asyncio.run(serve(settings))
     return 0

@@ -21,9 +21,11 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.config import incluster_config
 
 from gpucellpool.errors import UserError
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""Where the kubelet mounts a pod's service-account token and the cluster's CA."""
 
 
 class KubeconfigError(UserError):
@@ -99,13 +101,16 @@ async def _load_files(label: str, paths: list[Path]) -> k8s_client.Configuration
 
 
 def _in_cluster(
-    environ: Mapping[str, str], token_file: str
+    environ: Mapping[str, str], account_dir: Path
 ) -> tuple[k8s_client.Configuration | None, str]:
     """The service-account configuration of a pod, or None and why it does not apply."""
     configuration = k8s_client.Configuration()
     try:
         k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration, environ=dict(environ), token_filename=token_file
+            client_configuration=configuration,
+            environ=dict(environ),
+            token_filename=str(account_dir / "token"),
+            cert_filename=str(account_dir / "ca.crt"),
         )
     except (k8s_config.ConfigException, OSError) as exc:
         text = str(exc).rstrip(".")
@@ -125,7 +130,7 @@ class Source:
 
 
 def find_source(
-    explicit: str | None, environ: Mapping[str, str], home: Path, token_file: str
+    explicit: str | None, environ: Mapping[str, str], home: Path, account_dir: Path
 ) -> Source:
     """The first source that exists, in order; ``KubeconfigError`` naming all when none does."""
     if explicit:
@@ -137,7 +142,7 @@ def find_source(
     if existing:
         return Source("$KUBECONFIG", existing)
     tried.append(f"$KUBECONFIG={env_value}: no such file" if listed else "$KUBECONFIG: not set")
-    configuration, why_not = _in_cluster(environ, token_file)
+    configuration, why_not = _in_cluster(environ, account_dir)
     if configuration is not None:
         return Source("in-cluster service account", in_cluster=configuration)
     tried.append(f"in-cluster: {why_not}")
@@ -154,10 +159,10 @@ async def load_configuration(
     explicit: str | None,
     environ: Mapping[str, str],
     home: Path,
-    token_file: str = incluster_config.SERVICE_TOKEN_FILENAME,
+    account_dir: Path = SERVICE_ACCOUNT_DIR,
 ) -> tuple[k8s_client.Configuration, str]:
     """The configuration of the first source that exists, and a description for the log."""
-    source = find_source(explicit, environ, home, token_file)
+    source = find_source(explicit, environ, home, account_dir)
     if source.in_cluster is not None:
         return source.in_cluster, source.label
     configuration = await _load_files(source.label, list(source.paths))
