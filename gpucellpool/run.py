@@ -4,7 +4,8 @@ Why this module exists: the CLI contract (``add_arguments`` / ``run``) for the l
 process. It parses flags (with environment defaults suited to a Deployment: identity from the
 pod name, Lease namespace from the pod namespace), configures JSON logging, builds the graph in
 ``gpucellpool.app`` and runs until SIGTERM/SIGINT, releasing the Lease on the way out so the
-standby takes over at once.
+standby takes over at once. The operator's graph is imported only once the flags are good,
+so ``--help``, ``--version`` and a usage error answer in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import os
 import signal
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpucellpool import __version__, flag_types, logs, preflight
-from gpucellpool.app import Settings, build, webhook_options_from_env
+from gpucellpool import __version__, flag_types, logs
 from gpucellpool.errors import UserError
-from gpucellpool.kube.adapters import LeaseClient
-from gpucellpool.secure_metrics import MetricsOptions
 from webhook import rule_flags
+
+if TYPE_CHECKING:
+    from gpucellpool.app import Settings
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -173,6 +175,10 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    # Imported here: the graph's modules cost a second; a usage error should not wait for them.
+    from gpucellpool.app import Settings, webhook_options_from_env  # noqa: PLC0415
+    from gpucellpool.secure_metrics import MetricsOptions  # noqa: PLC0415
+
     return Settings(
         identity=args.identity,
         lease_namespace=args.lease_namespace,
@@ -199,6 +205,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 async def serve(settings: Settings) -> None:
+    from gpucellpool import preflight  # noqa: PLC0415 - see settings_from
+    from gpucellpool.app import build  # noqa: PLC0415
+    from gpucellpool.kube.adapters import LeaseClient  # noqa: PLC0415
+
     app = await build(settings)
     try:
         await preflight.check_cluster(

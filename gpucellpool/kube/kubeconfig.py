@@ -32,23 +32,58 @@ class KubeconfigError(UserError):
     """No usable cluster configuration; the message names the source(s) and the problem."""
 
 
-def _names(items: Any) -> list[str]:
-    if not isinstance(items, list):
-        return []
-    return [str(i.get("name")) for i in items if isinstance(i, dict) and i.get("name")]
+def _named(doc: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    """The ``kind`` entries (clusters, contexts, users) by name, the first of a name winning."""
+    items = doc.get(kind)
+    found: dict[str, dict[str, Any]] = {}
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("name"):
+            found.setdefault(str(item["name"]), item)
+    return found
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several kubeconfig files as kubernetes_asyncio merges them: the first entry of a name
+    wins, and the last file that sets ``current-context`` sets it."""
+    merged: dict[str, Any] = {}
+    for kind in ("clusters", "contexts", "users"):
+        entries: dict[str, dict[str, Any]] = {}
+        for doc in docs:
+            for name, item in _named(doc, kind).items():
+                entries.setdefault(name, item)
+        merged[kind] = list(entries.values())
+    for doc in docs:
+        if "current-context" in doc:
+            merged["current-context"] = doc["current-context"]
+    return merged
 
 
 def document_problem(doc: Any) -> str | None:
     """What makes a parsed kubeconfig unusable before any loader sees it, or None."""
     if not isinstance(doc, dict):
         return "not a kubeconfig (want a YAML mapping with clusters, contexts and users)"
-    contexts = _names(doc.get("contexts"))
+    contexts = _named(doc, "contexts")
     current = doc.get("current-context")
-    listed = f" (its contexts: {', '.join(contexts)})" if contexts else " (it has no contexts)"
+    names = ", ".join(contexts)
+    listed = f" (its contexts: {names})" if contexts else " (it has no contexts)"
     if not current:
         return f"no current-context{listed}; set one: kubectl config use-context NAME"
     if str(current) not in contexts:
         return f"current-context {current!r} is not among its contexts{listed}"
+    return _context_problem(doc, str(current), contexts[str(current)].get("context") or {})
+
+
+def _context_problem(doc: dict[str, Any], current: str, context: dict[str, Any]) -> str | None:
+    """What the current context names that the kubeconfig does not define, or None."""
+    clusters = _named(doc, "clusters")
+    cluster = str(context.get("cluster") or "")
+    if cluster not in clusters:
+        return f"context {current!r} names cluster {cluster!r}, which is not defined"
+    if not (clusters[cluster].get("cluster") or {}).get("server"):
+        return f"cluster {cluster!r} has no server"
+    user = context.get("user")
+    if user and str(user) not in _named(doc, "users"):
+        return f"context {current!r} names user {user!r}, which is not defined"
     return None
 
 
@@ -68,31 +103,52 @@ def _read(path: Path) -> tuple[str, str | None]:
         return "", exc.strerror or type(exc).__name__
 
 
-def file_problem(path: Path) -> str | None:
-    """Why the kubeconfig file at ``path`` cannot be used (read, YAML, shape), or None."""
+def parse_file(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The kubeconfig mapping in ``path``, or why the file is not one (read, YAML, shape)."""
     text, problem = _read(path)
     if problem is not None:
-        return problem
+        return {}, problem
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        return f"not YAML ({getattr(exc, 'problem', None) or 'invalid'}{where})"
-    return document_problem(doc)
+        return {}, f"not YAML ({getattr(exc, 'problem', None) or 'invalid'}{where})"
+    if not isinstance(doc, dict):
+        return {}, "not a kubeconfig (want a YAML mapping with clusters, contexts and users)"
+    return doc, None
+
+
+def file_problem(path: Path) -> str | None:
+    """Why the one kubeconfig file at ``path`` cannot be used, or None."""
+    doc, problem = parse_file(path)
+    return problem if problem is not None else document_problem(doc)
 
 
 async def _load_files(label: str, paths: list[Path]) -> k8s_client.Configuration:
     """The configuration from kubeconfig file(s) (merged as kubectl does), or a one-line error."""
+    docs = []
     for path in paths:
-        problem = file_problem(path)
+        doc, problem = parse_file(path)
         if problem is not None:
             raise KubeconfigError(f"{label}: {path}: {problem}")
-    configuration = k8s_client.Configuration()
+        docs.append(doc)
     joined = os.pathsep.join(str(p) for p in paths)
+    problem = document_problem(merge(docs))
+    if problem is not None:
+        raise KubeconfigError(f"{label}: {joined}: {problem}")
+    configuration = k8s_client.Configuration()
     try:
         await k8s_config.load_kube_config(config_file=joined, client_configuration=configuration)
-    except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+    except (  # what kubernetes_asyncio's loaders raise on a malformed entry (it also asserts)
+        k8s_config.ConfigException,
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        AssertionError,
+    ) as exc:
         reason = str(exc).replace("File does not exists", "a file it names does not exist")
         raise KubeconfigError(f"{label}: {joined}: {reason or type(exc).__name__}") from exc
     if not configuration.host:

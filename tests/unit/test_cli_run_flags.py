@@ -25,6 +25,7 @@ from gpucellpool.kube.kubeconfig import (
     file_problem,
     find_source,
     load_configuration,
+    merge,
 )
 from gpucellpool.kube.rest import ApiError
 from gpucellpool.leader import MIN_RETRY_S, ElectionSettings, LeaderElector
@@ -273,6 +274,35 @@ def test_file_problem(tmp_path: Path, content: str | bytes | None, problem: str 
         path.write_text(content)
     found = file_problem(path)
     assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (("cluster: c, user", "cluster: other, user"), "names cluster 'other', which is not"),
+        (('server: "https://127.0.0.1:6443", ', ""), "cluster 'c' has no server"),
+        (("user: u}", "user: nobody}"), "names user 'nobody', which is not defined"),
+    ],
+)
+def test_what_the_current_context_names_must_exist(
+    tmp_path: Path, change: tuple[str, str], problem: str
+) -> None:
+    path = tmp_path / "config"
+    path.write_text(GOOD.replace(*change))
+    found = file_problem(path)
+    assert found is not None and problem in found
+
+
+async def test_kubeconfig_files_merge_as_the_loader_merges_them(tmp_path: Path) -> None:
+    """$KUBECONFIG=a:b with the context in one file and its cluster in the other is fine."""
+    head, _, clusters = GOOD.partition("clusters:")
+    (tmp_path / "a").write_text(head)
+    (tmp_path / "b").write_text("clusters:" + clusters)
+    assert file_problem(tmp_path / "a") == "context 'a' names cluster 'c', which is not defined"
+    env = {"KUBECONFIG": f"{tmp_path / 'a'}:{tmp_path / 'b'}"}
+    configuration, _ = await load_configuration(None, env, tmp_path, tmp_path)
+    assert configuration.host == "https://127.0.0.1:6443"
+    assert merge([{"current-context": "x"}, {"current-context": "y"}])["current-context"] == "y"
 
 
 def test_document_problem_of_a_directory_and_an_empty_file(tmp_path: Path) -> None:
