@@ -32,7 +32,8 @@ class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "default" in text.lower() or action.default in (None, False, [], argparse.SUPPRESS):
+        unsaid = action.nargs == 0 or action.default in (None, [], argparse.SUPPRESS)  # switches
+        if "default" in text.lower() or unsaid:
             return text
         return super()._get_help_string(action)
 
@@ -58,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lease-namespace",
         type=flag_types.dns1123_label,
         default=env("POD_NAMESPACE") or "default",
-        help="namespace of the leader-election Lease ($POD_NAMESPACE, else default)",
+        help="namespace of the leader-election Lease ($POD_NAMESPACE, else the namespace "
+        "named default)",
     )
     parser.add_argument(
         "--lease-name",

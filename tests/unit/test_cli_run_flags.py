@@ -235,7 +235,7 @@ def test_every_run_flag_has_help_showing_its_default() -> None:
         if isinstance(action, argparse._HelpAction | argparse._VersionAction):
             continue
         assert action.help, action.option_strings
-        if action.default not in (None, False, []):
+        if action.nargs != 0 and action.default not in (None, []):  # a switch is off by default
             assert f"(default: {action.default})" in text or "default" in action.help.lower(), (
                 action.option_strings
             )
