@@ -23,12 +23,16 @@ HTTP_FORBIDDEN = 403
 CRD_HINT = "install it: kubectl apply -f crds/cells.kubeswift.io_gpucellpools.yaml (or the chart)"
 
 
-_MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"')
+# The closing quote is optional: ApiError keeps only the body's first 300 characters.
+_MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"?')
 
 
 def _status_message(error: ApiError) -> str | None:
     """The apiserver's own ``Status.message`` when the error's body carries one."""
-    found = _MESSAGE.search(str(error))
+    text = str(error)
+    if ": b'" in text:  # a bytes body's repr doubles the JSON escapes
+        text = text.replace("\\\\", "\\")
+    found = _MESSAGE.search(text)
     if found is None:
         return None
     try:

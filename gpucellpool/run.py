@@ -224,7 +224,13 @@ async def serve(settings: Settings) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
-        await app.start()
+        try:
+            await app.start()
+        except OSError as exc:  # a port in use, a host that is not ours
+            ports = f"--health-host {settings.health_host} --health-port {settings.health_port}"
+            if settings.metrics.secure:
+                ports += f" --metrics-port {settings.metrics.port}"
+            raise UserError(f"cannot serve on {ports}: {' '.join(str(exc).split())}") from exc
         await stop.wait()
     finally:
         await app.stop()

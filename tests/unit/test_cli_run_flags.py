@@ -404,6 +404,12 @@ def test_explain_uses_the_apiservers_message() -> None:
         'forbidden: gpucellpools is forbidden: User "u" cannot list '
         "(grant it with RBAC, e.g. the chart's roles)"
     )
+    as_bytes = str(body.encode())  # how ApiError renders a bytes body
+    assert explain(api_error(403, as_bytes), "x").startswith(
+        'forbidden: gpucellpools is forbidden: User "u"'
+    )
+    cut = explain(api_error(403, body[: body.index(" cannot")]), "x")  # ApiError keeps 300
+    assert cut.startswith('forbidden: gpucellpools is forbidden: User "u" (grant it')
     assert "401" in explain(api_error(401, "Unauthorized"), "GPUCellPools")
     assert explain(api_error(500, "boom"), "the Lease") == (
         "reading the Lease: GET /apis/x: HTTP 500: boom"
