@@ -91,15 +91,16 @@ def test_no_cluster_wide_secret_access(rendered: dict[str, list[Doc]], scenario:
             resources = rule.get("resources") or ()  # nonResourceURLs rules have none
             assert "secrets" not in resources and "*" not in resources, role
             assert "*" not in rule["verbs"]
-    allowed = set(SCENARIOS[scenario].get("poolNamespaces")
-                  or SCENARIOS[scenario].get("watchNamespaces") or ()) | {NS}  # fmt: skip
+    pools = set(SCENARIOS[scenario].get("poolNamespaces")
+                or SCENARIOS[scenario].get("watchNamespaces") or {NS})  # fmt: skip
+    allowed = pools | {NS}  # default: pools live in the release namespace
     for role in find(docs, "Role"):
         for rule in rules(role):
             if "secrets" not in rule["resources"]:
                 continue
             ns = role["metadata"]["namespace"]
             assert ns in allowed, f"Secrets granted in {ns}"
-            if ns == NS:  # own namespace: by name, except create (cannot be limited by name)
+            if ns not in pools:  # own namespace: by name, except create (not limitable)
                 assert rule.get("resourceNames") or rule["verbs"] == ["create"]
 
 
@@ -115,7 +116,8 @@ def test_watch_namespaces_move_provisioning_into_roles(rendered: dict[str, list[
     assert prov == {"team-a", "team-c"}
     secrets = {r["metadata"]["namespace"] for r in find(scoped, "Role", f"{FULLNAME}-secrets")}
     assert secrets == {"team-a", "team-b", "team-c"}
-    assert not find(default, "Role", f"{FULLNAME}-secrets")
+    defaults = {r["metadata"]["namespace"] for r in find(default, "Role", f"{FULLNAME}-secrets")}
+    assert defaults == {NS}  # a default install serves pools in the release namespace
     container = one(scoped, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     args = chart_support.container_args(container)
     settings = settings_from(build_parser(args).parse_args(args))

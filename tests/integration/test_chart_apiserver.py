@@ -126,7 +126,7 @@ def test_workload_observer_rbac_applies_to_the_workload_cluster(
     assert dry_run(workload, docs).count("(server dry run)") == 3
 
 
-def test_notes_warn_about_secrets_only_when_no_pool_namespaces(
+def test_notes_name_the_secret_namespaces(
     helm: Path,
     infra: ClusterEndpoint,
     namespace: str,
@@ -142,7 +142,8 @@ def test_notes_warn_about_secrets_only_when_no_pool_namespaces(
         )  # fmt: skip
         return proc.stdout.split("NOTES:", 1)[1]
 
-    assert "NO access to\n   Secrets" in notes({})
+    default = notes({})
+    assert f"only in: {namespace}." in default and "default: the release" in default
     scoped = notes({"poolNamespaces": ["team-a"]})
-    assert "NO access" not in scoped and "only in: team-a" in scoped
+    assert "only in: team-a." in scoped and "default: the release" not in scoped
     assert "webhook is disabled" in notes({"webhook": {"enabled": False}})

@@ -41,9 +41,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Chart.AppVersion) .Values.image.tag) }}
 {{- end }}
 
-{{/* Namespaces whose Secrets the operator may use: poolNamespaces, else watchNamespaces. */}}
+{{/*
+Namespaces whose Secrets the operator may use: poolNamespaces, else watchNamespaces, else the
+release namespace (a default install serves pools there). Never cluster-wide.
+*/}}
 {{- define "gpucellpool.secretNamespaces" -}}
-{{- $ns := .Values.poolNamespaces | default .Values.watchNamespaces | default list }}
+{{- $ns := .Values.poolNamespaces | default .Values.watchNamespaces | default (list .Release.Namespace) }}
 {{- toJson (uniq $ns) }}
 {{- end }}
 
