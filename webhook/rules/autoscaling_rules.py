@@ -11,11 +11,10 @@ window next to ``behavior``) produce warnings, not denials.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from urllib.parse import urlsplit
 
 from gpucellpool.api.autoscaling import AutoscalingSpec, ScaleDownMode, ScalingRules, SelectPolicy
+from gpucellpool.api.url_policy import judge_host
 from webhook.rules.verdict import Findings
 
 BASE = "spec.autoscaling"
@@ -147,8 +146,10 @@ def _prometheus(auto: AutoscalingSpec, found: Findings, allowed_hosts: frozenset
 def url_problem(url: str, allowed_hosts: frozenset[str] = frozenset()) -> str | None:
     """Why ``url`` is not a usable Prometheus base URL, or None (never echoes the URL).
 
-    Link-local addresses (cloud metadata services such as 169.254.169.254) are always refused:
-    the operator would send requests, and the bearer token, from inside the cluster.
+    The host is judged by ``gpucellpool.api.url_policy``, the same policy the operator's HTTP
+    transport applies again to every resolved address before it connects: metadata services
+    and link-local addresses always refused, loopback and the like unless the cluster admin
+    allowlisted the host, every spelling the HTTP client would normalise to one of them too.
     """
     try:
         parts = urlsplit(url)
@@ -168,38 +169,18 @@ def url_problem(url: str, allowed_hosts: frozenset[str] = frozenset()) -> str | 
             "must be a base URL; remove the ?query and #fragment",
         ),
         (port == 0, "port 0 is not a port; fix it"),
-        (
-            _link_local(parts.hostname or ""),
-            "names a link-local address, a cloud metadata service or an IP in an odd numeric "
-            "form (the operator would call it from inside the cluster); use the Prometheus "
-            "service's DNS name",
-        ),
-        (
-            bool(allowed_hosts) and (parts.hostname or "") not in allowed_hosts,
-            "names a host outside the cluster admin's allowedPrometheusHosts; use one of those",
-        ),
     )
-    return next((message for failed, message in checks if failed), None)
-
-
-_NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}\.?$", re.IGNORECASE)
-METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.azure.internal"})
-
-
-def _link_local(host: str) -> bool:
-    """Link-local IPs (also IPv4-mapped), metadata host names, and odd numeric spellings.
-
-    ``2852039166`` or ``0xa9.0xfe.0xa9.0xfe`` resolve to 169.254.169.254 through getaddrinfo;
-    only a canonical dotted quad is judged by its value, other numeric hosts are refused.
-    """
-    if host.lower().rstrip(".") in METADATA_HOSTS:
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return bool(_NUMERIC_HOST.fullmatch(host))
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_link_local or (mapped is not None and mapped.is_link_local))
+    problem = next((message for failed, message in checks if failed), None)
+    if problem:
+        return problem
+    verdict = judge_host(parts.hostname or "", allowed_hosts)
+    if verdict.allowed:
+        return None
+    return (
+        f"{verdict.reason}; link-local, loopback and cloud metadata addresses are refused "
+        "(the operator would call them from inside the cluster, with the bearer token); use "
+        "the Prometheus service's DNS name"
+    )
 
 
 def _durations(auto: AutoscalingSpec, found: Findings) -> None:
