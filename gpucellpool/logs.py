@@ -3,7 +3,9 @@
 Why this module exists: operators' logs are read by machines (Loki, Elasticsearch) far more
 than by people, so every line is a JSON object with the record's ``extra`` fields as keys.
 Nothing secret may reach them: any field whose name suggests a credential is replaced, and
-bearer tokens or PEM blocks inside messages are masked, whatever the caller passed.
+bearer credentials, Authorization values of any scheme, bootstrap tokens, URL userinfo,
+credential-named fields and PEM blocks (even unterminated) inside messages are masked,
+whatever the caller passed.
 """
 
 from __future__ import annotations
@@ -15,16 +17,29 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-_SECRET_KEYS = re.compile(r"token|password|secret|kubeconfig|authorization|key_data|cert", re.I)
+_SECRET_KEYS = re.compile(r"token|password|secret|kubeconfig|authorization|key[_-]data|cert", re.I)
+_REDACTED = r"\1<redacted>"
 _MASKS = (
-    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1<redacted>"),
-    (re.compile(r"-----BEGIN [A-Z ]+-----.*?-----END [A-Z ]+-----", re.S), "<redacted-pem>"),
-    (re.compile(r"(?i)((?:token|password)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"), r"\1<redacted>"),
-)
+    # PEM blocks, also one cut short (no END line): everything from BEGIN to END or the end.
+    (re.compile(r"-----BEGIN [A-Z0-9 ]+-----(?:.*?-----END [A-Z0-9 ]+-----|.*)", re.S),
+     "<redacted-pem>"),
+    # An Authorization header's whole value, whatever the scheme (Basic, Bearer, Digest ...).
+    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:[A-Za-z-]+\s+)?)[^\s\"',}]+"),
+     _REDACTED),
+    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), _REDACTED),
+    # Credential-named fields in text, JSON or YAML (kubeconfig client-key-data, token: ...).
+    (re.compile(r"(?i)((?:token|password|passwd|client-key-data|api[_-]?key|private[_-]?key)"
+                r"[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"), _REDACTED),
+    # userinfo in a URL: scheme://user:password@host
+    (re.compile(r"(?i)([a-z][a-z0-9+.-]*://)[^/\s@]+@"), r"\1<redacted>@"),
+    # A bare kubeadm bootstrap token (id.secret), wherever it sits in a word.
+    (re.compile(r"[a-z0-9]{6}\.[a-z0-9]{16}"), "<redacted-token>"),
+)  # fmt: skip
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
 def scrub(text: str) -> str:
+    """``text`` with every credential shape this module knows masked (see ``_MASKS``)."""
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
     return text
