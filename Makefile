@@ -33,6 +33,7 @@ lint: venv
 drift: venv
 	$(VENV)/bin/gpucellpool crd --check
 	$(PY) -m gpucellpool.dashboards --check
+	$(PY) -m gpucellpool.chartdocs --check
 
 crd: venv
 	$(VENV)/bin/gpucellpool crd

@@ -51,7 +51,7 @@ SCENARIOS: dict[str, Doc] = {
         "watchNamespaces": ["team-a", "team-c"],
         "poolNamespaces": ["team-a", "team-b", "team-c"],
     },
-    "replicas-2": {"replicaCount": 2},
+    "replicas-1": {"replicaCount": 1},
     "metrics-off": {"metrics": {"enabled": False}, **MONITORING_ON},
     "webhook-off": {"webhook": {"enabled": False}},
     "metrics-plain": {"metrics": {"secure": False}, **MONITORING_ON},

@@ -80,7 +80,7 @@ def test_pod_is_hardened_with_probes_and_leader_election(rendered: dict[str, lis
     assert container["args"][0] == "run"
     assert "--lease-namespace=$(POD_NAMESPACE)" in container["args"]  # leader election
     assert container["resources"]["requests"] and container["resources"]["limits"]
-    assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
+    assert pod["serviceAccountName"] == one(docs, "ServiceAccount", FULLNAME)["metadata"]["name"]
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -162,6 +162,7 @@ def test_args_are_accepted_by_the_real_cli(rendered: dict[str, list[Doc]], scena
 
 
 def test_replicas_two_get_a_disruption_budget(rendered: dict[str, list[Doc]]) -> None:
-    assert one(rendered["replicas-2"], "Deployment")["spec"]["replicas"] == 2
-    assert one(rendered["replicas-2"], "PodDisruptionBudget")["spec"]["minAvailable"] == 1
-    assert not find(rendered["default"], "PodDisruptionBudget")
+    assert one(rendered["default"], "Deployment")["spec"]["replicas"] == 2  # the default
+    assert one(rendered["default"], "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert one(rendered["replicas-1"], "Deployment")["spec"]["replicas"] == 1
+    assert not find(rendered["replicas-1"], "PodDisruptionBudget")  # it would block drains

@@ -156,7 +156,8 @@ def test_metrics_are_secured_unless_turned_off(
         assert not reviews & {"tokenreviews", "subjectaccessreviews"}
         return
     assert settings.metrics.secure and svc_port["targetPort"] == "https-metrics"
-    assert endpoint["scheme"] == "https" and endpoint["bearerTokenFile"].endswith("/token")
+    assert endpoint["scheme"] == "https" and "bearerTokenFile" not in endpoint  # deprecated
+    assert endpoint["authorization"]["type"] == "Bearer"
     assert {"tokenreviews", "subjectaccessreviews"} <= reviews
     assert list(rules(one(reader, "ClusterRole"))) == [
         {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
