@@ -127,7 +127,7 @@ class App:
         self.elector = self._elector()
         self.clusters = WorkloadClusters(infra, workload_factory, self._cluster_changed)
         self.router = WorkloadRouter()
-        self.usage = PrometheusUsage(infra, self.clock)
+        self.usage = PrometheusUsage(infra, self.clock, settings.rules.allowed_prometheus_hosts)
         self.writer = KubePoolWriter(infra, settings.identity, self.clock)
         self.autoscaler = self._autoscaler()
         self.reconciler = Reconciler(

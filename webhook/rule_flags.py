@@ -38,8 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="HOST",
-        help="a host spec.autoscaling.prometheus.url may name; repeat or comma-separate "
-        "(default: any host that is not link-local, loopback or a metadata address)",
+        help="a host spec.autoscaling.prometheus.url may name (then only listed hosts are; a "
+        "listed host may be loopback); repeat or comma-separate. Default: none listed, any host "
+        "except loopback, unspecified, multicast and reserved addresses and localhost; link-local "
+        "addresses and cloud metadata addresses and names are refused even when listed",
     )
     group.add_argument(
         "--allowed-storage-class",

@@ -7,7 +7,13 @@ and its freshness verdict come from the pure ``hami_usage`` interpreter. It also
 remembers, whether the server holds current ``hami_*`` or legacy (HAMi <= 2.8) names.
 
 The bearer token never appears in a repr, a log line or an exception message: it lives only
-in the client's default headers, and every detail text is scrubbed of it before use.
+in the client's default headers, and every detail text is scrubbed of it before use. Nothing
+the server sends back is quoted in a detail for a non-2xx answer (the URL may be a pool
+author's, and the detail reaches the pool's status): only the status code and its phrase.
+
+Given ``allowed_hosts`` (the operator always gives it for a pool's URL), every request goes
+through ``guarded_transport.GuardedTransport``: the host is resolved and every address judged
+by ``gpucellpool.api.url_policy`` before anything is sent.
 """
 
 from __future__ import annotations
@@ -16,13 +22,15 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from http import HTTPStatus
 from types import TracebackType
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
 from autoscaler.policy.types import MetricsHealth
+from autoscaler.signals.guarded_transport import GuardedTransport, Resolver, UrlRefused
 from autoscaler.signals.hami_metrics import (
     SCHEMAS,
     MetricFamily,
@@ -46,7 +54,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-_EXCERPT = 120
 _LOG_EVERY_SECONDS = 60.0
 
 
@@ -97,6 +104,8 @@ class PrometheusSource:
         max_body_bytes: int = 64 * 1024 * 1024,
         clock: Clock,
         transport: httpx.AsyncBaseTransport | None = None,
+        allowed_hosts: Iterable[str] | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         if timeout_seconds <= 0 or stale_after_seconds <= 0:
             raise ValueError("timeout_seconds and stale_after_seconds must be positive")
@@ -116,6 +125,9 @@ class PrometheusSource:
         self._logged_at: float | None = None  # when "not fresh" was last logged
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         tls = tls_context(verify, ca_file=ca_file, ca_pem=ca_pem, client_cert=client_cert)
+        if allowed_hosts is not None:  # a pool author's URL: check every address first
+            inner = transport or httpx.AsyncHTTPTransport(verify=tls)
+            transport = GuardedTransport(inner, allowed_hosts, resolver)
         self._client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(timeout_seconds),
@@ -219,6 +231,8 @@ class PrometheusSource:
         except (TimeoutError, httpx.TimeoutException):
             detail = f"no answer from {self._shown_url} within {self._timeout:g}s"
             raise PrometheusUnavailable("timeout", detail) from None
+        except UrlRefused as exc:
+            raise PrometheusUnavailable("refused", self._scrub(str(exc))) from None
         except httpx.ConnectError as exc:
             detail = f"cannot connect to {self._shown_url}: {self._scrub(str(exc)) or 'refused'}"
             raise PrometheusUnavailable("connect", detail) from None
@@ -226,14 +240,14 @@ class PrometheusSource:
             detail = f"{type(exc).__name__} talking to {self._shown_url}: {self._scrub(str(exc))}"
             raise PrometheusUnavailable("transport", detail) from None
 
-    def _http_error(self, status: int, body: bytes) -> PrometheusUnavailable:
+    def _http_error(self, status: int, _body: bytes) -> PrometheusUnavailable:
+        """The status code and its standard phrase only: the body is the server's to choose."""
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "redirect"
         try:
-            parse_response(body)
-            why = body.decode("utf-8", "replace")[:_EXCERPT]
-        except ResponseError as exc:
-            why = exc.detail if exc.kind == "status_error" else body.decode("utf-8", "replace")
-        return PrometheusUnavailable(kind, self._scrub(f"HTTP {status}: {why[:_EXCERPT]}"))
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "non-standard status"
+        return PrometheusUnavailable(kind, f"HTTP {status}: {phrase}")
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:

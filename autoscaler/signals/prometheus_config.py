@@ -8,6 +8,7 @@ never a silent fall-back to unauthenticated requests or to the system trust stor
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import httpx
@@ -41,8 +42,13 @@ def source_from_settings(
     bearer_token: str | None,
     clock: Clock,
     transport: httpx.AsyncBaseTransport | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> PrometheusSource:
-    """Build the adapter for one pool from its settings and its already-read token."""
+    """Build the adapter for one pool from its settings and its already-read token.
+
+    ``allowed_hosts`` (the cluster admin's allowlist, possibly empty) turns on the connect-time
+    URL policy; the operator always passes it for a pool's URL.
+    """
     cert = None
     if settings.client_cert_file:
         cert = (settings.client_cert_file, settings.client_key_file or settings.client_cert_file)
@@ -57,6 +63,7 @@ def source_from_settings(
         stale_after_seconds=settings.stale_after_seconds,
         clock=clock,
         transport=transport,
+        allowed_hosts=allowed_hosts,
     )
 
 
@@ -83,6 +90,7 @@ def source_from_spec(
     ca_pem: str | None = None,
     clock: Clock,
     transport: httpx.AsyncBaseTransport | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> PrometheusSource:
     """The adapter for one pool, from its spec and the already-read Secret values.
 
@@ -93,5 +101,9 @@ def source_from_spec(
         raise ValueError(f"authSecretRef {spec.auth_secret_ref.name!r} given but no token read")
     settings = settings_from_spec(spec, ca_pem=ca_pem)
     return source_from_settings(
-        settings, bearer_token=bearer_token, clock=clock, transport=transport
+        settings,
+        bearer_token=bearer_token,
+        clock=clock,
+        transport=transport,
+        allowed_hosts=allowed_hosts,
     )

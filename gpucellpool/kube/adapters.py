@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from autoscaler.loop_ports import WorkloadSnapshot
@@ -148,10 +148,15 @@ class LeaseClient:
 
 
 class PrometheusUsage:
-    """``UsageSource``: one PrometheusSource per pool spec, Secrets read from the pool namespace."""
+    """``UsageSource``: one PrometheusSource per pool spec, Secrets read from the pool namespace.
 
-    def __init__(self, client: RestClient, clock: Any) -> None:
+    Every source checks each resolved address against ``gpucellpool.api.url_policy`` before it
+    sends a request (and the token), with the cluster admin's ``allowed_hosts``.
+    """
+
+    def __init__(self, client: RestClient, clock: Any, allowed_hosts: Iterable[str] = ()) -> None:
         self.client, self.clock = client, clock
+        self.allowed_hosts = frozenset(allowed_hosts)
         self._sources: dict[tuple[str, str], tuple[str, PrometheusSource]] = {}
 
     async def _secret_value(self, namespace: str, name: str, key: str) -> str | None:
@@ -175,7 +180,9 @@ class PrometheusUsage:
             )
         if spec.tls_secret_ref is not None:
             ca = await self._secret_value(ns, spec.tls_secret_ref.name, spec.tls_secret_ref.key)
-        source = source_from_spec(spec, bearer_token=token, ca_pem=ca, clock=self.clock)
+        source = source_from_spec(
+            spec, bearer_token=token, ca_pem=ca, clock=self.clock, allowed_hosts=self.allowed_hosts
+        )
         if cached is not None:
             await cached[1].aclose()
         self._sources[key] = (fingerprint, source)

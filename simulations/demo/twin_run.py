@@ -158,6 +158,7 @@ def _operator(world: TwinWorld, kubeconfig: Path, spec: DemoSpec) -> tuple[Manag
         f"--lease-namespace={world.namespace}", "--identity=demo",
         "--health-host=127.0.0.1", f"--health-port={port}",
         f"--tick={spec.wall(spec.tick_seconds):g}", "--log-level=WARNING",
+        "--allowed-prometheus-host=127.0.0.1",  # the twin's Prometheus is on loopback
     ]  # fmt: skip
     env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     return ManagedProcess("operator", argv, world.workdir / "operator.log", env), port
