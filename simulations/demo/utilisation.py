@@ -48,7 +48,7 @@ def _cell_util_seconds(events: list[_Event], shape: CellShape, end: float) -> fl
 def ready_cell_seconds(ready: Sequence[tuple[float, int]], end: float) -> float:
     """The integral of a (seconds, Ready cells) step function up to ``end``."""
     total = 0.0
-    for (at, count), (nxt, _) in zip(ready, [*ready[1:], (end, 0)], strict=True):
+    for (at, count), (nxt, _) in zip(ready, [*ready[1:], (end, 0)], strict=False):
         total += count * max(0.0, min(nxt, end) - at)
     return total
 
