@@ -1,7 +1,8 @@
 """kubernetes-asyncio adapters for the webhook's ports (and the startup CRD check's).
 
 Why this module exists: the rest of ``webhook`` talks to Protocols (``SecretStore``,
-``CABundleTarget``, ``PoolReader``); this is the only module that knows the Kubernetes client.
+``CABundleTarget``, ``PoolReader``, ``SecretAccess``); this is the only module that knows the
+Kubernetes client.
 It also carries the two small adapters ``gpucellpool.crdcheck`` needs (read a CRD as raw
 JSON, record an Event), because they are the same few lines of client code and the startup
 check runs in the same process. Raw JSON (``_preload_content=False``) is used wherever the
@@ -22,6 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpucellpool.api import pool as api
 from webhook.certstore import Conflict
+from webhook.review import UserInfo, access_review
 
 SECRET_TYPE = "kubernetes.io/tls"
 
@@ -150,6 +152,28 @@ class KubePoolReader:
             if exc.status == 404:
                 return None
             raise
+
+
+class KubeSecretAccess:
+    """``SecretAccess``: a SubjectAccessReview for the requesting user (``get`` one Secret).
+
+    Needs ``create`` on ``subjectaccessreviews``. Any failure (HTTP error, a missing answer)
+    raises, and the server denies: an unknown answer is never read as a yes.
+    """
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.authz = client.AuthorizationV1Api(api_client)
+
+    async def may_get_secret(self, user: UserInfo, namespace: str, name: str) -> bool:
+        """The apiserver's answer for ``user`` and Secret ``namespace/name``."""
+        body: Any = access_review(user, namespace, name)
+        review = await _json(
+            await self.authz.create_subject_access_review(body, _preload_content=False)
+        )
+        status = review.get("status")
+        if not isinstance(status, Mapping) or not isinstance(status.get("allowed", False), bool):
+            raise ValueError("the SubjectAccessReview came back without a status")
+        return bool(status.get("allowed")) and not status.get("denied", False)
 
 
 class KubeCrdReader:

@@ -8,18 +8,22 @@ response whose ``status.message`` names every reason with its field path, whose
 ``status.details.causes`` list them one by one (reason ``Invalid``, code 422: kubectl then
 prints one "field: message" line per cause, like a schema error), and whose ``warnings``
 pass through. No I/O:
-the stored pool a scale request needs is fetched by the server and passed in.
+the stored pool a scale request needs is fetched by the server and passed in, and so are the
+answers to the Secret access reviews: ``secret_checks`` lists the Secrets the requesting user
+must be allowed to ``get`` (``access_review`` is the SubjectAccessReview to ask), and
+``with_secret_access`` turns refusals and failed reviews into denials naming the field.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpucellpool.api import pool as api
 from webhook.rules import RuleSettings, Verdict, validate_create, validate_scale, validate_update
+from webhook.rules.references import new_secret_references, referenced_secrets
 from webhook.rules.verdict import FieldError
 
 REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -29,6 +33,16 @@ MAX_WARNING = 512
 
 class BadReview(ValueError):
     """The body is not an AdmissionReview request; the message says what is wrong (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """Who sent the request, as the apiserver authenticated them (``request.userInfo``)."""
+
+    username: str = ""
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,7 @@ class ReviewRequest:
     name: str
     object: Any
     old_object: Any
+    user: UserInfo = field(default_factory=UserInfo)
 
     @property
     def is_scale(self) -> bool:
@@ -53,6 +68,25 @@ class ReviewRequest:
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _user(raw: Any) -> UserInfo:
+    if not isinstance(raw, Mapping):
+        return UserInfo()
+    groups = raw.get("groups")
+    extra = raw.get("extra")
+    return UserInfo(
+        username=_str(raw.get("username")),
+        uid=_str(raw.get("uid")),
+        groups=tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else (),
+        extra=tuple(
+            sorted(
+                (str(k), tuple(str(x) for x in v)) for k, v in extra.items() if isinstance(v, list)
+            )
+        )
+        if isinstance(extra, Mapping)
+        else (),
+    )
 
 
 def parse_review(body: bytes) -> ReviewRequest:
@@ -83,6 +117,7 @@ def parse_review(body: bytes) -> ReviewRequest:
         name=_str(request.get("name")),
         object=request.get("object"),
         old_object=request.get("oldObject"),
+        user=_user(request.get("userInfo")),
     )
 
 
@@ -105,6 +140,76 @@ def decide(req: ReviewRequest, settings: RuleSettings, stored_pool: Any = None) 
     if req.operation == "CREATE":
         return validate_create(req.object, settings)
     return validate_update(req.old_object, req.object, settings)
+
+
+def secret_checks(req: ReviewRequest) -> tuple[tuple[str, str], ...]:
+    """(field path, Secret name) the requesting user must be allowed to ``get``.
+
+    Every Secret a pool CREATE references, and each one an UPDATE newly references (a name
+    the stored pool already had was checked when it was added). Scale and status writes
+    cannot change a reference. There is no exemption: the operator's own writes to a pool
+    (finalizers, status) never add one, so they never need a review.
+    """
+    if req.kind != api.KIND or req.sub_resource:
+        return ()
+    if req.operation == "CREATE":
+        return referenced_secrets(req.object)
+    if req.operation == "UPDATE":
+        return new_secret_references(req.old_object, req.object)
+    return ()
+
+
+def access_review(user: UserInfo, namespace: str, secret: str) -> dict[str, Any]:
+    """The SubjectAccessReview asking whether ``user`` may get Secret ``namespace/secret``."""
+    spec: dict[str, Any] = {
+        "user": user.username,
+        "groups": list(user.groups),
+        "resourceAttributes": {
+            "namespace": namespace,
+            "verb": "get",
+            "group": "",
+            "version": "v1",
+            "resource": "secrets",
+            "name": secret,
+        },
+    }
+    if user.uid:
+        spec["uid"] = user.uid
+    if user.extra:
+        spec["extra"] = {key: list(values) for key, values in user.extra}
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+
+
+def with_secret_access(
+    verdict: Verdict,
+    refused: Sequence[tuple[str, str]],
+    unchecked: Sequence[tuple[str, str]] = (),
+) -> Verdict:
+    """``verdict`` with a denial for each reference the user may not read or that was not checked.
+
+    ``refused``: the apiserver said the user may not ``get`` the Secret. ``unchecked``: the
+    review failed (error, timeout), so the answer is unknown and the request is denied (fail
+    closed). Messages name the field and the Secret, never anything read from it.
+    """
+    reasons = [
+        FieldError(
+            path,
+            f"names Secret {name!r}, which you may not get; the operator would read it for "
+            "you. Reference a Secret you can read, or ask for get access to this one",
+        )
+        for path, name in refused
+    ]
+    reasons += [
+        FieldError(
+            path,
+            f"names Secret {name!r}, and the webhook could not check that you may get it "
+            "(the access review failed); retry in a moment",
+        )
+        for path, name in unchecked
+    ]
+    if not reasons:
+        return verdict
+    return Verdict(allowed=False, reasons=(*verdict.reasons, *reasons), warnings=verdict.warnings)
 
 
 def scale_as_sent(scale: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from webhook import certs
 from webhook.certstore import SelfManagedCerts
-from webhook.kube import KubePoolReader, KubeSecretStore, KubeWebhookCABundle
+from webhook.kube import KubePoolReader, KubeSecretAccess, KubeSecretStore, KubeWebhookCABundle
 from webhook.rules import DEFAULT_SETTINGS, RuleSettings
 from webhook.server import WebhookServer
 from webhook.tls import FileWatcher, ServingTLS
@@ -84,7 +84,12 @@ async def start_webhook(api_client: Any, options: WebhookOptions) -> RunningWebh
             raise RuntimeError(f"no usable certificate in {options.cert_dir}")
         keeper.start()
     server = WebhookServer(
-        tls, KubePoolReader(api_client), options.settings, options.host, options.port
+        tls,
+        KubePoolReader(api_client),
+        options.settings,
+        options.host,
+        options.port,
+        secret_access=KubeSecretAccess(api_client),
     )
     try:
         await server.start()

@@ -79,11 +79,18 @@ class Running:
         return int(x509.load_der_x509_certificate(der).serial_number)
 
 
+class MayReadAll:
+    """``SecretAccess`` answering yes (the access check has its own tests)."""
+
+    async def may_get_secret(self, user: Any, namespace: str, name: str) -> bool:
+        return True
+
+
 @pytest.fixture
 async def running() -> AsyncIterator[Running]:
     stored, tls, pools = issue(), ServingTLS(), Pools()
     tls.load_pair(stored.serving)
-    server = WebhookServer(tls, pools, host="127.0.0.1", port=0)
+    server = WebhookServer(tls, pools, host="127.0.0.1", port=0, secret_access=MayReadAll())
     await server.start()
     try:
         yield Running(server, stored, pools)
