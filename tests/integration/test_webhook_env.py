@@ -30,7 +30,7 @@ from kubernetes_asyncio import client, config
 from simulations.harness import ClusterEndpoint
 from webhook import certs
 from webhook.certstore import SelfManagedCerts
-from webhook.kube import KubePoolReader, KubeSecretStore, KubeWebhookCABundle
+from webhook.kube import KubePoolReader, KubeSecretAccess, KubeSecretStore, KubeWebhookCABundle
 from webhook.server import VALIDATE_PATH, WebhookServer
 from webhook.tls import ServingTLS
 
@@ -150,7 +150,9 @@ async def webhook_env(
     # The certificate must exist before the server listens; the configuration, registered
     # afterwards without a caBundle (GitOps), is filled in by the certificate loop.
     await manager.reconcile()
-    server = WebhookServer(tls, KubePoolReader(api), host="127.0.0.1", port=0)
+    server = WebhookServer(
+        tls, KubePoolReader(api), host="127.0.0.1", port=0, secret_access=KubeSecretAccess(api)
+    )
     port = await server.start()
     await asyncio.to_thread(
         infra.apply_objects, webhook_configuration(configuration, port, selector)
