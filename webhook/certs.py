@@ -49,6 +49,10 @@ class CertPolicy:
     """How long a new CA sits in the bundle before it signs the serving certificate."""
 
 
+CN_MAX_CHARS = 64
+"""RFC 5280's upper bound on a commonName (``cryptography`` refuses a longer one)."""
+
+
 @dataclass(frozen=True)
 class Names:
     """Who the serving certificate is for: DNS names and IP addresses (SANs)."""
@@ -58,8 +62,11 @@ class Names:
 
     @property
     def common_name(self) -> str:
-        """The first DNS name (the Service's in-cluster name)."""
-        return self.dns[0] if self.dns else (self.ips[0] if self.ips else "gpucellpool-webhook")
+        """The first DNS name (the Service's in-cluster name), cut to X.509's 64-character
+        limit on a CN (a 48-character Service in a 63-character namespace is longer; clients
+        verify the SANs, which keep the full names)."""
+        name = self.dns[0] if self.dns else (self.ips[0] if self.ips else "gpucellpool-webhook")
+        return name[:CN_MAX_CHARS]
 
 
 def service_names(

@@ -57,6 +57,14 @@ def test_names_cover_the_service_and_extras() -> None:
     assert ipaddress.ip_address("127.0.0.1") in san.value.get_values_for_type(x509.IPAddress)
 
 
+def test_longest_service_and_namespace_still_get_a_certificate() -> None:
+    """A 48-character Service in a 63-character namespace: the CN is cut to 64, SANs are not."""
+    names = certs.service_names("s" * 48, "n" * 63)
+    stored = certs.execute(certs.plan(None, names, T0, POLICY), None, names, T0, POLICY)
+    assert stored is not None and len(names.common_name) == 64
+    assert verifies(stored, T0, dns=f"{'s' * 48}.{'n' * 63}.svc")
+
+
 def test_nothing_stored_means_create_and_the_chain_verifies() -> None:
     assert certs.plan(None, NAMES, T0, POLICY).action is Action.CREATE
     stored = create()
