@@ -349,6 +349,7 @@ def _path(ns: str | None, cluster_path: str) -> str:
 
 
 async def build(settings: Settings) -> App:
-    """The production graph: in-cluster credentials unless a kubeconfig file is given."""
+    """The production graph; credentials from ``settings.kubeconfig``, else ``$KUBECONFIG``, the
+    in-cluster service account or ``~/.kube/config`` (``KubeconfigError`` when none works)."""
     infra = await client_in_cluster_or(settings.kubeconfig, settings.api_timeout_s)
     return App(settings, infra)
