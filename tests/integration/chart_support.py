@@ -52,6 +52,34 @@ SCENARIOS: dict[str, Doc] = {
         "poolNamespaces": ["team-a", "team-b", "team-c"],
     },
     "replicas-1": {"replicaCount": 1},
+    "conventions": {  # every chart-convention value set away from its default
+        "replicaCount": 3,
+        "podDisruptionBudget": {"maxUnavailable": 1},
+        "image": {"digest": "sha256:" + "ab" * 32},
+        "networkPolicy": {
+            "enabled": True,
+            "webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}],
+            "egress": [{"ports": [{"port": 443, "protocol": "TCP"}]}],
+        },
+        "webhook": {
+            "rules": {
+                "strictGuestTemplate": True,
+                "allowBlankDataDisks": True,
+                "allowedSriovResources": ["intel.com/sriov"],
+                "allowedPrometheusHosts": ["prometheus.monitoring.svc"],
+                "allowedStorageClasses": ["fast-ssd"],
+            }
+        },
+        "monitoring": {
+            "serviceMonitor": {"enabled": True},
+            "prometheusRule": {
+                "enabled": True,
+                "disabledAlerts": ["GPUCellPoolCellFlapping"],
+                "extraRules": [{"alert": "TeamExtra", "expr": "vector(1) == 2"}],
+            },
+        },
+    },
     "metrics-off": {"metrics": {"enabled": False}, **MONITORING_ON},
     "webhook-off": {"webhook": {"enabled": False}},
     "metrics-plain": {"metrics": {"secure": False}, **MONITORING_ON},

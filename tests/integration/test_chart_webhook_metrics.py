@@ -153,7 +153,8 @@ def test_metrics_are_secured_unless_turned_off(
     if scenario == "metrics-plain":
         assert not settings.metrics.secure and svc_port["targetPort"] == "http"
         assert "scheme" not in endpoint and not reader
-        assert not reviews & {"tokenreviews", "subjectaccessreviews"}
+        # subjectaccessreviews stay: the webhook checks Secret references with them
+        assert "tokenreviews" not in reviews
         return
     assert settings.metrics.secure and svc_port["targetPort"] == "https-metrics"
     assert endpoint["scheme"] == "https" and "bearerTokenFile" not in endpoint  # deprecated
