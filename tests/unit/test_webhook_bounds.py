@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import statistics
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -105,8 +106,10 @@ async def test_a_slow_review_does_not_block_the_event_loop(
     judged = time.monotonic() - started
     assert status == 200 and answer["response"]["allowed"] is False
     assert judged > 0.5, "the body must really cost the rules time for this test to mean much"
-    assert len(latencies) >= 5, "health checks were answered while the pool was judged"
-    assert max(latencies) < judged / 2, (max(latencies), judged)
+    # Blocked, the loop answers one health check before judging starts and one after it
+    # ends; free, it keeps answering them (one at a time, so a slow answer cannot hide).
+    assert len(latencies) >= 5, (latencies, judged)
+    assert statistics.median(latencies) < judged / 4, (latencies, judged)
 
 
 async def test_a_review_past_its_budget_is_denied_saying_so(
