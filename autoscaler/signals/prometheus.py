@@ -171,7 +171,7 @@ class PrometheusSource:
         try:
             return parse_response(body)
         except ResponseError as exc:
-            raise PrometheusUnavailable(exc.kind, self._scrub(exc.detail)) from None
+            raise PrometheusUnavailable(exc.kind, _fixed_detail(exc)) from None
 
     async def node_gpu_usage(self, node_names: Sequence[str]) -> MetricsReading:
         """HAMi allocations of ``node_names`` with a freshness verdict; faults read unfresh."""
@@ -264,6 +264,21 @@ class PrometheusSource:
         elif self._logged_at is None or now - self._logged_at >= _LOG_EVERY_SECONDS:
             log.warning("prometheus metrics not fresh: %s", detail)
             self._logged_at = now
+
+
+ERROR_TYPES = frozenset(
+    {"timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found"}
+)
+"""Prometheus's own ``errorType`` values: fixed words, safe to repeat (its ``error`` is not)."""
+
+
+def _fixed_detail(exc: ResponseError) -> str:
+    """A detail for an unusable 2xx answer that quotes nothing the server sent."""
+    if exc.kind == "status_error":
+        kind = exc.detail.split(":", 1)[0]
+        named = f" of type {kind}" if kind in ERROR_TYPES else ""
+        return f"Prometheus answered with an error{named}"
+    return "the answer is not a Prometheus query result"
 
 
 async def _read_capped(response: httpx.Response, limit: int) -> bytes:

@@ -47,10 +47,13 @@ class Server:
 
     def __init__(self, status: int = 200) -> None:
         self.status = status
+        self.garbage = False  # answer 200 with a body that is not a query result
         self.hosts: list[str] = []
 
     async def handle(self, request: web.Request) -> web.Response:
         self.hosts.append(request.headers.get("Host", ""))
+        if self.garbage:
+            return web.Response(text=f"<html>{BODY_SECRET}</html>")
         if self.status != 200:
             return web.Response(status=self.status, text=f"error page: {BODY_SECRET}")
         result = {"resultType": "vector", "result": []}
@@ -136,6 +139,19 @@ async def test_a_non_2xx_body_never_reaches_the_health_detail(server: tuple[Serv
     assert state.hosts  # the request was made and answered
     assert reading.health.detail == "prometheus http_5xx: HTTP 503: Service Unavailable"
     assert BODY_SECRET not in reading.health.detail and "error page" not in reading.health.detail
+
+
+async def test_a_2xx_body_that_is_no_query_result_is_not_quoted(
+    server: tuple[Server, int],
+) -> None:
+    state, port = server
+    state.garbage = True
+    async with _source(port, StaticResolver("127.0.0.1"), frozenset({NAME})) as src:
+        reading = await src.node_gpu_usage(["cell-0"])
+    assert state.hosts
+    assert reading.health.detail == (
+        "prometheus malformed: the answer is not a Prometheus query result"
+    )
 
 
 def _pool(url: str) -> GPUCellPool:

@@ -289,19 +289,19 @@ FAULTS: list[tuple[str, Callable[[httpx.Request], httpx.Response], str]] = [
     (
         "malformed json",
         lambda r: httpx.Response(200, text='{"status": "success", "da'),
-        "prometheus malformed: body is not JSON",
+        "prometheus malformed: the answer is not a Prometheus query result",
     ),
     (
         "status error with 200",
         lambda r: httpx.Response(
             200, json={"status": "error", "errorType": "execution", "error": "boom"}
         ),
-        "prometheus status_error: execution: boom",
+        "prometheus status_error: Prometheus answered with an error of type execution",
     ),
     (
         "no data",
         lambda r: httpx.Response(200, json={"status": "success"}),
-        "prometheus malformed: 'data' is missing or not an object",
+        "prometheus malformed: the answer is not a Prometheus query result",
     ),
 ]
 
