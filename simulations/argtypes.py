@@ -13,8 +13,6 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from gpucellpool.api.durations import parse_duration
-
 # Flags that are counts, sizes or factors are capped so a typo cannot ask for years of work.
 MAX_FACTOR = 1e6
 
@@ -89,6 +87,9 @@ def existing_file(text: str) -> Path:
 
 def duration_seconds(text: str) -> float:
     """A Go duration ("15s", "1m30s") or plain seconds, > 0."""
+    # imported here: the API package loads every model, a second a bad flag need not wait
+    from gpucellpool.api.durations import parse_duration  # noqa: PLC0415
+
     try:
         seconds = parse_duration(text)
     except ValueError:

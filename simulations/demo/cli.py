@@ -15,11 +15,13 @@ import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from simulations import argtypes as at
-from simulations.demo.config import DEFAULT_HOURS, HOUR, DemoSpec
-from simulations.demo.recorder import Snapshot
+
+if TYPE_CHECKING:  # the twin's imports wait until a run (a bad flag is refused at once)
+    from simulations.demo.config import DemoSpec
+    from simulations.demo.recorder import Snapshot
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hours",
         type=at.bounded(0, 24 * 7, low_open=True),
-        default=DEFAULT_HOURS,
-        help=f"slice length (default: {DEFAULT_HOURS:g})",
+        help="slice length (default: 1 hour)",
     )
     parser.add_argument(
         "--multiplier",
@@ -56,7 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from(args: argparse.Namespace) -> DemoSpec:
-    spec = DemoSpec(trace=args.trace, hours=args.hours)
+    from simulations.demo.config import DEFAULT_HOURS, HOUR, DemoSpec  # noqa: PLC0415
+
+    hours = DEFAULT_HOURS if args.hours is None else args.hours
+    spec = DemoSpec(trace=args.trace, hours=hours)
     if args.start is not None:
         spec = replace(spec, start_seconds=args.start)
     elif args.trace is not None:
