@@ -21,7 +21,8 @@ import yaml
 
 from gpucellpool.cli import build_parser
 from gpucellpool.run import settings_from
-from tests.integration import chart_support
+from simulations.harness import ClusterEndpoint
+from tests.integration import chart_support, test_chart_apiserver
 from tests.integration.binary_support import required_binary
 from tests.integration.chart_support import (
     CHART,
@@ -37,7 +38,8 @@ from tests.integration.chart_support import (
 from webhook import rule_flags
 from webhook.rules.settings import RuleSettings
 
-helm = chart_support.helm  # the fixture
+helm = chart_support.helm  # the fixtures
+third_party_crds = test_chart_apiserver.third_party_crds  # ServiceMonitor's stand-in CRD
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 SECURE_MONITORING = {"monitoring": {"serviceMonitor": {"enabled": True}}}
 
@@ -325,3 +327,30 @@ def test_schema_rejects_bad_new_values(
     proc = run_helm(helm, "template", "gcp", str(CHART), values=values, tmp=tmp_path, check=False)
     assert proc.returncode != 0, f"helm accepted {values}"
     assert complaint in proc.stderr
+
+
+def test_notes_name_the_image_to_load_and_the_scrape_token(
+    helm: Path, infra: ClusterEndpoint, namespace: str, third_party_crds: None, tmp_path: Path
+) -> None:
+    """helm install --dry-run against the harness apiserver: NOTES render and say what to do."""
+
+    def notes(values: Doc) -> str:
+        path = tmp_path / "v.yaml"
+        path.write_text(yaml.safe_dump(values))
+        argv = [str(helm), "install", "gcp", str(CHART), "-n", namespace, "--dry-run=client",
+                "--kubeconfig", str(infra.kubeconfig_path), "-f", str(path)]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split("NOTES:", 1)[1]
+
+    app = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    default = notes({})
+    assert f"Image: localhost/gpucellpool/operator:{app}. No registry serves it" in default
+    assert "ctr -n k8s.io images import" in default
+    pinned = notes({"image": {"repository": "registry.example/gpo", "digest": DIGEST}})
+    assert f"Image: registry.example/gpo@{DIGEST}" in pinned and "No registry" not in pinned
+    monitored = notes(SECURE_MONITORING)
+    assert f"Secret\n{FULLNAME}-metrics-scraper-token (key token), bound by the chart" in monitored
+    own = {"monitoring": {"serviceMonitor": {"enabled": True, "authorization": {
+        "credentials": {"name": "prom-token"}}}}}  # fmt: skip
+    assert "prom-token (key token), whose identity you must bind" in notes(own)
