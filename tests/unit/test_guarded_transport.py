@@ -9,7 +9,10 @@ everything after the resolver (the policy, the pinned connection, the Host heade
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import ssl
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +24,7 @@ from autoscaler.signals.prometheus import PrometheusSource
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.kube.adapters import PrometheusUsage
 from tests.unit.test_webhook_rules import POOL
+from webhook import certs
 
 NAME = "prom.tenant.example"
 BODY_SECRET = "db-password-hunter2-from-the-body"
@@ -190,3 +194,40 @@ async def test_the_transport_refuses_without_calling_the_inner_transport() -> No
         with pytest.raises(httpx.ConnectError, match="metadata"):
             await client.get("http://metadata.google.internal/")
     assert inner.calls == 0
+
+
+@pytest.mark.parametrize(("cert_for", "verified"), [(NAME, True), ("other.example", False)])
+async def test_https_to_the_pinned_address_verifies_the_original_host_name(
+    tmp_path: Path, cert_for: str, verified: bool
+) -> None:
+    """TLS goes to 127.0.0.1, but SNI and certificate verification use the URL's host name."""
+    now = dt.datetime.now(dt.UTC)
+    ca = certs.new_ca("test-ca", now, dt.timedelta(days=1))
+    serving = certs.new_serving(ca, certs.Names(dns=(cert_for,)), now, dt.timedelta(days=1))
+    (tmp_path / "tls.crt").write_bytes(serving.cert_pem)
+    (tmp_path / "tls.key").write_bytes(serving.key_pem)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    state = Server()
+    app = web.Application()
+    app.router.add_post("/api/v1/query", state.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    port = int(runner.addresses[0][1])
+    try:
+        async with PrometheusSource(
+            f"https://{NAME}:{port}",
+            ca_pem=ca.cert_pem.decode(),
+            clock=FakeClock(),
+            allowed_hosts=frozenset({NAME}),
+            resolver=StaticResolver("127.0.0.1"),
+        ) as src:
+            reading = await src.node_gpu_usage(["cell-0"])
+    finally:
+        await runner.cleanup()
+    if verified:
+        assert state.hosts == [f"{NAME}:{port}"] * len(state.hosts) and state.hosts
+        assert not reading.health.detail.startswith("prometheus "), reading.health.detail
+    else:
+        assert state.hosts == [] and "prometheus connect" in reading.health.detail
