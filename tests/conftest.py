@@ -38,7 +38,12 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"test binaries unavailable in CI: {exc}")
         pytest.skip(f"etcd/kube-apiserver/kubectl absent and cannot be built here: {exc}")
-    started = Harness.start(tmp_path_factory.mktemp("harness"), binaries=paths)
+    # ServiceAccounts' requests are audited (few, cheap): tests count the 403s an identity got.
+    started = Harness.start(
+        tmp_path_factory.mktemp("harness"),
+        binaries=paths,
+        audit_user_groups=("system:serviceaccounts",),
+    )
     try:
         yield started
     finally:

@@ -58,6 +58,8 @@ class ApiserverConfig:
     pki: ClusterPKI
     token_file: Path
     service_cidr: str
+    audit_policy: Path | None = None
+    """With a policy: a JSON audit log at `audit_log_path(root, name)` (see `Harness.start`)."""
 
 
 def etcd_args(exe: Path, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
@@ -102,7 +104,40 @@ def apiserver_args(exe: Path, cfg: ApiserverConfig) -> list[str]:
         "--endpoint-reconciler-type=none",
         "--profiling=false",
         "-v=1",
+        *_audit_args(cfg),
     ]
+
+
+def audit_log_path(root: Path, cluster: str) -> Path:
+    """Where an apiserver started with an audit policy writes its JSON audit events."""
+    return root / "logs" / f"audit-{cluster}.log"
+
+
+def _audit_args(cfg: ApiserverConfig) -> list[str]:
+    if cfg.audit_policy is None:
+        return []
+    log = audit_log_path(cfg.audit_policy.parent.parent, cfg.name)
+    return [
+        f"--audit-policy-file={cfg.audit_policy}",
+        f"--audit-log-path={log}",
+        "--audit-log-format=json",
+        "--audit-log-mode=blocking",  # written before the response: a count after is complete
+        "--audit-log-maxbackup=1",
+        "--audit-log-maxsize=100",
+    ]
+
+
+def write_audit_policy(root: Path, user_groups: Sequence[str]) -> Path:
+    """An audit policy logging (at Metadata level: who, what, the answer's code) requests of
+    `user_groups` only, so the log stays small and costs the other requests nothing."""
+    path = root / "logs" / "audit-policy.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    groups = ", ".join(f'"{g}"' for g in user_groups)
+    path.write_text(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n"
+        f"  - level: Metadata\n    userGroups: [{groups}]\n  - level: None\n"
+    )
+    return path
 
 
 @dataclass(frozen=True)
@@ -210,11 +245,14 @@ class Harness:
         crd_dirs: Sequence[Path] | None = None,
         timeout: float = 120.0,
         controllers: Sequence[str] = CONTROLLERS,
+        audit_user_groups: Sequence[str] = (),
     ) -> Harness:
         """Start etcd and both apiservers under `tmp_dir`, install the CRDs, start both
         controller-managers (the infrastructure one after the CRDs, so its garbage collector
         sees them from the start) running `controllers`; none when it is empty (for a
-        benchmark that must not pay for their informers, not for a test of behaviour)."""
+        benchmark that must not pay for their informers, not for a test of behaviour).
+        With `audit_user_groups`, both apiservers write an audit log of those groups' requests
+        (`Harness.audit_log`), e.g. to count the 403s a ServiceAccount was answered."""
         paths = dict(binaries) if binaries is not None else bins.ensure(KUBE_BINARIES)
         if missing := [name for name in KUBE_BINARIES if name not in paths]:
             paths.update(bins.ensure(missing))  # e.g. a caller's map from before the KCM
@@ -227,7 +265,8 @@ class Harness:
             etcd_url = _start_etcd(paths["etcd"], root, started, timeout)
             timings["etcd"] = time.monotonic() - t0
             files = {name: _cluster_files(root, name) for name in CLUSTERS}
-            endpoints = _start_apiservers(paths, root, etcd_url, files, started, timeout)
+            policy = write_audit_policy(root, audit_user_groups) if audit_user_groups else None
+            endpoints = _start_apiservers(paths, root, etcd_url, files, started, timeout, policy)
             timings["apiservers"] = time.monotonic() - t0
             exe, wanted = paths["kube-controller-manager"], tuple(controllers)
             kcm = [_ControllerManagerStart(exe, root, started, wanted) for _ in CLUSTERS]
@@ -246,6 +285,11 @@ class Harness:
             _stop_all(started)
             raise
         return cls(root, etcd_url, started, endpoints, timings)
+
+    def audit_log(self, cluster: str) -> Path:
+        """The JSON audit log of `cluster` ("infrastructure" or "workload"); it exists only when
+        the harness was started with `audit_user_groups`."""
+        return audit_log_path(self.root, cluster)
 
     def stop(self) -> None:
         """Kill every process group the harness started and wait for each to exit."""
@@ -358,6 +402,7 @@ def _start_apiservers(
     files: Mapping[str, tuple[ClusterPKI, Path, str]],
     started: list[ManagedProcess],
     timeout: float,
+    audit_policy: Path | None = None,
 ) -> dict[str, ClusterEndpoint]:
     endpoints: dict[str, ClusterEndpoint] = {}
     pending = list(CLUSTERS)
@@ -366,7 +411,9 @@ def _start_apiservers(
         for name in pending:
             pki, token_file, token = files[name]
             cidr = f"10.{96 + CLUSTERS.index(name)}.0.0/16"
-            cfg = ApiserverConfig(name, free_port(), etcd_url, f"/{name}", pki, token_file, cidr)
+            cfg = ApiserverConfig(
+                name, free_port(), etcd_url, f"/{name}", pki, token_file, cidr, audit_policy
+            )
             log = root / "logs" / f"kube-apiserver-{name}.log"
             proc = _launch(
                 f"kube-apiserver[{name}]",
