@@ -68,6 +68,7 @@ webhook:
     allowedPrometheusHosts: [prometheus.monitoring.svc]
     allowedSriovResources: []
     allowBlankDataDisks: false
+    allowedStorageClasses: []                   # every root-disk storage override refused
 networkPolicy:
   enabled: true
   webhookFrom:
