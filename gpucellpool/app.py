@@ -45,8 +45,9 @@ from gpucellpool.secure_metrics import MetricsOptions, secure_site
 from gpucellpool.status_metrics import StatusMetrics
 from provisioner.kube import RestKubeApi
 from provisioner.reconciler import Reconciler
+from provisioner.rule_gate import PoolRules
 from webhook.kube import KubeCrdReader, KubeEventSink
-from webhook.rules import DEFAULT_SETTINGS, RuleSettings
+from webhook.rules import DEFAULT_SETTINGS, RuleSettings, validate_create
 from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
 from webhook.tls import FileWatcher
 
@@ -101,6 +102,11 @@ class RoutedWorkloadView(CacheWorkloadView):
         return index if index is not None else super().pod_index(key, pods)
 
 
+def pool_rules(settings: RuleSettings) -> PoolRules:
+    """The webhook's create-time rules, as the provisioner re-runs them before launching."""
+    return lambda raw: validate_create(raw, settings).reasons
+
+
 def watched_namespaces(settings: Settings) -> tuple[str | None, ...]:
     """The namespaces to watch, in order, without repeats; ``(None,)`` means all of them."""
     named = [settings.pool_namespace, *settings.pool_namespaces]
@@ -131,7 +137,10 @@ class App:
         self.writer = KubePoolWriter(infra, settings.identity, self.clock)
         self.autoscaler = self._autoscaler()
         self.reconciler = Reconciler(
-            RestKubeApi(infra.api_client, settings.api_timeout_s), self.clock, metrics=self.metrics
+            RestKubeApi(infra.api_client, settings.api_timeout_s),
+            self.clock,
+            metrics=self.metrics,
+            rules=pool_rules(settings.rules),
         )
         self.driver = ProvisionerDriver(self.reconciler, self.clock, lambda: self.elector.is_leader)
         self.status_metrics = StatusMetrics(self.metrics, lambda: self.elector.is_leader)

@@ -62,6 +62,7 @@ from provisioner.planning import (
 )
 from provisioner.planning import plan as plan_cells
 from provisioner.rollout_shell import rollout_plan, updated_condition
+from provisioner.rule_gate import PoolRules, RuleGate
 from provisioner.status import (
     PassSummary,
     capacity_status,
@@ -106,11 +107,15 @@ class Reconciler:
         limits: MembershipLimits | None = None,
         events: EventSink | None = None,
         metrics: ProvisionerMetrics | None = None,
+        rules: PoolRules | None = None,
     ) -> None:
         """``limits``: churn limits (in-flight cap, replacement backoff); defaults as the
         earlier implementation (2 in flight, 30 s doubling backoff, 5 failures per index).
         ``events``: where transitions are announced (default: Events in the pool's namespace).
-        ``metrics``: where errors and evictions are counted (``OperatorMetrics``; default none)."""
+        ``metrics``: where errors and evictions are counted (``OperatorMetrics``; default none).
+        ``rules``: the admission rules re-run before anything is launched (``rule_gate``); the
+        operator always passes them, None skips the re-check (tests of other parts)."""
+        self.gate = RuleGate(rules)
         self.infra = infra
         self.metrics: ProvisionerMetrics = metrics or NO_METRICS
         self.limits = limits or MembershipLimits()
@@ -149,6 +154,9 @@ class Reconciler:
         now = self.clock.now()
         if pool.metadata.deletion_timestamp is not None:
             return await self._delete_pool(pool, backend, now, recorder)
+        if breaches := await self.gate.breaches(raw):  # the webhook may have been bypassed
+            await self.gate.refuse(self.infra, self.events, pool, breaches, now)
+            return ReconcileResult(requeue_after_s=IDLE_REQUEUE_S)
         if POOL_FINALIZER not in pool.metadata.finalizers:
             finalizers = [*pool.metadata.finalizers, POOL_FINALIZER]
             patch = {

@@ -45,9 +45,13 @@ PROVISIONER_CONDITIONS = frozenset(
         ConditionType.PHYSICAL_GPUS_AVAILABLE,
         ConditionType.CAPACITY_AVAILABLE,
         ConditionType.READY,
+        ConditionType.DEGRADED,
     }
 )
 """The condition types the provisioner sets; every other type belongs to someone else."""
+RULES_FAILED = "AdmissionRulesFailed"
+RULES_PASS = "AdmissionRulesPass"
+"""Degraded's reasons: the stored pool breaks the admission rules (``rule_gate``), or no more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,9 @@ def conditions(
 ) -> list[dict[str, Any]]:
     gen = pool.metadata.generation
     raw = [c.to_api() for c in pool.status.conditions or []]
+    if any(c.get("type") == ConditionType.DEGRADED for c in raw):  # a pass ran: rules passed
+        passed = "the stored pool passes the admission rules"
+        raw = set_condition(raw, ConditionType.DEGRADED, False, RULES_PASS, passed, now, gen)
     reach = summary.reach
     raw = set_condition(
         raw,

@@ -34,6 +34,8 @@ class ConditionType(StrEnum):
     UPDATED = "Updated"
     METRICS_AVAILABLE = "MetricsAvailable"
     """Ours: Prometheus utilisation is fresh (False freezes scale-down)."""
+    DEGRADED = "Degraded"
+    """Ours: the stored pool breaks an admission rule, so the provisioner launches nothing."""
 
 
 class Condition(KubeModel):

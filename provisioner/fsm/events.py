@@ -36,6 +36,7 @@ WARNING_REASONS = frozenset(
         "DRAFeatureGateMissing",
         "DRADeviceClassMissing",
         "ScaleDownHeld",
+        "AdmissionRulesFailed",
     }
 )
 # Drain progress reasons announced even when the phase stays Draining.
