@@ -87,7 +87,9 @@ class Prometheus:
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.2)  # polling a readiness probe, with a deadline
-        raise TimeoutError(f"prometheus not ready in {READY_DEADLINE_S:g}s")
+        raise TimeoutError(
+            f"prometheus not ready in {READY_DEADLINE_S:g}s:\n{self.process.log_tail()}"
+        )
 
     async def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query's result list (raises on an API error)."""

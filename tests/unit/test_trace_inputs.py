@@ -217,3 +217,51 @@ def test_summarise_of_a_simulated_run_keeps_finite_waits() -> None:
     result = simulate(synthetic(pods=50, days=0.2, seed=1), ProductionPolicy(), SimConfig())
     summary = summarise(result, result.cost_cell_hours, 300.0)
     assert math.isfinite(summary.wait_p95_seconds)
+
+
+def test_kubeconfig_paths_are_absolute_even_from_relative_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml  # noqa: PLC0415
+
+    from simulations.harness.endpoint import write_kubeconfig  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pki").mkdir()
+    path = write_kubeconfig(
+        Path("kubeconfig"),
+        context="c",
+        url="https://127.0.0.1:1",
+        ca=Path("pki/ca.crt"),
+        cert=Path("pki/admin.crt"),
+        key=Path("pki/admin.key"),
+    )
+    config = yaml.safe_load(path.read_text())
+    user = config["users"][0]["user"]
+    refs = [config["clusters"][0]["cluster"]["certificate-authority"], *user.values()]
+    assert refs == [str(tmp_path / "pki" / n) for n in ("ca.crt", "admin.crt", "admin.key")]
+
+
+def test_a_failing_kubectl_shows_the_tail_of_its_stderr_in_one_line() -> None:
+    from simulations.harness.endpoint import KubectlError  # noqa: PLC0415
+
+    stderr = "W0101 noise\nerror: open pki/admin.crt: no such file or directory\n"
+    error = KubectlError(1, ["/bin/kubectl", "apply", "-f", "x"], output="", stderr=stderr)
+    text = str(error)
+    assert text.startswith("kubectl apply -f failed (exit 1): ")
+    assert "open pki/admin.crt: no such file or directory" in text
+    assert "\n" not in text
+
+
+def test_demo_errors_become_one_line_ending_with_the_cause() -> None:
+    from simulations.demo.cli import _one_line  # noqa: PLC0415
+
+    error = RuntimeError(
+        "kube-apiserver exited during start; log /x/apiserver.log:\n"
+        + "\n".join(f"line {i}" for i in range(30))
+        + "\nE: bind: address already in use"
+    )
+    text = _one_line(error)
+    assert "\n" not in text
+    assert text.endswith("E: bind: address already in use")
+    assert text.count(" | ") == 2
