@@ -15,8 +15,6 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from gpucellpool.api.durations import parse_duration
-
 MAX_DURATION_S = 86_400.0
 """No loop period, lease or debounce of this operator is meaningful beyond a day."""
 
@@ -37,6 +35,9 @@ def seconds_value(text: str) -> float:
         return float(stripped)
     except ValueError:
         pass
+    # Imported here: gpucellpool.api loads the pydantic models, a second on a busy machine.
+    from gpucellpool.api.durations import parse_duration  # noqa: PLC0415
+
     try:
         return parse_duration(stripped)
     except ValueError:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from gpucellpool import __version__, flag_types, logs
 from gpucellpool.errors import UserError
+from gpucellpool.kube import kubeconfig
 from webhook import rule_flags
 
 if TYPE_CHECKING:
@@ -238,6 +239,7 @@ async def serve(settings: Settings) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
+    kubeconfig.check_source(args.kubeconfig, os.environ, Path.home())  # before the heavy imports
     try:
         settings = settings_from(args)
     except ValueError as exc:  # the chart's GPUCELLPOOL_WEBHOOK_* environment

@@ -7,7 +7,9 @@ file that does not exist). The operator tries, in controller-runtime's order: ``
 that is broken is an error naming the file and its problem (no silent fall-through to another
 cluster); when no source exists the error names each one tried and why it did not apply.
 ``$KUBECONFIG`` comes before the in-cluster account so that a process started inside a pod
-with ``$KUBECONFIG`` set (a CI runner) talks to the cluster it was pointed at.
+with ``$KUBECONFIG`` set (a CI runner) talks to the cluster it was pointed at. Finding the
+source and checking its files (``check_source``) needs no kubernetes_asyncio, so ``run`` does
+it before importing the operator's graph: a newcomer's mistake is reported in a moment.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from gpucellpool.errors import UserError
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client as k8s_client
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 """Where the kubelet mounts a pod's service-account token and the cluster's CA."""
@@ -125,8 +128,9 @@ def file_problem(path: Path) -> str | None:
     return problem if problem is not None else document_problem(doc)
 
 
-async def _load_files(label: str, paths: list[Path]) -> k8s_client.Configuration:
-    """The configuration from kubeconfig file(s) (merged as kubectl does), or a one-line error."""
+def check_files(label: str, paths: tuple[Path, ...]) -> None:
+    """Raise ``KubeconfigError`` naming the file and its problem unless the files (merged as
+    the loader merges them) define a usable current context."""
     docs = []
     for path in paths:
         doc, problem = parse_file(path)
@@ -137,6 +141,15 @@ async def _load_files(label: str, paths: list[Path]) -> k8s_client.Configuration
     problem = document_problem(merge(docs))
     if problem is not None:
         raise KubeconfigError(f"{label}: {joined}: {problem}")
+
+
+async def _load_files(label: str, paths: tuple[Path, ...]) -> k8s_client.Configuration:
+    """The configuration from kubeconfig file(s) (merged as kubectl does), or a one-line error."""
+    from kubernetes_asyncio import client as k8s_client  # noqa: PLC0415 - see the docstring
+    from kubernetes_asyncio import config as k8s_config  # noqa: PLC0415
+
+    check_files(label, paths)
+    joined = os.pathsep.join(str(p) for p in paths)
     configuration = k8s_client.Configuration()
     try:
         await k8s_config.load_kube_config(config_file=joined, client_configuration=configuration)
@@ -160,6 +173,11 @@ def _in_cluster(
     environ: Mapping[str, str], account_dir: Path
 ) -> tuple[k8s_client.Configuration | None, str]:
     """The service-account configuration of a pod, or None and why it does not apply."""
+    if "KUBERNETES_SERVICE_HOST" not in environ or "KUBERNETES_SERVICE_PORT" not in environ:
+        return None, "KUBERNETES_SERVICE_HOST/PORT not set (not in a pod)"
+    from kubernetes_asyncio import client as k8s_client  # noqa: PLC0415 - see the docstring
+    from kubernetes_asyncio import config as k8s_config  # noqa: PLC0415
+
     configuration = k8s_client.Configuration()
     try:
         k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
@@ -169,10 +187,7 @@ def _in_cluster(
             cert_filename=str(account_dir / "ca.crt"),
         )
     except (k8s_config.ConfigException, OSError) as exc:
-        text = str(exc).rstrip(".")
-        if "host/port is not set" in text:
-            text = "KUBERNETES_SERVICE_HOST/PORT not set (not in a pod)"
-        return None, text
+        return None, str(exc).rstrip(".")
     return configuration, ""
 
 
@@ -221,5 +236,19 @@ async def load_configuration(
     source = find_source(explicit, environ, home, account_dir)
     if source.in_cluster is not None:
         return source.in_cluster, source.label
-    configuration = await _load_files(source.label, list(source.paths))
+    configuration = await _load_files(source.label, source.paths)
     return configuration, f"{source.label} {os.pathsep.join(map(str, source.paths))}"
+
+
+def check_source(
+    explicit: str | None,
+    environ: Mapping[str, str],
+    home: Path,
+    account_dir: Path = SERVICE_ACCOUNT_DIR,
+) -> Source:
+    """``find_source`` and, for files, ``check_files``: every mistake ``load_configuration``
+    would report about the source itself, without kubernetes_asyncio (outside a pod)."""
+    source = find_source(explicit, environ, home, account_dir)
+    if source.paths:
+        check_files(source.label, source.paths)
+    return source
