@@ -17,9 +17,12 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import gpucellpool.api
 import webhook.rules
+from gpucellpool.api.conditions import Condition
+from gpucellpool.api.durations import parse_duration
 
 PACKAGES = (webhook.rules, gpucellpool.api)
 
@@ -117,3 +120,19 @@ def test_fullmatch_refuses_a_trailing_newline(name: str, pattern: re.Pattern[str
     for value in accepted:
         assert pattern.match(value + "\n") is not None, "the trap this test guards against"
         assert pattern.fullmatch(value + "\n") is None
+
+
+def test_the_api_models_refuse_a_trailing_newline_too() -> None:
+    """Pydantic's ``Field(pattern=...)`` runs on the Rust regex engine, where ``$`` is the end
+    of the text (as in the apiserver's Go engine for the CRD's patterns); the duration parser is
+    Python's and anchors with ``fullmatch``."""
+    at = "2026-12-01T00:00:00Z"
+    assert Condition.model_validate({"type": "Ready", "status": "True", "reason": "Ok",
+                                     "lastTransitionTime": at})  # fmt: skip
+    with pytest.raises(ValidationError):
+        Condition.model_validate(
+            {"type": "Ready\n", "status": "True", "reason": "Ok", "lastTransitionTime": at}
+        )
+    assert parse_duration("5m") == 300.0
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration("5m\n")
