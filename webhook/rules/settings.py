@@ -22,7 +22,9 @@ class RuleSettings:
     allow_blank_data_disks: bool = False
     """Let guests create blank data-disk PVCs of any size and StorageClass."""
     allowed_prometheus_hosts: frozenset[str] = frozenset()
-    """Hosts spec.autoscaling.prometheus.url may name (default: any host except link-local)."""
+    """Hosts spec.autoscaling.prometheus.url may name, loopback included (default: none listed,
+    so any host that ``gpucellpool.api.url_policy`` does not refuse; link-local and metadata
+    addresses are refused even when listed)."""
     allowed_storage_classes: frozenset[str] = frozenset()
     """StorageClasses a guestTemplate ``storage`` override may name (default: none, so every
     root-disk override is refused: it moves the disk to another class, with its cost and
