@@ -15,6 +15,7 @@ from typing import Any
 
 from gpucellpool.api.spec import GPUCellPoolSpec, Provisioner
 from webhook.rules.autoscaling_rules import check_autoscaling
+from webhook.rules.control_chars import check_control_chars
 from webhook.rules.guest_template import GuestContext, check_guest_template
 from webhook.rules.names import check_name
 from webhook.rules.paths import get, parse
@@ -98,6 +99,7 @@ def check_object(obj: Any, settings: RuleSettings, found: Findings) -> GPUCellPo
         check_node_settings(spec, found)
         hosts = settings.allowed_prometheus_hosts
         check_autoscaling(spec.autoscaling, spec.replicas, found, hosts)
+    check_control_chars(raw_spec, found)
     return spec
 
 
