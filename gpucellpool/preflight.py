@@ -20,6 +20,21 @@ from gpucellpool.kube.rest import HTTP_NOT_FOUND, ApiError, RestClient
 
 HTTP_UNAUTHORIZED = 401
 HTTP_FORBIDDEN = 403
+POOLS_PATH = "/apis/cells.kubeswift.io/v1alpha1/gpucellpools"
+"""``gpucellpool.kube.adapters.POOLS_PATH``, spelled out: that module loads the API models."""
+
+
+def pool_paths(namespaces: Sequence[str]) -> list[str]:
+    """The GPUCellPool collections the operator will watch (all namespaces when none given)."""
+    head, _, plural = POOLS_PATH.rpartition("/")
+    unique = dict.fromkeys(ns for ns in namespaces if ns)
+    return [f"{head}/namespaces/{ns}/{plural}" for ns in unique] or [POOLS_PATH]
+
+
+def lease_path(namespace: str, name: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+
+
 CRD_HINT = "install it: kubectl apply -f crds/cells.kubeswift.io_gpucellpools.yaml (or the chart)"
 
 

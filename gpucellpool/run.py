@@ -26,6 +26,10 @@ from webhook import rule_flags
 
 if TYPE_CHECKING:
     from gpucellpool.app import Settings
+    from gpucellpool.kube.rest import RestClient
+
+API_TIMEOUT_S = 10.0
+"""Every call to the infrastructure apiserver (``Settings.api_timeout_s``)."""
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -186,6 +190,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         identity=args.identity,
         lease_namespace=args.lease_namespace,
         kubeconfig=args.kubeconfig,
+        api_timeout_s=API_TIMEOUT_S,
         lease_name=args.lease_name,
         lease_s=args.lease_duration,
         renew_deadline_s=args.renew_deadline,
@@ -207,19 +212,37 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-async def serve(settings: Settings) -> None:
+async def _checked_client(args: argparse.Namespace) -> RestClient:
+    """The infrastructure cluster's client, once it answers as the operator needs."""
     from gpucellpool import preflight  # noqa: PLC0415 - see settings_from
-    from gpucellpool.app import build  # noqa: PLC0415
-    from gpucellpool.kube.adapters import LeaseClient  # noqa: PLC0415
+    from gpucellpool.kube.rest import client_in_cluster_or  # noqa: PLC0415
 
-    app = await build(settings)
+    infra = await client_in_cluster_or(args.kubeconfig, API_TIMEOUT_S)
     try:
         await preflight.check_cluster(
-            app.infra,
-            [c.query.path for c in app.pool_caches],
-            LeaseClient(app.infra, settings.lease_namespace, settings.lease_name).path,
-            str(app.infra.api_client.configuration.host),
+            infra,
+            preflight.pool_paths([ns for value in args.namespace for ns in value]),
+            preflight.lease_path(args.lease_namespace, args.lease_name),
+            str(infra.api_client.configuration.host),
         )
+    except BaseException:
+        await infra.close()
+        raise
+    return infra
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Check the cluster first (before the graph's imports), then run until a signal."""
+    infra = await _checked_client(args)
+    try:
+        settings = settings_from(args)
+    except ValueError as exc:  # the chart's GPUCELLPOOL_WEBHOOK_* environment
+        await infra.close()
+        raise UserError(str(exc)) from exc
+    from gpucellpool.app import App  # noqa: PLC0415 - see settings_from
+
+    app = App(settings, infra)
+    try:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -240,9 +263,5 @@ async def serve(settings: Settings) -> None:
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     kubeconfig.check_source(args.kubeconfig, os.environ, Path.home())  # before the heavy imports
-    try:
-        settings = settings_from(args)
-    except ValueError as exc:  # the chart's GPUCELLPOOL_WEBHOOK_* environment
-        raise UserError(str(exc)) from exc
-    asyncio.run(serve(settings))
+    asyncio.run(serve(args))
     return 0

@@ -138,9 +138,39 @@ def check_files(label: str, paths: tuple[Path, ...]) -> None:
             raise KubeconfigError(f"{label}: {path}: {problem}")
         docs.append(doc)
     joined = os.pathsep.join(str(p) for p in paths)
-    problem = document_problem(merge(docs))
+    merged = merge(docs)
+    problem = document_problem(merged)
+    if problem is None:
+        problem = missing_file(list(zip(paths, docs, strict=True)), merged)
     if problem is not None:
         raise KubeconfigError(f"{label}: {joined}: {problem}")
+
+
+_FILE_KEYS = {
+    "cluster": ("clusters", ("certificate-authority",)),
+    "user": ("users", ("client-certificate", "client-key", "tokenFile")),
+}
+
+
+def missing_file(docs: list[tuple[Path, dict[str, Any]]], merged: dict[str, Any]) -> str | None:
+    """A file the current context's cluster or user names that does not exist, or None.
+
+    A relative name is relative to the kubeconfig file that defines the entry, as kubectl and
+    kubernetes_asyncio read it. Only the current context's entries are checked.
+    """
+    current = str(merged["current-context"])
+    context = _named(merged, "contexts")[current].get("context") or {}
+    for ref, (kind, keys) in _FILE_KEYS.items():
+        name = str(context.get(ref) or "")
+        origin = next(((p, d) for p, d in docs if name in _named(d, kind)), None)
+        if origin is None:
+            continue
+        body = _named(origin[1], kind)[name].get(ref) or {}
+        for key in keys:
+            value = body.get(key)
+            if value and not (origin[0].parent / Path(str(value)).expanduser()).exists():
+                return f"{ref} {name!r}: {key} {value}: no such file"
+    return None
 
 
 async def _load_files(label: str, paths: tuple[Path, ...]) -> k8s_client.Configuration:

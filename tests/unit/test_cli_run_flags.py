@@ -21,6 +21,7 @@ from gpucellpool.cli import build_parser, main
 from gpucellpool.errors import UserError
 from gpucellpool.kube.kubeconfig import (
     KubeconfigError,
+    check_files,
     document_problem,
     file_problem,
     find_source,
@@ -29,7 +30,7 @@ from gpucellpool.kube.kubeconfig import (
 )
 from gpucellpool.kube.rest import ApiError
 from gpucellpool.leader import MIN_RETRY_S, ElectionSettings, LeaderElector
-from gpucellpool.preflight import explain
+from gpucellpool.preflight import explain, lease_path, pool_paths
 from gpucellpool.run import settings_from
 
 # -- validators ---------------------------------------------------------------------------------
@@ -303,6 +304,37 @@ async def test_kubeconfig_files_merge_as_the_loader_merges_them(tmp_path: Path) 
     configuration, _ = await load_configuration(None, env, tmp_path, tmp_path)
     assert configuration.host == "https://127.0.0.1:6443"
     assert merge([{"current-context": "x"}, {"current-context": "y"}])["current-context"] == "y"
+
+
+def test_files_the_current_context_names_must_exist(tmp_path: Path) -> None:
+    """Relative to the kubeconfig's own folder; entries of other contexts are not checked."""
+    (tmp_path / "pki").mkdir()
+    (tmp_path / "pki" / "ca.crt").write_text("ca")
+    ca = GOOD.replace("insecure-skip-tls-verify: true", "certificate-authority: pki/ca.crt")
+    path = tmp_path / "config"
+    stale = "{token: abc}}, {name: stale, user: {tokenFile: /no}}]"
+    path.write_text(ca.replace("{token: abc}}]", stale))
+    assert file_problem(path) is None
+    check_files("--kubeconfig", (path,))
+    path.write_text(ca.replace("{token: abc}", "{client-certificate: u.crt, client-key: u.key}"))
+    with pytest.raises(KubeconfigError, match=r"user 'u': client-certificate u.crt: no such file"):
+        check_files("--kubeconfig", (path,))
+    (tmp_path / "pki" / "ca.crt").unlink()
+    path.write_text(ca)
+    with pytest.raises(KubeconfigError, match=r"cluster 'c': certificate-authority pki/ca.crt"):
+        check_files("--kubeconfig", (path,))
+
+
+def test_preflight_paths_are_the_ones_the_operator_uses() -> None:
+    from gpucellpool.app import Settings, _path, watched_namespaces  # noqa: PLC0415
+    from gpucellpool.kube.adapters import POOLS_PATH, LeaseClient  # noqa: PLC0415
+
+    for namespaces in ((), ("a",), ("a", "b", "a")):
+        settings = Settings(identity="x", lease_namespace="ops", pool_namespaces=namespaces)
+        expected = [_path(ns, POOLS_PATH) for ns in watched_namespaces(settings)]
+        assert pool_paths(namespaces) == expected
+    lease = LeaseClient(None, "ops", "gpucellpool-autoscaler")  # type: ignore[arg-type]
+    assert lease_path("ops", "gpucellpool-autoscaler") == lease.path
 
 
 def test_document_problem_of_a_directory_and_an_empty_file(tmp_path: Path) -> None:
