@@ -12,7 +12,7 @@ Public API::
     validate_scale(pool_old, scale_new, settings=DEFAULT_SETTINGS) -> Verdict
     Verdict(allowed, reasons: tuple[FieldError, ...], warnings: tuple[FieldError, ...])
     FieldError(path, message); RuleSettings(strict_guest_template, allowed_sriov_resources,
-    allow_blank_data_disks, allowed_prometheus_hosts)
+    allow_blank_data_disks, allowed_prometheus_hosts, allowed_storage_classes)
     referenced_secrets(obj) / new_secret_references(old, new) -> ((path, secret name), ...)
         for the server's SubjectAccessReview (may the requesting user get these Secrets?)
 """
