@@ -81,14 +81,14 @@ class RuleGate:
 
     def __init__(self, rules: PoolRules | None) -> None:
         self.rules = rules
-        self._seen: OrderedDict[tuple[str, int], tuple[Breach, ...]] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, ...], tuple[Breach, ...]] = OrderedDict()
 
     async def breaches(self, raw: Mapping[str, Any]) -> tuple[Breach, ...]:
-        """What the stored pool breaks (cached per uid and generation)."""
+        """What the stored pool breaks (cached per namespace, name, uid and generation)."""
         if self.rules is None:
             return ()
         meta = raw.get("metadata") or {}
-        key = (str(meta.get("uid", "")), int(meta.get("generation") or 0))
+        key = tuple(str(meta.get(k, "")) for k in ("namespace", "name", "uid", "generation"))
         if key in self._seen:
             self._seen.move_to_end(key)
             return self._seen[key]
