@@ -28,10 +28,11 @@ from typing import Any
 
 import yaml
 
-from simulations.harness import ClusterEndpoint
+from simulations.harness import ApiError, ClusterEndpoint
 from tests.integration.chart_support import CHART, Doc, one, run_helm
 
 WEBHOOK_PATH = "/validate-cells-kubeswift-io-v1alpha1-gpucellpool"
+HTTP_TOO_MANY_REQUESTS = 429
 
 
 def free_port() -> int:
@@ -222,6 +223,27 @@ def forbidden(events: list[dict[str, Any]], unserved: Iterable[str] = ()) -> lis
 
 
 def pool_namespaces(infra: ClusterEndpoint) -> set[str]:
-    """Namespaces holding a GPUCellPool now (any test's)."""
-    pools = infra.request("GET", "/apis/cells.kubeswift.io/v1alpha1/gpucellpools")["items"]
-    return {p["metadata"]["namespace"] for p in pools}
+    """Namespaces holding a GPUCellPool now (any test's). Right after the harness starts the
+    apiserver may still answer 429 "storage is (re)initializing" for a CRD: retried."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            pools = infra.request("GET", "/apis/cells.kubeswift.io/v1alpha1/gpucellpools")
+        except ApiError as exc:
+            if exc.status != HTTP_TOO_MANY_REQUESTS or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)  # the apiserver's own Retry-After is 1 s
+            continue
+        return {p["metadata"]["namespace"] for p in pools["items"]}
+
+
+def used(events: list[dict[str, Any]]) -> list[str]:
+    """``verb group/resource[/subresource]`` of every request that was allowed, sorted."""
+    seen = set()
+    for e in events:
+        ref = e.get("objectRef") or {}
+        if e.get("responseStatus", {}).get("code") == 403 or not ref:
+            continue
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        seen.add(f"{e['verb']} {ref.get('apiGroup') or 'core'}/{ref.get('resource')}{sub}")
+    return sorted(seen)

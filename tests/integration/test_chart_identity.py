@@ -40,6 +40,7 @@ from tests.integration.chart_identity_support import (
     pool_namespaces,
     route_webhook_to_loopback,
     token_kubeconfig,
+    used,
     wait,
 )
 from tests.integration.test_loop_helpers import JSON, PoolWatch, client_for, watch_pool
@@ -162,7 +163,7 @@ async def test_chart_identity_runs_a_pool_lifecycle_without_a_403(
                 await lifecycle(infra, workload, serves)
                 assert proc.proc.poll() is None, "the operator exited"
             during = audit_events(harness.audit_log("infrastructure"), release.username)
-            print(f"\n  {len(during)} requests as {release.username}", end="")
+            print(f"\n  {len(during)} requests as {release.username}: {used(during)}", end="")
             assert len(during) > 50, "the audit log does not record the chart identity"
             assert forbidden(during, others) == [], "the chart's RBAC refused the operator"
             probes = secret_refused(infra, kubeconfig, outside)
