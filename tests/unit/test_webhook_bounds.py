@@ -19,6 +19,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.unit.test_webhook_server import CASES, Pools, Running, admission, issue
 from webhook.body_depth import MAX_DEPTH, nesting_depth
@@ -60,6 +62,33 @@ def test_the_depth_scan_ignores_brackets_in_strings() -> None:
     assert nesting_depth(b'{"a": "[[[[{{{{\\"[[[", "b": [[1]]}') == 3
     assert nesting_depth(b"[" * 5000) == 5000
     assert nesting_depth(b'"just a string"') == 0
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(st.sampled_from('[]{}"\\/ax\n'), max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, ascii_only=st.booleans())
+def test_the_byte_scan_agrees_with_the_decoded_depth(value: Any, ascii_only: bool) -> None:
+    body = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert nesting_depth(body) == _depth(value)
 
 
 async def test_deep_nesting_is_a_400_not_a_traceback(start: Callable[[float], Any]) -> None:
