@@ -36,7 +36,7 @@ from tests.integration.chart_identity_support import (
     wait,
 )
 from tests.integration.chart_support import ROOT
-from tests.integration.quickstart_support import Runner, Step, steps
+from tests.integration.quickstart_support import Runner, Step, StepFailed, steps
 
 helm = chart_support.helm  # the fixture
 DOC = ROOT / "docs" / "quickstart.md"
@@ -71,6 +71,16 @@ def test_every_block_of_sections_2_and_3_is_a_step() -> None:
     marked = [s for s in steps(text) if s.section in ("2", "3")]
     assert len(marked) == fences, f"{fences - len(marked)} unmarked code block(s)"
     assert len({s.id for s in marked}) == len(marked), "step ids must be unique"
+
+
+def test_steps_share_exports_and_a_failing_step_is_named(tmp_path: Path) -> None:
+    runner = Runner(tmp_path, {"PATH": os.environ["PATH"]})
+    runner.run(Step("set", "sh", "export GREETING=hello\n", "9"))
+    assert runner.run(Step("use", "sh", 'echo "$GREETING"\n', "9")).strip() == "hello"
+    with pytest.raises(StepFailed, match=r"step 'broken' \(section 9\) exit 1(.|\n)*said this"):
+        runner.run(Step("broken", "sh", "echo said this\nfalse\necho never\n", "9"))
+    with pytest.raises(StepFailed, match=r"step 'short' \(section 9\) ended \(exit 0\) before"):
+        runner.run(Step("short", "sh", "echo one line\n", "9", until="^two"))
 
 
 @contextlib.contextmanager
