@@ -2,10 +2,12 @@
 
 Why this module exists: the CLI contract (``add_arguments`` / ``run``) for the long-running
 process. It parses flags (with environment defaults suited to a Deployment: identity from the
-pod name, Lease namespace from the pod namespace), configures JSON logging, builds the graph in
-``gpucellpool.app`` and runs until SIGTERM/SIGINT, releasing the Lease on the way out so the
-standby takes over at once. The operator's graph is imported only once the flags are good,
-so ``--help``, ``--version`` and a usage error answer in a fraction of a second.
+pod name, Lease namespace from the pod namespace), configures JSON logging, finds the cluster
+(``gpucellpool.kube.kubeconfig``) and looks at it once (``gpucellpool.preflight``), builds the
+graph in ``gpucellpool.app`` and runs until SIGTERM/SIGINT, releasing the Lease on the way out
+so the standby takes over at once. Each step imports only what it needs: ``--help``, a usage
+error or a broken kubeconfig answers in about half a second of CPU; the graph (two seconds on a
+busy machine) is imported once the cluster has answered.
 """
 
 from __future__ import annotations
