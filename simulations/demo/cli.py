@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_result = asyncio.run(run_twin(spec, workdir=work, progress=show))
     except TraceError as error:
-        print(f"\ngpucellpool demo: trace {error}", file=sys.stderr)
+        print(f"gpucellpool demo: trace {error}", file=sys.stderr)
         return 2
     except Exception as error:  # the CLI boundary: one line and the logs' place, no traceback
         print(

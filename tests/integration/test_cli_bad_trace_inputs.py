@@ -91,6 +91,10 @@ ROWS = [
     Bad(("demo", "--speed", "-3"), "--speed"),
     Bad(("demo", "--trace", "{tmp}/missing.csv"), "missing.csv: no such file"),
     Bad(("demo", "--hours", "inf"), "--hours"),
+    Bad(("demo", "--trace", "{tmp}/t.csv"), "t.csv:3: not UTF-8",
+        {"t.csv": GENERIC.encode() + b"0,10,1\n\xff,1,1\n"}),
+    Bad(("demo", "--trace", "{tmp}/t.csv"), "t.csv:2: ends at 1e+300 s",
+        {"t.csv": GENERIC + "1e300,10,1\n"}),
     # trace record
     Bad(("trace", "record", "--prometheus", "http://127.0.0.1:1", "--start", "0", "--end", "60",
          "--step", "1m30x", "-o", "{tmp}/o.csv"), "--step: '1m30x'"),

@@ -265,3 +265,23 @@ def test_demo_errors_become_one_line_ending_with_the_cause() -> None:
     assert "\n" not in text
     assert text.endswith("E: bind: address already in use")
     assert text.count(" | ") == 2
+
+
+def test_parallel_runs_report_progress_for_every_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib  # noqa: PLC0415
+
+    from simulations.report import compare as compare_module  # noqa: PLC0415
+
+    seen: dict[str, list[float]] = {}
+
+    @contextlib.contextmanager
+    def recording_bar(_enabled: bool | None = None):  # type: ignore[no-untyped-def]
+        yield lambda name: seen.setdefault(name, []).append
+
+    monkeypatch.setattr(compare_module, "progress_bar", recording_bar)
+    pods = synthetic(pods=120, days=0.3, seed=5)
+    policies = {"one": ProductionPolicy, "two": ProductionPolicy}
+    compare(pods, policies, SimConfig(tail_seconds=3600.0), show_progress=True, jobs=2)
+    assert set(seen) == set(policies)
+    for name, fractions in seen.items():
+        assert any(0 < f < 1 for f in fractions), (name, fractions)
