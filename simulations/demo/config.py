@@ -216,25 +216,36 @@ def load_pods(trace: Path | None) -> tuple[TracePod, ...]:
     return loaded.pods
 
 
+def _window(spec: DemoSpec) -> tuple[TracePod, ...]:
+    """The slice of the trace, thinned and compressed (arrivals and durations / compression)."""
+    return rescale(
+        load_pods(spec.trace),
+        RescaleSpec(
+            start_seconds=spec.start_seconds,
+            end_seconds=spec.start_seconds + spec.hours * HOUR,
+            time_compression=spec.compression,
+            duration_scale=1.0 / spec.compression,
+            arrival_multiplier=spec.multiplier,
+            jitter_seconds=0.0,
+            seed=spec.seed,
+        ),
+    )
+
+
+def unhostable_count(spec: DemoSpec) -> int:
+    """Pods of the slice no cell can ever host: left out of both worlds, shown in the report."""
+    return sum(1 for p in _window(spec) if not sim_hami.fits_fresh_cell(p.ask, SHAPE))
+
+
 def compressed_pods(spec: DemoSpec) -> tuple[TracePod, ...]:
     """The slice, thinned and compressed (arrivals and durations / ``compression``).
 
-    Pods a 1-GPU cell can never host are left out (both worlds would only report them), and
+    Pods a 1-GPU cell can never host are left out (both worlds would only report them; the
+    report counts them with ``unhostable_count``), and
     pods still running at the slice's end are cut there, so the run ends with a scale-down.
     """
-    pods = load_pods(spec.trace)
-    end = spec.start_seconds + spec.hours * HOUR
-    window = RescaleSpec(
-        start_seconds=spec.start_seconds,
-        end_seconds=end,
-        time_compression=spec.compression,
-        duration_scale=1.0 / spec.compression,
-        arrival_multiplier=spec.multiplier,
-        jitter_seconds=0.0,
-        seed=spec.seed,
-    )
     limit = spec.wall(spec.hours * HOUR)
-    fitting = [p for p in rescale(pods, window) if sim_hami.fits_fresh_cell(p.ask, SHAPE)]
+    fitting = [p for p in _window(spec) if sim_hami.fits_fresh_cell(p.ask, SHAPE)]
     first = min((p.arrival_seconds for p in fitting), default=0.0)  # the player's time zero
     return tuple(
         replace(

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from simulations.baselines.oracle import oracle
-from simulations.demo.config import SHAPE, DemoSpec, WorldTimings, sim_config, sim_policy
+from simulations.demo.config import (
+    SHAPE,
+    DemoSpec,
+    WorldTimings,
+    sim_config,
+    sim_policy,
+    unhostable_count,
+)
 from simulations.demo.twin_run import TwinResult
 from simulations.demo.utilisation import mean_utilisation
 from simulations.engine import Sample, SimResult, simulate
@@ -120,7 +127,11 @@ def build_report(run: TwinResult) -> DemoReport:
         for r in (reference, simulated, nominal, _clip(twin, run.end_seconds))
     )
     boot = spec.boot_seconds
-    summaries = tuple(summarise(r, results[0].cost_cell_hours, boot) for r in results)
+    unhostable = unhostable_count(spec)  # left out of both worlds: counted, not hidden
+    summaries = tuple(
+        replace(summarise(r, results[0].cost_cell_hours, boot), unschedulable=unhostable)
+        for r in results
+    )
     return DemoReport(
         spec=spec,
         fidelity=fidelity,

@@ -285,3 +285,16 @@ def test_parallel_runs_report_progress_for_every_policy(monkeypatch: pytest.Monk
     assert set(seen) == set(policies)
     for name, fractions in seen.items():
         assert any(0 < f < 1 for f in fractions), (name, fractions)
+
+
+def test_the_demo_counts_the_pods_its_one_gpu_cells_cannot_host(tmp_path: Path) -> None:
+    from dataclasses import replace  # noqa: PLC0415
+
+    from simulations.demo.config import DemoSpec, compressed_pods, unhostable_count  # noqa: PLC0415
+
+    trace = _write(tmp_path, "t.csv", GENERIC + "0,600,1\n60,600,2\n120,600,1\n")
+    spec = replace(
+        DemoSpec(trace=trace, hours=1.0), start_seconds=0.0, compression=60.0, multiplier=1.0
+    )
+    assert len(compressed_pods(spec)) == 2
+    assert unhostable_count(spec) == 1
