@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webhook.rules import RuleSettings, validate_create
-from webhook.rules.control_chars import FREE_TEXT_VALUES
+from webhook.rules.control_chars import _CONTROL, FREE_TEXT_VALUES, check_control_chars
+from webhook.rules.verdict import Findings
 
 ROOT = Path(__file__).resolve().parents[2]
 Step = str | int
@@ -81,6 +84,16 @@ def test_the_samples_have_many_strings() -> None:
     assert len(CASES) >= 100
 
 
+def test_node_annotation_values_may_be_free_text_but_not_their_keys() -> None:
+    _, sample = _samples()[0]
+    pool = copy.deepcopy(sample)
+    node = pool["spec"]["workloadCluster"].setdefault("node", {})
+    node["annotations"] = {"example.com/notes": "line one\nline two"}
+    assert validate_create(pool, RuleSettings()).allowed
+    node["annotations"] = {"example.com/notes\n": "x"}
+    assert not validate_create(pool, RuleSettings()).allowed
+
+
 @pytest.mark.parametrize("char", ["\n", "\r", "\t", "\x00", "\u2028"], ids=repr)
 def test_a_control_character_anywhere_is_refused(char: str) -> None:
     admitted = []
@@ -89,3 +102,27 @@ def test_a_control_character_anywhere_is_refused(char: str) -> None:
         if verdict.allowed:
             admitted.append(f"{name}: {'key ' if is_key else ''}{'.'.join(map(str, path))}")
     assert admitted == []
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=5)
+_SPEC = st.recursive(
+    st.none() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=20,
+)
+
+
+def _holds_control(node: Any) -> bool:
+    if isinstance(node, dict):
+        return any(_CONTROL.search(k) or _holds_control(v) for k, v in node.items())
+    if isinstance(node, list):
+        return any(_holds_control(v) for v in node)
+    return isinstance(node, str) and _CONTROL.search(node) is not None
+
+
+@settings(max_examples=400, deadline=None)
+@given(spec=st.dictionaries(_TEXT, _SPEC, max_size=4))
+def test_the_fast_precheck_never_hides_a_control_character(spec: dict[str, Any]) -> None:
+    found = Findings()
+    check_control_chars(spec, found)
+    assert bool(found.errors) == _holds_control(spec)

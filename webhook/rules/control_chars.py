@@ -12,6 +12,7 @@ text and which are only patched onto Nodes. Values are never echoed (the path sa
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from collections.abc import Mapping
@@ -23,6 +24,10 @@ from webhook.rules.verdict import Findings
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 """C0 controls (newline, carriage return, tab, NUL ...), DEL, NEL and the Unicode line and
 paragraph separators."""
+_ESCAPED = re.compile(r"\\[nrtbf]|\\u00[01][0-9a-fA-F]|[\x7f\x85\u2028\u2029]")
+"""The same characters as JSON writes them (C0 controls escaped, the rest literal): a fast
+pre-check on the encoded spec; a hit (or a false one, from an escaped backslash) means the
+walk that finds the paths runs."""
 FREE_TEXT_VALUES = frozenset({"spec.workloadCluster.node.annotations"})
 """Maps whose values (not keys) may be free text."""
 MESSAGE = (
@@ -31,23 +36,51 @@ MESSAGE = (
 )
 
 
+Steps = tuple[Any, ...]
+"""A path as a linked tuple ``(parent_steps, key)``: cheap to build, joined only to report."""
+
+
 def check_control_chars(spec: Any, found: Findings, base: str = "spec") -> None:
     """Refuse every key or string value under ``spec`` that holds a control character."""
-    queue: deque[tuple[str, Any]] = deque([(base, spec)])
+    if not _may_hold_controls(spec):
+        return
+    queue: deque[tuple[Steps, Any]] = deque([((), spec)])
     while queue:
-        path, node = queue.popleft()
-        if isinstance(node, Mapping):
-            free_values = path in FREE_TEXT_VALUES
+        steps, node = queue.popleft()
+        if isinstance(node, str):
+            if _CONTROL.search(node) and not _free_text(base, steps):
+                _report(_path(base, steps), found)
+        elif isinstance(node, Mapping):
             for key, value in node.items():
-                child = join(path, str(key))
-                if isinstance(key, str) and _CONTROL.search(key):
-                    _report(child, found)
-                if not (free_values and isinstance(value, str)):
-                    queue.append((child, value))
+                child = (steps, str(key))
+                if _CONTROL.search(str(key)):
+                    _report(_path(base, child), found)
+                queue.append((child, value))
         elif isinstance(node, list):
-            queue.extend((join(path, i), item) for i, item in enumerate(node))
-        elif isinstance(node, str) and _CONTROL.search(node):
-            _report(path, found)
+            queue.extend(((steps, i), item) for i, item in enumerate(node))
+
+
+def _may_hold_controls(spec: Any) -> bool:
+    try:
+        encoded = json.dumps(spec, ensure_ascii=False)
+    except (TypeError, ValueError):  # not plain JSON (a test's YAML date): walk it
+        return True
+    return _ESCAPED.search(encoded) is not None
+
+
+def _free_text(base: str, steps: Steps) -> bool:
+    return bool(steps) and _path(base, steps[0]) in FREE_TEXT_VALUES
+
+
+def _path(base: str, steps: Steps) -> str:
+    keys: list[str | int] = []
+    while steps:
+        steps, key = steps
+        keys.append(key)
+    path = base
+    for key in reversed(keys):
+        path = join(path, key)
+    return path
 
 
 def _report(path: str, found: Findings) -> None:
