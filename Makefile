@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: all venv bins lint drift test test-unit test-integration bench simulate demo crd clean
+.PHONY: all venv bins image lint drift test test-unit test-integration bench simulate demo crd clean
 
 all: test
 
@@ -22,6 +22,11 @@ venv: $(STAMP)
 ## Find (KUBEBUILDER_ASSETS, then the cache) or build etcd, kube-apiserver, kubectl, helm; Prometheus.
 bins: venv
 	$(PY) -m simulations.harness.binaries ensure
+
+## The operator image (Containerfile) as an OCI archive in the cache, built with mmdebstrap +
+## buildah (no Docker engine, no base-image registry); cached on its inputs; prints the digest.
+image: venv
+	$(PY) tools/image/build.py
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -45,7 +50,7 @@ test-integration: bins
 	$(PY) -m pytest tests/integration tests/e2e -q
 
 ## The README's test command: everything CI checks.
-test: venv bins lint drift
+test: venv bins lint drift image
 	$(PY) -m pytest tests -q -m 'not bench'
 
 ## Benchmarks: results are written to docs/benchmarks.md.
