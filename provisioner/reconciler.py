@@ -390,8 +390,8 @@ class Reconciler:
         deleted = await backend.sweep(pool, set(cells))
         meta = pool.metadata
         if not cells and not deleted:
-            await self.clients.forget(
-                meta.namespace, pool.spec.workload_cluster.kubeconfig_secret_ref.name
+            await self.clients.release(
+                meta.namespace, pool.spec.workload_cluster.kubeconfig_secret_ref.name, meta.name
             )
             raw = await self.infra.get(KINDS["GPUCellPool"], meta.namespace, meta.name)
             if raw is not None:

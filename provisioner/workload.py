@@ -103,11 +103,31 @@ class WorkloadClients:
         if entry is not None:
             await entry.api.close()
 
+    async def release(self, namespace: str, secret_name: str, pool_name: str) -> None:
+        """A deleted pool lets go of its client - unless another pool of the namespace names
+        the same Secret: pools are reconciled concurrently on one cache, so closing a shared
+        client would fail their passes in flight."""
+        pools = await self.infra.list(KINDS["GPUCellPool"], namespace)
+        if not shares_kubeconfig(pools, pool_name, secret_name):
+            await self.forget(namespace, secret_name)
+
     async def close(self) -> None:
         for entry in self._cache.values():
             with contextlib.suppress(Exception):
                 await entry.api.close()
         self._cache.clear()
+
+
+def shares_kubeconfig(pools: list[JSON], pool_name: str, secret_name: str) -> bool:
+    """Whether a pool other than ``pool_name`` (all of one namespace) names ``secret_name`` as
+    its workload kubeconfig Secret."""
+    for pool in pools:
+        if pool["metadata"]["name"] == pool_name:
+            continue
+        workload = (pool.get("spec") or {}).get("workloadCluster") or {}
+        if (workload.get("kubeconfigSecretRef") or {}).get("name") == secret_name:
+            return True
+    return False
 
 
 async def probe(api: KubeApi) -> Reachability:
