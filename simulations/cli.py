@@ -18,6 +18,7 @@ from autoscaler.policy.types import CellShape, PolicyConfig
 from simulations import argtypes as at
 from simulations.baselines import PEERS
 from simulations.baselines.oracle import BOUND, PACK
+from simulations.distributed import ClusterUnavailable, scheduler_address
 from simulations.engine import BootModel, DrainMode, ProductionPolicy, ScalingPolicy, SimConfig
 from simulations.engine.hami import BINPACK, SPREAD
 from simulations.engine.policy import legacy_windows_policy
@@ -34,11 +35,17 @@ EXTRA_POLICIES: dict[str, Callable[[], ScalingPolicy]] = {
 }
 
 
-def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+def add_trace_arguments(parser: argparse.ArgumentParser, many: bool = False) -> None:
+    """The trace flags; ``many``: ``--trace`` may be repeated (a list, None when not given)."""
     # argparse would print the whole many-line usage above a one-line error
     parser.usage = "%(prog)s [options] (see --help)"
     g = parser.add_argument_group("trace")
-    g.add_argument("--trace", type=at.existing_file, help="trace file (default: bundled openb)")
+    g.add_argument(
+        "--trace",
+        type=at.existing_file,
+        action="append" if many else "store",
+        help="trace file (default: bundled openb)" + ("; repeatable" if many else ""),
+    )
     g.add_argument("--trace-format", choices=FORMATS, default="auto")
     g.add_argument(
         "--skip-malformed",
@@ -97,8 +104,23 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--json", type=at.output_file, help="also write the summaries as JSON")
     g.add_argument("--plot", type=at.output_file, help="also write a PNG of demand vs cells")
     g.add_argument("--no-progress", action="store_true")
+    add_parallel_arguments(parser)
+
+
+def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the simulations run (simulations/distributed.py); results are the same anywhere."""
+    g = parser.add_argument_group("parallel execution")
     g.add_argument(
-        "--jobs", type=at.int_at_least(1, 64), default=1, help="run policies in parallel processes"
+        "--jobs",
+        type=at.int_at_least(1, 64),
+        default=1,
+        help="run simulations in N local processes",
+    )
+    g.add_argument(
+        "--scheduler",
+        type=scheduler_address,
+        help="run them on this Dask distributed scheduler instead (tcp://host:port; "
+        "needs gpucellpool[dask])",
     )
 
 
@@ -218,14 +240,18 @@ def run(args: argparse.Namespace) -> int:
         return 1
     names = args.policy or list(POLICIES)
     config = sim_config(args, policy_config(args))
-    comparison = compare(
-        pods,
-        {name: {**POLICIES, **EXTRA_POLICIES}[name] for name in names},
-        config,
-        oracle_method=args.oracle_method,
-        show_progress=False if args.no_progress else None,
-        jobs=args.jobs,
-    )
+    try:
+        comparison = compare(
+            pods,
+            {name: {**POLICIES, **EXTRA_POLICIES}[name] for name in names},
+            config,
+            oracle_method=args.oracle_method,
+            show_progress=False if args.no_progress else None,
+            jobs=args.jobs,
+            scheduler=args.scheduler,
+        )
+    except ClusterUnavailable as error:
+        return _fail(str(error))
     span_days = max(p.arrival_seconds for p in pods) / DAY
     title = f"{len(pods)} pods over {span_days:.1f} days, {args.cell_gpus}-GPU cells"
     meta = {

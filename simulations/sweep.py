@@ -1,9 +1,17 @@
-"""``gpucellpool sweep``: try our policy's knobs on a trace and print the cost/wait Pareto front.
+"""``gpucellpool sweep``: try our policy's knobs on traces and seeds; report the Pareto front.
 
 Why this module exists: the right stabilisation window, utilisation threshold, headroom,
 pre-warming and in-flight limit depend on the workload; a user should pick them from measured
-trade-offs (cell-hours vs p95 pod wait) on their own trace, not from our guesses. Every point
-is one full simulation of the production ``decide`` with a modified ``PolicyConfig``.
+trade-offs (cell-hours vs p95 pod wait) on their own traces, not from our guesses. Every point
+is a full simulation of the production ``decide`` with a modified ``PolicyConfig``, repeated
+over several seeds (boot times are random) so each figure is a mean with a 95 % interval and
+every "dominates" is judged on the intervals (simulations/report/intervals.py).
+
+A run of point P on trace T with seed S is exactly ``gpucellpool simulate --trace T --seed S``
+with P's knobs: the seed drives the trace's rescaling and the world, as there. The oracle is
+computed once per (trace, seed), not per point. The runs go to an executor
+(simulations/distributed.py): this process, ``--jobs`` local processes or a Dask cluster
+(``--scheduler``), with identical results.
 """
 
 from __future__ import annotations
@@ -11,51 +19,71 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 from autoscaler.policy.types import PolicyConfig
 from simulations import argtypes as at
 from simulations.baselines import PEERS
 from simulations.baselines.oracle import oracle
 from simulations.cli import (
+    add_parallel_arguments,
     add_trace_arguments,
     add_world_arguments,
     policy_config,
     sim_config,
     trace_pods,
 )
+from simulations.distributed import ClusterUnavailable, Executor, executor
 from simulations.engine import ProductionPolicy, SimConfig, simulate
-from simulations.report import markdown, pareto_front, summarise
+from simulations.report import summarise
+from simulations.report.intervals import SeedStats, over_seeds
+from simulations.report.pareto import report_markdown, write_report
 from simulations.report.summary import PolicySummary
 from simulations.traces import TracePod
 from simulations.traces.model import TraceError
 
+OURS = "gpucellpool"
+
+
+def _window(config: PolicyConfig, seconds: Any) -> PolicyConfig:
+    down = replace(config.scale_down, stabilization_window_seconds=seconds)
+    return replace(config, scale_down=down)
+
+
+def _field(name: str) -> Callable[[PolicyConfig, Any], PolicyConfig]:
+    return lambda config, value: replace(config, **{name: value})
+
+
+# knob -> (label prefix, how the value is shown, how it is applied)
+KNOBS: dict[
+    str, tuple[str, Callable[[object], str], Callable[[PolicyConfig, object], PolicyConfig]]
+]
+KNOBS = {
+    "window": ("w", lambda v: f"{v:g}s", _window),
+    "threshold": ("u", lambda v: f"{v:g}", _field("utilization_threshold")),
+    "headroom": ("h", str, _field("headroom_cells")),
+    "prewarm": ("prewarm", lambda v: "on" if v else "off", _field("prewarm")),
+    "in_flight": ("inflight", str, _field("max_cells_in_flight")),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    window_seconds: float
-    threshold: float
-    headroom: int
-    prewarm: bool
-    in_flight: int
+    """One knob setting: the knobs the user swept and their values; the rest are defaults."""
+
+    knobs: tuple[tuple[str, object], ...] = ()
 
     def label(self) -> str:
-        return (
-            f"w={self.window_seconds:g}s u={self.threshold:g} h={self.headroom} "
-            f"prewarm={'on' if self.prewarm else 'off'} inflight={self.in_flight}"
-        )
+        parts = [f"{KNOBS[k][0]}={KNOBS[k][1](v)}" for k, v in self.knobs]
+        return f"{OURS} " + (" ".join(parts) if parts else "(defaults)")
 
     def apply(self, config: PolicyConfig) -> PolicyConfig:
-        return replace(
-            config,
-            scale_down=replace(config.scale_down, stabilization_window_seconds=self.window_seconds),
-            utilization_threshold=self.threshold,
-            headroom_cells=self.headroom,
-            prewarm=self.prewarm,
-            max_cells_in_flight=self.in_flight,
-        )
+        for knob, value in self.knobs:
+            config = KNOBS[knob][2](config, value)
+        return config
 
 
 def _bool(text: str) -> bool:
@@ -65,78 +93,165 @@ def _bool(text: str) -> bool:
     return value in ("1", "on", "true", "yes")
 
 
+def _report_dir(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: exists and is not a directory")
+    if not path.resolve().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: folder {path.parent} does not exist")
+    return path
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_trace_arguments(parser)
+    add_trace_arguments(parser, many=True)
     add_world_arguments(parser)
-    g = parser.add_argument_group("knobs (comma-separated values; the grid is their product)")
-    seconds = at.comma_list(at.bounded(0, 7 * 86400))
-    g.add_argument("--window", type=seconds, default=[300.0, 600.0], help="scale-down window s")
-    share = at.comma_list(at.bounded(0, 1, low_open=True))
-    g.add_argument("--threshold", type=share, default=[0.5, 0.7], help="utilisation threshold")
-    cells = at.comma_list(at.int_at_least(0, 1000))
-    g.add_argument("--headroom", type=cells, default=[0, 1], help="headroom cells")
-    g.add_argument(
-        "--prewarm", type=at.comma_list(_bool), default=[False, True], help="pre-warming on/off"
+    g = parser.add_argument_group(
+        "knobs (comma-separated values; the grid is their product; a knob not given keeps "
+        "the policy's default)"
     )
-    in_flight = at.comma_list(at.int_at_least(1, 1000))
-    g.add_argument("--in-flight", type=in_flight, default=[2, 8], help="max cells booting at once")
+    seconds = at.comma_list(at.bounded(0, 7 * 86400))
+    g.add_argument("--window", type=seconds, help="scale-down window s")
+    share = at.comma_list(at.bounded(0, 1, low_open=True))
+    g.add_argument("--threshold", type=share, help="utilisation threshold")
+    cells = at.comma_list(at.int_at_least(0, 1000))
+    g.add_argument("--headroom", type=cells, help="headroom cells")
+    g.add_argument("--prewarm", type=at.comma_list(_bool), help="pre-warming on/off")
+    g.add_argument(
+        "--in-flight", type=at.comma_list(at.int_at_least(1, 1000)), help="max cells booting"
+    )
+    parser.add_argument(
+        "--seeds",
+        type=at.int_at_least(1, 1000),
+        default=5,
+        help="seeds per point: --seed, --seed+1, ... (default 5; intervals need >= 2)",
+    )
     parser.add_argument("--with-peers", action="store_true", help="add the peer baselines")
     parser.add_argument(
-        "--jobs", type=at.int_at_least(1, 64), default=1, help="parallel simulations"
+        "--reference",
+        default="cluster-autoscaler",
+        help="policy every row is judged against (default cluster-autoscaler, with peers)",
     )
+    parser.add_argument(
+        "--report-dir", type=_report_dir, help="write sweep.md, sweep.json, sweep.png there"
+    )
+    add_parallel_arguments(parser)
 
 
 def grid(args: argparse.Namespace) -> list[Point]:
-    return [
-        Point(*values)
-        for values in itertools.product(
-            args.window, args.threshold, args.headroom, args.prewarm, args.in_flight
-        )
-    ]
+    swept = [(k, getattr(args, k)) for k in KNOBS if getattr(args, k) is not None]
+    combos = itertools.product(*(values for _, values in swept))
+    return [Point(tuple(zip((k for k, _ in swept), combo, strict=True))) for combo in combos]
 
 
-def run_point(pods: Sequence[TracePod], config: SimConfig, point: Point) -> tuple[str, object]:
-    """One simulation of our policy with ``point``'s knobs (module-level: picklable)."""
-    tuned = replace(config, policy_config=point.apply(config.policy_config))
-    return point.label(), simulate(pods, ProductionPolicy(), tuned)
+def work(pods: Sequence[TracePod], config: SimConfig, what: object) -> float | PolicySummary:
+    """One task (module-level: picklable): the oracle's cost for ``what`` = an oracle method,
+    else the run of a ``Point`` of our policy or of a peer name, summarised (cost ratio left
+    NaN: the caller divides by the oracle of the same trace and seed)."""
+    if isinstance(what, Point):
+        tuned = replace(config, policy_config=what.apply(config.policy_config))
+        result = simulate(pods, ProductionPolicy(), tuned)
+        label = what.label()
+    elif isinstance(what, str) and what in PEERS:
+        result = simulate(pods, PEERS[what](), config)
+        label = what
+    else:
+        return oracle(pods, config.policy_config.shape, method=str(what)).cost_cell_hours
+    return replace(summarise(result, 0.0, config.boot.median_seconds), policy=label)
 
 
-def sweep(
-    pods: Sequence[TracePod], config: SimConfig, points: Sequence[Point], jobs: int = 1
-) -> list[tuple[str, object]]:
-    if jobs <= 1:
-        return [run_point(pods, config, p) for p in points]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_point, pods, config, p) for p in points]
-        return [f.result() for f in futures]
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """What to run: traces (label -> pods per seed), seeds, points, peers."""
+
+    traces: dict[str, dict[int, tuple[TracePod, ...]]]
+    configs: dict[int, SimConfig]  # per seed
+    points: tuple[Point, ...]
+    peers: tuple[str, ...]
+    oracle_method: str
+
+
+def run_sweep(plan: Sweep, pool: Executor) -> list[SeedStats]:
+    """Every (trace, seed) oracle and (trace, seed, point or peer) run, summarised over seeds:
+    one ``SeedStats`` per trace and point/peer, in trace then plan order."""
+    whats: list[object] = [plan.oracle_method, *plan.points, *plan.peers]
+    keys, calls = [], []
+    for trace, by_seed in plan.traces.items():
+        for seed, pods in by_seed.items():
+            shared = pool.share(pods)
+            for what in whats:
+                keys.append((trace, seed))
+                calls.append((shared, plan.configs[seed], what))
+    results = pool.run(work, calls)
+    oracle_cost: dict[tuple[str, int], float] = {}
+    runs: dict[tuple[str, str], list[PolicySummary]] = {}
+    for key, result in zip(keys, results, strict=True):
+        if isinstance(result, PolicySummary):
+            ratio = result.cost_cell_hours / oracle_cost[key] if oracle_cost[key] > 0 else None
+            fixed = replace(result, cost_ratio=float("nan") if ratio is None else ratio)
+            runs.setdefault((key[0], result.policy), []).append(fixed)
+        else:
+            oracle_cost[key] = result
+    seeds = tuple(plan.configs)
+    return [over_seeds(policy, trace, seeds, rs) for (trace, policy), rs in runs.items()]
+
+
+def _trace_label(path: Path | None, taken: set[str]) -> str:
+    label = path.name if path is not None else "bundled openb"
+    while label in taken:
+        label += "'"
+    taken.add(label)
+    return label
+
+
+def plan_from(args: argparse.Namespace) -> Sweep:
+    """The sweep the flags ask for; ``TraceError`` (one line) on a bad trace."""
+    seeds = range(args.seed, args.seed + args.seeds)
+    traces: dict[str, dict[int, tuple[TracePod, ...]]] = {}
+    taken: set[str] = set()
+    for path in args.trace or [None]:
+        label = _trace_label(path, taken)
+        traces[label] = {}
+        for seed in seeds:
+            pods, loaded = trace_pods(
+                argparse.Namespace(**{**vars(args), "trace": path, "seed": seed})
+            )
+            traces[label][seed] = pods
+        print(f"trace {label}: {loaded.summary()}", file=sys.stderr)
+    base = policy_config(args)
+    configs = {s: sim_config(argparse.Namespace(**{**vars(args), "seed": s}), base) for s in seeds}
+    peers = tuple(PEERS) if args.with_peers else ()
+    return Sweep(traces, configs, tuple(grid(args)), peers, args.oracle_method)
+
+
+def _fail(message: str) -> int:
+    print(f"gpucellpool: {message}", file=sys.stderr)
+    return 2
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.min_cells > args.max_cells:
+        return _fail(f"--min-cells {args.min_cells} is above --max-cells {args.max_cells}")
     try:
-        pods, loaded = trace_pods(args)
+        plan = plan_from(args)
     except TraceError as error:
-        print(f"gpucellpool: trace {error}", file=sys.stderr)
-        return 2
-    if not pods:
-        print("no pods in the selected window", file=sys.stderr)
+        return _fail(f"trace {error}")
+    empty = [label for label, by_seed in plan.traces.items() if not any(by_seed.values())]
+    if empty:
+        print(f"no pods in the selected window of {', '.join(empty)}", file=sys.stderr)
         return 1
-    print(f"trace: {loaded.summary()}; {len(pods)} pods in the window", file=sys.stderr)
-    config = sim_config(args, policy_config(args))
-    reference = oracle(pods, config.policy_config.shape, method=args.oracle_method)
-    boot = config.boot.median_seconds
-    summaries: list[PolicySummary] = []
-    for label, result in sweep(pods, config, grid(args), args.jobs):
-        summary = summarise(result, reference.cost_cell_hours, boot)  # type: ignore[arg-type]
-        summaries.append(replace(summary, policy=f"gpucellpool {label}"))
-    if args.with_peers:
-        for name, factory in PEERS.items():
-            result = simulate(pods, factory(), config)
-            summaries.append(
-                replace(summarise(result, reference.cost_cell_hours, boot), policy=name)
-            )
-    summaries.sort(key=lambda s: (s.cost_cell_hours, s.wait_p95_seconds))
-    print(f"all {len(summaries)} points (oracle: {reference.cost_cell_hours:,.0f} cell-hours)\n")
-    print(markdown(summaries))
-    print("Pareto front (cost vs p95 wait)\n")
-    print(markdown(pareto_front(summaries)))
+    runs = len(plan.traces) * len(plan.configs) * (len(plan.points) + len(plan.peers))
+    try:
+        with executor(args.jobs, args.scheduler) as pool:
+            print(f"{runs} runs on {pool.name}", file=sys.stderr)
+            stats = run_sweep(plan, pool)
+    except ClusterUnavailable as error:
+        return _fail(str(error))
+    reference = args.reference if any(s.policy == args.reference for s in stats) else None
+    print(report_markdown(stats, reference))
+    if args.report_dir is not None:
+        try:
+            for line in write_report(args.report_dir, stats, reference, {"runs": runs}):
+                print(line, file=sys.stderr)
+        except OSError as error:
+            return _fail(f"cannot write the report: {error}")
     return 0

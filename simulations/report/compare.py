@@ -15,6 +15,7 @@ from multiprocessing import Manager
 from queue import Empty, Queue
 
 from simulations.baselines.oracle import PACK, oracle
+from simulations.distributed import executor
 from simulations.engine.metrics import SimResult
 from simulations.engine.policy import ScalingPolicy
 from simulations.engine.sim import SimConfig, simulate
@@ -78,15 +79,21 @@ def compare(
     oracle_method: str = PACK,
     show_progress: bool | None = None,
     jobs: int = 1,
+    scheduler: str | None = None,
 ) -> Comparison:
     """Oracle plus one fresh instance of each policy, in the given order.
 
     ``jobs > 1`` runs the policies in that many processes (results are identical: each run is
-    deterministic for the config's seed).
+    deterministic for the config's seed); ``scheduler`` (tcp://host:port) runs them on that
+    Dask distributed cluster instead, with the same results (no progress bar there).
     """
     reference = oracle(pods, config.policy_config.shape, method=oracle_method)
     results = [reference]
-    if jobs > 1:
+    if scheduler is not None:
+        with executor(scheduler=scheduler) as cluster:
+            shared = cluster.share(tuple(pods))
+            results += cluster.run(_run_one, [(shared, f, config) for f in policies.values()])
+    elif jobs > 1:
         results += _parallel(pods, policies, config, jobs, show_progress)
     else:
         with progress_bar(show_progress) as task:

@@ -85,8 +85,8 @@ def test_sweep_cli_prints_points_and_the_pareto_front(
     header = "arrival_seconds,duration_seconds,gpu_count,memory_mib,memory_percent,cores_percent"
     trace.write_text(header + "\n" + "\n".join(rows) + "\n")
     argv = ["sweep", "--trace", str(trace), "--window", "300", "--threshold", "0.5"]
-    argv += ["--headroom", "0,1", "--prewarm", "off", "--in-flight", "2"]
+    argv += ["--headroom", "0,1", "--prewarm", "off", "--in-flight", "2", "--seeds", "2"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "all 2 points" in printed and "Pareto front" in printed
+    assert "2 points x 2 seeds" in printed and "| front |" in printed
     assert "gpucellpool w=300s u=0.5 h=1 prewarm=off inflight=2" in printed
