@@ -41,6 +41,8 @@ from tests.integration.provisioner_support import (
 T = TypeVar("T")
 PASS_INTERVAL_S = 0.5  # many pools reconcile at once: a calmer cadence than converge's default
 TWIN_POLL_S = 0.25  # likewise for the simulated controllers (each pass lists the namespace)
+KUBELET_POLL_S = 0.5  # the simulated kubelets read their Node and pods at every poll
+KUBELET_RENEW_S = 2.0  # Lease and heartbeat (the Lease lasts 40 s)
 CONVERGE_TIMEOUT_S = 90.0  # every pool of a suite converges at once on a shared, loaded machine
 
 
@@ -152,10 +154,11 @@ def listing(log: Iterable[str]) -> str:
     return "\n" + "\n".join(log)
 
 
-def report(request: Any, label: str, points: int, log: list[str]) -> None:
+def report(request: Any, label: str, points: int, log: Iterable[str] = ()) -> None:
     """Make the crash-point count visible: a JUnit property and a line in the captured output."""
     request.node.user_properties.append((f"crash_points[{label}]", points))
-    print(f"{request.node.name}: {points} crash points ({label}): {shape(log)}")
+    writes = f": {shape(log)}" if log else ""
+    print(f"{request.node.name}: {points} crash points ({label}){writes}")
 
 
 @dataclass(frozen=True)
@@ -277,9 +280,11 @@ async def settle(
 
 
 def calm_twin(infra: KubeApi, workload: KubeApi, namespace: str) -> Twin:
-    """The twin for a namespace of many pools, its controllers polling at ``TWIN_POLL_S``."""
+    """The twin for a namespace of many pools, polling less often than its defaults (the
+    suites' time is CPU, and most of it the twin's polls of every object)."""
     twin = Twin(infra, workload, SystemClock(), namespace)
-    twin.kubeswift.poll_s = twin.nodes.poll_s = twin.capi.poll_s = TWIN_POLL_S
+    twin.kubeswift.poll_s = twin.capi.poll_s = TWIN_POLL_S
+    twin.nodes.poll_s, twin.nodes.lease_renew_s = KUBELET_POLL_S, KUBELET_RENEW_S
     return twin
 
 
