@@ -9,7 +9,8 @@ every "dominates" is judged on the intervals (simulations/report/intervals.py).
 
 A run of point P on trace T with seed S is exactly ``gpucellpool simulate --trace T --seed S``
 with P's knobs: the seed drives the trace's rescaling and the world, as there. The oracle is
-computed once per (trace, seed), not per point. The runs go to an executor
+computed once per (trace, seed), not per point (once per trace when
+every seed gives the same pods). The runs go to an executor
 (simulations/distributed.py): this process, ``--jobs`` local processes or a Dask cluster
 (``--scheduler``), with identical results.
 """
@@ -170,27 +171,42 @@ class Sweep:
     oracle_method: str
 
 
-def run_sweep(plan: Sweep, pool: Executor) -> list[SeedStats]:
-    """Every (trace, seed) oracle and (trace, seed, point or peer) run, summarised over seeds:
-    one ``SeedStats`` per trace and point/peer, in trace then plan order."""
-    whats: list[object] = [plan.oracle_method, *plan.points, *plan.peers]
-    keys, calls = [], []
+def _calls(
+    plan: Sweep, pool: Executor
+) -> tuple[list[tuple[object, ...]], dict[tuple[str, int], int], dict[int, tuple[str, int]]]:
+    """The tasks: one oracle per trace and distinct window (seeds that rescale a trace to the
+    same pods share it: with ``--arrival-multiplier 1`` every seed does), then every point and
+    peer per (trace, seed). Also which call is the oracle of each (trace, seed), and the
+    (trace, seed) of each run."""
+    calls: list[tuple[object, ...]] = []
+    oracle_of: dict[tuple[str, int], int] = {}
+    run_of: dict[int, tuple[str, int]] = {}
     for trace, by_seed in plan.traces.items():
+        distinct: list[tuple[tuple[TracePod, ...], object, int]] = []  # pods, handle, oracle
         for seed, pods in by_seed.items():
-            shared = pool.share(pods)
-            for what in whats:
-                keys.append((trace, seed))
-                calls.append((shared, plan.configs[seed], what))
+            known = next((d for d in distinct if d[0] is pods or d[0] == pods), None)
+            if known is None:
+                known = (pods, pool.share(pods), len(calls))
+                calls.append((known[1], plan.configs[seed], plan.oracle_method))
+                distinct.append(known)
+            oracle_of[(trace, seed)] = known[2]
+            for what in (*plan.points, *plan.peers):
+                run_of[len(calls)] = (trace, seed)
+                calls.append((known[1], plan.configs[seed], what))
+    return calls, oracle_of, run_of
+
+
+def run_sweep(plan: Sweep, pool: Executor) -> list[SeedStats]:
+    """Every oracle and (trace, seed, point or peer) run, summarised over seeds: one
+    ``SeedStats`` per trace and point/peer, in trace then plan order."""
+    calls, oracle_of, run_of = _calls(plan, pool)
     results = pool.run(work, calls)
-    oracle_cost: dict[tuple[str, int], float] = {}
     runs: dict[tuple[str, str], list[PolicySummary]] = {}
-    for key, result in zip(keys, results, strict=True):
-        if isinstance(result, PolicySummary):
-            ratio = result.cost_cell_hours / oracle_cost[key] if oracle_cost[key] > 0 else None
-            fixed = replace(result, cost_ratio=float("nan") if ratio is None else ratio)
-            runs.setdefault((key[0], result.policy), []).append(fixed)
-        else:
-            oracle_cost[key] = result
+    for index, (trace, seed) in run_of.items():
+        result, oracle_cost = results[index], results[oracle_of[(trace, seed)]]
+        assert isinstance(result, PolicySummary) and isinstance(oracle_cost, float)
+        ratio = result.cost_cell_hours / oracle_cost if oracle_cost > 0 else float("nan")
+        runs.setdefault((trace, result.policy), []).append(replace(result, cost_ratio=ratio))
     seeds = tuple(plan.configs)
     return [over_seeds(policy, trace, seeds, rs) for (trace, policy), rs in runs.items()]
 

@@ -117,9 +117,10 @@ def _pods(n: int, gap_seconds: float) -> tuple[TracePod, ...]:
 
 def _plan() -> Sweep:
     configs = {s: SimConfig(boot=BootModel(sigma=0.6), seed=s) for s in (0, 1, 2)}
+    # "a": every seed the same pods (one oracle); "b": each seed its own (three oracles)
     traces = {
         "a": {s: _pods(12, 45.0) for s in configs},
-        "b": {s: _pods(6, 400.0) for s in configs},
+        "b": {s: _pods(6, 400.0 + s) for s in configs},
     }
     points = (Point((("in_flight", 1),)), Point((("in_flight", 4),)))
     return Sweep(traces, configs, points, ("cluster-autoscaler",), "pack")
@@ -147,13 +148,15 @@ def swept() -> tuple[Recording, list[SeedStats]]:
     return recording, run_sweep(_plan(), recording)
 
 
-def test_the_oracle_runs_once_per_trace_and_seed_not_per_point(
+def test_the_oracle_runs_once_per_distinct_window_not_per_point_or_seed(
     swept: tuple[Recording, list[SeedStats]],
 ) -> None:
     recording, got = swept
     oracle_calls = [c for c in recording.calls if c[2] == "pack"]
-    assert len(oracle_calls) == 2 * 3  # traces x seeds
-    assert len(recording.calls) == 2 * 3 * (1 + 2 + 1)
+    assert [c[0] for c in oracle_calls] == [_pods(12, 45.0)] + [
+        _pods(6, 400.0 + s) for s in (0, 1, 2)
+    ]
+    assert len(recording.calls) == 4 + 2 * 3 * (2 + 1)  # oracles + traces x seeds x runs
     assert [(s.trace, s.policy) for s in got] == [
         (t, p)
         for t in ("a", "b")
