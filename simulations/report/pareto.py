@@ -139,6 +139,8 @@ def plot_fronts(stats: Sequence[SeedStats], path: Path, dpi: int = 80) -> Path:
         ax.set_title(f"{trace} ({len(points[0].seeds)} seeds)", fontsize=9)
         ax.set_xlabel("cost, x oracle")
         ax.set_ylabel("p95 wait, min")
+        if all(p["wait_p95_seconds"].low > 0 for p in points):
+            ax.set_yscale("log")  # minutes of ours next to hours of a laggard
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
