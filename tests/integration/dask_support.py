@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,17 @@ def _address(scheduler_file: Path, proc: subprocess.Popen[bytes], log: Path) -> 
     raise RuntimeError(f"dask scheduler wrote no address in {START_TIMEOUT_SECONDS:.0f} s")
 
 
+@dataclass
+class DaskProcesses:
+    address: str
+    client: Any  # a connected distributed.Client
+    processes: list[subprocess.Popen[bytes]]
+
+
 @contextmanager
-def dask_cluster(folder: Path, workers: int = 2) -> Iterator[tuple[str, Any]]:
-    """Yields (scheduler address, a connected ``distributed.Client``) with ``workers`` workers
-    registered; every process is stopped on exit, also on failure."""
+def dask_cluster(folder: Path, workers: int = 2) -> Iterator[DaskProcesses]:
+    """A scheduler and ``workers`` registered workers; every process is stopped on exit, also
+    on failure."""
     from distributed import Client  # noqa: PLC0415
 
     dask = dask_cli()
@@ -88,12 +96,13 @@ def dask_cluster(folder: Path, workers: int = 2) -> Iterator[tuple[str, Any]]:
         argv = [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
         argv += ["--scheduler-file", str(scheduler_file)]
         scheduler = _spawn(stack, argv, folder / "scheduler.log")
+        processes = [scheduler]
         address = _address(scheduler_file, scheduler, folder / "scheduler.log")
         for i in range(workers):
             argv = [dask, "worker", address, "--host", "127.0.0.1", "--nthreads", "1"]
             argv += ["--no-dashboard", "--no-nanny", "--name", f"w{i}"]
-            _spawn(stack, argv, folder / f"worker{i}.log")
+            processes.append(_spawn(stack, argv, folder / f"worker{i}.log"))
         client = Client(address, timeout=START_TIMEOUT_SECONDS, set_as_default=False)
         stack.callback(client.close)
         client.wait_for_workers(workers, timeout=START_TIMEOUT_SECONDS)
-        yield address, client
+        yield DaskProcesses(address, client, processes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def same(a: Any, b: Any) -> bool:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with dask_cluster(tmp_path_factory.mktemp("dask")) as running:
-        yield running
+        yield running.address, running.client
 
 
 def _plan(trace: Path) -> Sweep:
@@ -74,8 +75,8 @@ def test_a_sweep_on_the_dask_cluster_equals_the_local_one(
         remote = run_sweep(plan, DaskCluster(client, address))
     ran_on = {record["worker"] for record in stream.data}
     assert ran_on and ran_on <= set(client.scheduler_info()["workers"])
-    # 2 seeds x (oracle + 2 points + 1 peer) tasks, each run on a worker
-    assert sum(1 for r in stream.data if r["key"].startswith("work-")) == 8
+    # one oracle (both seeds replay the same pods) + 2 seeds x (2 points + 1 peer), on workers
+    assert sum(1 for r in stream.data if r["key"].startswith("work-")) == 7
     assert [s.policy for s in remote] == [s.policy for s in local]
     assert len(remote) == 3
     assert same(remote, local)
@@ -110,3 +111,15 @@ def test_the_sweep_cli_prints_the_same_report_via_the_scheduler(
     assert "gpucellpool inflight=1" in remote.out and "gpucellpool inflight=8" in remote.out
     assert remote.out == local.out
     assert {p.name for p in (tmp_path / "r").iterdir()} == {"sweep.md", "sweep.json", "sweep.png"}
+
+
+def test_the_cluster_is_torn_down_when_the_test_fails(tmp_path: Path) -> None:
+    """No orphan: a failure inside the cluster's block still stops every process group."""
+    with pytest.raises(RuntimeError, match="a failing test"), dask_cluster(tmp_path, 1) as dask:
+        processes = dask.processes
+        assert len(processes) == 2 and all(p.poll() is None for p in processes)
+        raise RuntimeError("a failing test")
+    assert all(p.returncode is not None for p in processes)
+    for p in processes:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(p.pid, 0)  # the whole group is gone, not just its leader
