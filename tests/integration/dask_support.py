@@ -53,7 +53,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def _spawn(stack: ExitStack, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
     out = stack.enter_context(log.open("wb"))
-    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(log.parent)}  # not the shared /tmp
+    proc = subprocess.Popen(
+        argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     stack.callback(_stop, proc)
     return proc
 
