@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,8 +68,9 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The cached image (built if its inputs changed), unpacked to an OCI bundle."""
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    """The cached image (built if its inputs changed), unpacked to an OCI bundle (removed after:
+    it is ~375 MB, and pytest keeps its last three temporary directories)."""
     if os.geteuid() != 0:
         _fail_or_skip("building and running the image needs root (mmdebstrap, runc)")
     proc = subprocess.run(
@@ -85,7 +87,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Built:
     unpack = ["umoci", "unpack", "--image", f"{layout}:{meta['image']}", str(bundle)]
     done = subprocess.run(unpack, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    return Built(meta, bundle, root / "runc")
+    yield Built(meta, bundle, root / "runc")
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _config(built: Built, args: list[str], mounts: list[dict[str, Any]]) -> None:

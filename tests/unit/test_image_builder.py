@@ -58,6 +58,8 @@ def test_the_context_is_what_the_containerfile_copies() -> None:
     ignore = (ROOT / ".containerignore").read_text().splitlines()
     allowed = {line[1:] for line in ignore if line.startswith("!")}
     assert copied == allowed
+    # Docker reads .dockerignore, Podman and buildah .containerignore: one list, two names.
+    assert (ROOT / ".dockerignore").read_text() == (ROOT / ".containerignore").read_text()
 
 
 def _tree(root: Path, body: str) -> None:
