@@ -130,7 +130,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reference",
         default="cluster-autoscaler",
-        help="policy every row is judged against (default cluster-autoscaler, with peers)",
+        choices=sorted(PEERS),
+        help="peer every row is judged against (with --with-peers; default cluster-autoscaler)",
     )
     parser.add_argument(
         "--report-dir", type=_report_dir, help="write sweep.md, sweep.json, sweep.png there"
@@ -266,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
     print(report_markdown(stats, reference))
     if args.report_dir is not None:
         try:
-            for line in write_report(args.report_dir, stats, reference, {"runs": runs}):
+            meta = {"runs": runs, "seeds": list(plan.configs), "traces": list(plan.traces)}
+            for line in write_report(args.report_dir, stats, reference, meta):
                 print(line, file=sys.stderr)
         except OSError as error:
             return _fail(f"cannot write the report: {error}")

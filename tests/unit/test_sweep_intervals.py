@@ -235,6 +235,7 @@ def test_cells_are_in_the_figures_unit() -> None:
         (["--seeds", "0"], "'0' must be between 1 and 1000"),
         (["--in-flight", "0"], "'0' must be between 1 and 1000"),
         (["--report-dir", "{file}"], "exists and is not a directory"),
+        (["--reference", "gpucellpool"], "invalid choice: 'gpucellpool'"),
     ],
 )
 def test_bad_sweep_flags_are_refused_at_parse_time_in_one_line(
