@@ -158,8 +158,13 @@ def plan(inp: PlanInput) -> MembershipPlan:
 
 def membership_limits(pool: GPUCellPool, base: MembershipLimits) -> MembershipLimits:
     """The churn limits for this pool: an autoscaled pool's in-flight cap is its own
-    ``spec.autoscaling.maxCellsInFlight`` (the number the policy plans with), so the
-    provisioner never throttles a scale-up the autoscaler sized; other pools keep ``base``."""
+    ``spec.autoscaling.maxCellsInFlight``, lifted once a Ready cell proves boots work (the
+    rule the policy plans with), so the provisioner never throttles a scale-up the
+    autoscaler sized; other pools keep ``base``."""
     if not pool.spec.autoscaling.enabled:
         return base
-    return dataclasses.replace(base, max_in_flight=pool.spec.autoscaling.max_cells_in_flight)
+    return dataclasses.replace(
+        base,
+        max_in_flight=pool.spec.autoscaling.max_cells_in_flight,
+        lift_in_flight_when_proven=True,
+    )

@@ -12,8 +12,9 @@ loop and the simulator call (ARCHITECTURE §3-4). Order of work:
    headroom, forecast) when that is above the current count; else current minus the cells that
    could go (below threshold, keeping headroom), never below min or the forecast.
 4. Scale up at once by what is needed, bounded by max replicas, free physical GPUs, the
-   in-flight limit (Booting cells count) and rate policies; the lowest recommendation over the
-   up window wins (HPA). Scale down only when metrics are fresh, the workload cluster is
+   in-flight limit (Booting cells count; only while no cell is Ready or one is Failed,
+   ``limits.in_flight_limit``) and rate policies; the lowest recommendation over the up
+   window wins (HPA). Scale down only when metrics are fresh, the workload cluster is
    reachable, scale-down is enabled, the post-scale-up delay has passed, the highest
    recommendation over the down window allows it, within rate policies and (for cells with
    pods) the disruption budget, and only cells idle for the whole window whose pods re-pack
@@ -133,6 +134,8 @@ def _inputs(
     cells = observation.cells
     current = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
     booting = sum(1 for c in cells if c.state == CellState.BOOTING)
+    ready = sum(1 for c in cells if c.state == CellState.READY)
+    failed = sum(1 for c in cells if c.state == CellState.FAILED)
     draining = sum(1 for c in cells if c.state == CellState.DRAINING and not is_empty(c, c.gpus))
     trusted = observation.metrics.fresh and observation.workload_cluster_reachable
     pending = observation.pending if observation.workload_cluster_reachable else ()
@@ -165,6 +168,8 @@ def _inputs(
         trusted=trusted,
         stuck=len(stuck),
         displaced=len(displaced),
+        ready=ready,
+        failed=failed,
     )
 
 

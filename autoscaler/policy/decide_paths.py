@@ -45,6 +45,8 @@ class Inputs:
     trusted: bool  # metrics fresh and workload cluster reachable
     stuck: int = 0  # pending pods HAMi passed over on Ready cells (see _stuck in decide)
     displaced: int = 0  # pods (or GPU blocks) on Draining cells, packed like pending pods
+    ready: int = 0  # Ready cells: boots that succeeded (one lifts the in-flight limit)
+    failed: int = 0  # Failed cells: boots that failed (any restores the in-flight limit)
 
 
 def _decision(
@@ -65,13 +67,25 @@ def _up_bounds(
         allowed = gpus // max(config.shape.gpus, 1)
         detail = f"{gpus} free physical GPU(s), {config.shape.gpus} per cell"
         bounds.append((Reason.INSUFFICIENT_PHYSICAL_GPU, allowed, detail))
-    in_flight = config.max_cells_in_flight - inp.booting
-    detail = f"{inp.booting} booting of {config.max_cells_in_flight} in flight"
-    bounds.append((Reason.IN_FLIGHT_LIMIT, in_flight, detail))
+    in_flight = _in_flight_bound(config, inp)
+    if in_flight is not None:
+        bounds.append(in_flight)
     rate = limits.rate_allowance(config.scale_up, mem.scale_events, now, inp.current, +1)
     if rate is not None:
         bounds.append((Reason.RATE_LIMITED, rate, f"scale-up rate policy allows {rate} now"))
     return bounds
+
+
+def _in_flight_bound(config: PolicyConfig, inp: Inputs) -> tuple[Reason, int, str] | None:
+    """``maxCellsInFlight`` while no Ready cell proves boots work or a cell is Failed; None
+    (no in-flight bound) once boots are proven (``limits.in_flight_limit``)."""
+    limit = limits.in_flight_limit(config.max_cells_in_flight, inp.ready, inp.failed)
+    if limit is None:
+        return None
+    evidence = limits.boot_evidence(inp.ready, inp.failed)
+    why = "no Ready cell yet" if evidence == limits.UNPROVEN else f"{inp.failed} Failed cell(s)"
+    detail = f"{inp.booting} booting of {limit} in flight ({why})"
+    return Reason.IN_FLIGHT_LIMIT, limit - inp.booting, detail
 
 
 def _up_driver(config: PolicyConfig, inp: Inputs) -> tuple[Reason, str]:

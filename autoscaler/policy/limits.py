@@ -112,3 +112,32 @@ def add_sample(
     else:
         merged = (*samples, (now, value))
     return trim(merged, now, window_seconds, MAX_DEMAND_SAMPLES)
+
+
+UNPROVEN = "unproven"  # no Ready cell: nothing shows this pool's boots succeed
+FAILING = "failing"  # a Failed cell: a boot failed or timed out
+PROVEN = "proven"  # a Ready cell and no Failed one: boots work
+
+
+def boot_evidence(ready: int, failed: int) -> str:
+    """What the pool's cells say about its boots: ``PROVEN``, ``UNPROVEN`` or ``FAILING``."""
+    if failed > 0:
+        return FAILING
+    return PROVEN if ready > 0 else UNPROVEN
+
+
+def in_flight_limit(configured: int, ready: int, failed: int) -> int | None:
+    """How many cells may boot at once; None = no in-flight limit.
+
+    ``configured`` (``maxCellsInFlight``) guards against runaway boots: bad credentials or a
+    broken image would otherwise start a whole burst's worth of cells that never join. That
+    guard only needs to hold while boots are not known to work, so it applies while the pool
+    has no Ready cell (a cold pool's first wave, or a pool whose boots never succeed) and
+    while any cell is Failed (a boot failed or timed out: back to ``configured`` until the
+    cell is replaced or removed). Once a Ready cell shows boots succeed, a burst is started
+    in one wave, as Cluster Autoscaler does: a fixed cap of 4 made a 40-GPU burst take ten
+    boots (docs/autoscaling.md has the measurements). Max replicas, free physical GPUs and
+    rate policies still bound every wave; the provisioner's credential and hopeless-pool
+    guards still stop creating cells after repeated failures.
+    """
+    return None if boot_evidence(ready, failed) == PROVEN else configured

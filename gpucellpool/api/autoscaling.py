@@ -254,7 +254,8 @@ class AutoscalingSpec(KubeModel):
     scale_down_delay_after_scale_up: Duration = Duration("10m")
     """No scale-down this soon after a scale-up."""
     max_cells_in_flight: int = Field(default=4, ge=1, le=100)
-    """At most this many cells booting at once."""
+    """At most this many cells booting at once while no cell is Ready (boots not yet proven)
+    or any cell is Failed; no in-flight limit while a Ready cell shows boots work."""
     disruption_budget: int = Field(default=1, ge=1, le=100)
     """At most this many cells draining at once."""
     headroom_cells: int = Field(default=0, ge=0, le=100)
