@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 SCHEDULER_ADDRESS = re.compile(r"^tcp://[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
@@ -55,19 +56,44 @@ class InProcess:
         return [fn(*args) for args in calls]
 
 
-class LocalProcesses:
-    """``jobs`` worker processes on this machine (``--jobs N``)."""
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """A value ``LocalProcesses`` gave each worker once, named in a call instead of the value."""
 
-    def __init__(self, pool: ProcessPoolExecutor, jobs: int) -> None:
-        self._pool = pool
+    key: int
+
+
+_WORKER_SHARED: dict[int, object] = {}  # in a worker process: what ``share`` registered
+
+
+def _receive(shared: dict[int, object]) -> None:
+    _WORKER_SHARED.update(shared)
+
+
+def _call(fn: Callable[..., Any], args: tuple[object, ...]) -> Any:
+    return fn(*(_WORKER_SHARED[a.key] if isinstance(a, _Shared) else a for a in args))
+
+
+class LocalProcesses:
+    """``jobs`` worker processes on this machine (``--jobs N``); a shared value (a trace
+    window) goes to each worker once when the pool starts, not with every call."""
+
+    def __init__(self, jobs: int) -> None:
+        self._jobs = jobs
+        self._shared: dict[int, object] = {}
         self.name = f"{jobs} local processes"
 
     def share(self, value: object) -> object:
-        return value
+        key = len(self._shared)
+        self._shared[key] = value
+        return _Shared(key)
 
     def run(self, fn: Callable[..., Any], calls: Sequence[tuple[object, ...]]) -> list[Any]:
-        futures = [self._pool.submit(fn, *args) for args in calls]
-        return [f.result() for f in futures]
+        with ProcessPoolExecutor(
+            self._jobs, initializer=_receive, initargs=(self._shared,)
+        ) as pool:
+            futures = [pool.submit(_call, fn, args) for args in calls]
+            return [f.result() for f in futures]
 
 
 class DaskCluster:
@@ -129,7 +155,6 @@ def executor(
         finally:
             client.close()
     elif jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            yield LocalProcesses(pool, jobs)
+        yield LocalProcesses(jobs)
     else:
         yield InProcess()
