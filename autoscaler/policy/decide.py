@@ -32,7 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from autoscaler.policy import limits
+from autoscaler.policy import limits, next_change
 from autoscaler.policy.decide_paths import Inputs, hold, scale_down, scale_up
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.forecast import forecast_demand
@@ -222,6 +222,10 @@ def decide(
         pending_asks=len(inp.fitting),
         unschedulable=inp.unschedulable,
         forecast_cells=inp.forecast,
+    )
+    used = float(inp.packing.cells_used()) if inp.trusted else None
+    base = replace(
+        base, steady=next_change.steady(observation, memory, base, config, now, raw, used)
     )
     return replace(base, act=False) if config.mode == Mode.SHADOW else base
 

@@ -324,6 +324,25 @@ class Unschedulable:
 
 
 @dataclass(frozen=True, slots=True)
+class Steady:
+    """How long a decision holds while the observation stays the same (``policy.next_change``).
+
+    Before ``until`` (seconds, the caller's clock), calling ``decide`` again with the same
+    observation gives the same count, reason, victims and ``act``; each such call would only
+    record ``raw`` (the raw recommendation; None: nothing) and ``cells_used`` (a demand sample;
+    None: nothing) in memory, trimmed to the horizons. A caller may skip those calls (the
+    simulator) or sleep until ``until`` (the live loop's requeue) and lose nothing.
+    """
+
+    until: float
+    raw: int | None = None
+    cells_used: float | None = None
+    recommendation_horizon_seconds: float = 0.0
+    event_horizon_seconds: float | None = None  # None: scale events are not trimmed
+    sample_window_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the policy wants, and why.
 
@@ -341,3 +360,5 @@ class Decision:
     pending_asks: int = 0  # pending pods that count for this pool
     unschedulable: tuple[Unschedulable, ...] = ()
     forecast_cells: float | None = None
+    # None: no promise, decide again at the next tick (see ``Steady``)
+    steady: Steady | None = None

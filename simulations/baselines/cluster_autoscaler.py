@@ -30,7 +30,15 @@ from autoscaler.policy.types import (
     PolicyMemory,
     Reason,
 )
-from simulations.baselines.common import ViewMemo, booting, clamp, decision, live, ready
+from simulations.baselines.common import (
+    ViewMemo,
+    booting,
+    clamp,
+    decision,
+    live,
+    ready,
+    with_steady,
+)
 
 UNNEEDED_SECONDS = 600.0
 DELAY_AFTER_ADD_SECONDS = 600.0
@@ -75,7 +83,11 @@ class ClusterAutoscalerStyle:
                 mem = replace(memory, last_scale_up_at=now)
                 msg = f"{new_nodes} new node(s) for pending pods"
                 return decision(desired, Reason.SCALED_UP, msg, mem)
-        return self._scale_down(observation, memory, config, now, current)
+        made = self._scale_down(observation, memory, config, now, current)
+        clocks = [t + UNNEEDED_SECONDS for t in made.memory.idle_since.values()]
+        if memory.last_scale_up_at is not None:
+            clocks.append(memory.last_scale_up_at + DELAY_AFTER_ADD_SECONDS)
+        return with_steady(made, memory, current, clocks, now)
 
     def _scale_up_estimate(self, observation: Observation, config: PolicyConfig) -> int:
         gpus = config.shape.gpus

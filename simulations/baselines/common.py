@@ -7,7 +7,9 @@ repeated four times. Utilisation arithmetic comes from the policy's packing modu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 from autoscaler.policy.types import (
@@ -17,6 +19,7 @@ from autoscaler.policy.types import (
     PolicyConfig,
     PolicyMemory,
     Reason,
+    Steady,
 )
 
 LIVE = (CellState.BOOTING, CellState.READY)
@@ -49,6 +52,28 @@ def decision(
     return Decision(
         desired_replicas=desired, reason=reason, message=message, memory=memory, victims=victims
     )
+
+
+def with_steady(
+    made: Decision,
+    before: PolicyMemory,
+    current: int,
+    clocks: Iterable[float | None],
+    now: float,
+    raw: int | None = None,
+) -> Decision:
+    """``made`` with the promise that it holds until the first of ``clocks`` at or after
+    ``now`` while the observation stays the same (see ``autoscaler.policy.next_change``); no
+    promise when it changes the count or records a scale event."""
+    after = made.memory
+    if (
+        made.desired_replicas != current
+        or after.last_scale_up_at != before.last_scale_up_at
+        or after.last_scale_down_at != before.last_scale_down_at
+    ):
+        return made
+    until = min((t for t in clocks if t is not None and t >= now), default=math.inf)
+    return replace(made, steady=Steady(until=until, raw=raw))
 
 
 def cheapest_victims(cells: Sequence[CellView], count: int) -> tuple[str, ...]:

@@ -18,11 +18,27 @@ boot time. Rules modelled (HPA defaults):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 from autoscaler.policy.packing import cell_utilisation
-from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory, Reason
-from simulations.baselines.common import ViewMemo, cheapest_victims, clamp, decision, live, ready
+from autoscaler.policy.types import (
+    Decision,
+    Observation,
+    PolicyConfig,
+    PolicyMemory,
+    Reason,
+    Steady,
+)
+from simulations.baselines.common import (
+    ViewMemo,
+    cheapest_victims,
+    clamp,
+    decision,
+    live,
+    ready,
+    with_steady,
+)
 
 TOLERANCE = 0.1
 DOWN_WINDOW_SECONDS = 300.0
@@ -78,4 +94,16 @@ class HPAStyle:
             mem = replace(mem, last_scale_down_at=now)
             return decision(stabilised, Reason.SCALED_DOWN, msg, mem, victims)
         reason = Reason.STABILIZING if raw < current else Reason.IDLE
-        return decision(current, reason, "within tolerance or stabilising", mem)
+        made = decision(current, reason, "within tolerance or stabilising", mem)
+        clocks = [t + DOWN_WINDOW_SECONDS for t, d in window if d != raw]
+        return with_steady(made, memory, current, clocks, now, raw)
+
+    def advance(self, memory: PolicyMemory, steady: Steady, times: Sequence[float]) -> PolicyMemory:
+        """Memory after skipped calls at ``times`` that repeated a steady decision: each call
+        keeps the last ``DOWN_WINDOW_SECONDS`` of recommendations and adds ``steady.raw``."""
+        if not times or steady.raw is None:
+            return memory
+        last = times[-1]
+        kept = [(t, d) for t, d in memory.recommendations if last - t < DOWN_WINDOW_SECONDS]
+        kept += [(t, steady.raw) for t in times if last - t < DOWN_WINDOW_SECONDS]
+        return replace(memory, recommendations=tuple(kept))

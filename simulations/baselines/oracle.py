@@ -47,16 +47,26 @@ class _Sweep:
         self.next = 0
         self.ends: list[tuple[float, int]] = []
         self.active: dict[int, PendingPod] = {}
+        self.asks: Counter[GPUAsk] = Counter()  # the asks of ``active``, kept in step
 
     def at(self, time: float) -> list[PendingPod]:
         while self.next < len(self.pods) and self.pods[self.next].arrival_seconds <= time:
             pod = self.pods[self.next]
             self.active[self.next] = PendingPod(key=pod.key, ask=pod.ask, first_seen=0.0)
+            self.asks[pod.ask] += 1
             heapq.heappush(self.ends, (pod.arrival_seconds + pod.duration_seconds, self.next))
             self.next += 1
         while self.ends and self.ends[0][0] <= time:
-            self.active.pop(heapq.heappop(self.ends)[1], None)
+            gone = self.active.pop(heapq.heappop(self.ends)[1], None)
+            if gone is not None:
+                self.asks[gone.ask] -= 1
+                if not self.asks[gone.ask]:
+                    del self.asks[gone.ask]
         return list(self.active.values())
+
+    def key(self) -> frozenset[tuple[GPUAsk, int]]:
+        """The multiset of active asks: equal keys pack into the same cells."""
+        return frozenset(self.asks.items())
 
 
 def _cells(active: list[PendingPod], shape: CellShape, method: str) -> tuple[int, float]:
@@ -79,14 +89,14 @@ def cells_over_time(
     """
     ordered = sorted(pods, key=lambda p: p.arrival_seconds)
     sweep = _Sweep(ordered)
-    memo: dict[tuple[tuple[GPUAsk, int], ...], tuple[int, float]] = {}
+    memo: dict[frozenset[tuple[GPUAsk, int]], tuple[int, float]] = {}
     out = []
     for time in _change_times(ordered, max_points):
         active = sweep.at(time)
         if not active:
             out.append((time, 0, 0.0))
             continue
-        key = tuple(sorted(Counter(p.ask for p in active).items(), key=repr))
+        key = sweep.key()
         if key not in memo:
             memo[key] = _cells(active, shape, method)
         out.append((time, *memo[key]))

@@ -26,7 +26,7 @@ from autoscaler.policy.types import (
     PolicyMemory,
     Reason,
 )
-from simulations.baselines.common import booting, clamp, decision, live
+from simulations.baselines.common import booting, clamp, decision, live, with_steady
 
 UP_WINDOW_SECONDS = 600.0
 DOWN_WINDOW_SECONDS = 1800.0
@@ -49,6 +49,20 @@ class OriginalGpucellpool:
         self.state = _State()
 
     def decide(
+        self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
+    ) -> Decision:
+        made = self._decide(observation, memory, config, now)
+        up, down = memory.last_scale_up_at, memory.last_scale_down_at
+        since = self.state.demand_free_since
+        clocks = [
+            None if up is None else up + UP_WINDOW_SECONDS,
+            None if up is None else up + DOWN_WINDOW_SECONDS,
+            None if down is None else down + DOWN_WINDOW_SECONDS,
+            None if since is None else since + DOWN_WINDOW_SECONDS,
+        ]
+        return with_steady(made, memory, len(live(observation.cells)), clocks, now)
+
+    def _decide(
         self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
     ) -> Decision:
         base = clamp(len(live(observation.cells)), config)

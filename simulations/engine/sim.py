@@ -8,7 +8,10 @@ Events at the same instant run in this order: pod ends, boots, drains, arrivals,
 timeline samples; ties by insertion order. After every event the pending queue is offered to
 HAMi placement if capacity may have grown. A policy's ``Decision`` is applied as the
 provisioner would: create cells up to ``desired_replicas``; drain named ``victims`` (at most
-down to ``desired_replicas``); nothing when ``act`` is False.
+down to ``desired_replicas``); nothing when ``act`` is False. A tick whose observation is the
+very object the last ``decide`` saw, before that decision's ``steady.until``, repeats the last
+decision without calling ``decide`` (memory is brought up to date with the policy's
+``advance`` before the next call): identical results, most idle ticks cost almost nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.policy.fit import constraints_fit
-from autoscaler.policy.types import CellState, Decision, PolicyConfig, PolicyMemory
+from autoscaler.policy.next_change import advance
+from autoscaler.policy.types import CellState, Decision, Observation, PolicyConfig, PolicyMemory
 from simulations.engine import hami
 from simulations.engine.metrics import Counters, Integrals, Sample, SimResult
 from simulations.engine.policy import ScalingPolicy
@@ -77,6 +81,9 @@ class SimConfig:
     tail_seconds: float = 86400.0  # run at most this long after the last pod would end
     samples: int = 800  # timeline points
     seed: int = 0
+    # Skip calls to ``decide`` that would repeat the last decision (same observation, before
+    # its ``steady.until``); results are identical either way (tests/unit/test_sim_skip.py).
+    skip_idle_ticks: bool = True
 
 
 class Simulation:
@@ -103,6 +110,11 @@ class Simulation:
         self.running: dict[str, Running] = {}
         self.waits: dict[str, float] = {}
         self.memory = PolicyMemory()
+        self.last_decision: Decision | None = None
+        self.last_observation: Observation | None = None
+        self.skipped: list[float] = []  # tick times whose decide was skipped since the last call
+        self.advance = getattr(policy, "advance", advance)
+        self.decide_calls = 0  # ticks that reached ``decide`` (the rest repeated a decision)
         self.desired = 0
         self.react_at: float | None = None
         self.integrals = Integrals()
@@ -316,11 +328,33 @@ class Simulation:
         else:
             self.react_at = None
         observation = self.world.observation(self._free_physical())
-        decision = self.policy.decide(observation, self.memory, self.cfg.policy_config, now)
-        self.memory = decision.memory
+        decision = self._repeat(observation, now)
+        if decision is None:
+            last = self.last_decision
+            if self.skipped and last is not None and last.steady is not None:
+                self.memory = self.advance(self.memory, last.steady, self.skipped)
+            self.skipped = []
+            decision = self.policy.decide(observation, self.memory, self.cfg.policy_config, now)
+            self.decide_calls += 1
+            self.memory = decision.memory
+            self.last_decision, self.last_observation = decision, observation
         self.counters.decisions += 1
         self.counters.reason(str(decision.reason))
         self._apply(decision, now)
+
+    def _repeat(self, observation: Observation, now: float) -> Decision | None:
+        """The last decision when calling ``decide`` now would only repeat it, else None."""
+        last = self.last_decision
+        if (
+            last is None
+            or last.steady is None
+            or observation is not self.last_observation
+            or now >= last.steady.until
+            or not self.cfg.skip_idle_ticks
+        ):
+            return None
+        self.skipped.append(now)
+        return last
 
     def _apply(self, decision: Decision, now: float) -> None:
         self.desired = decision.desired_replicas

@@ -1,0 +1,129 @@
+"""When ``decide``'s output can next change while the observation stays the same.
+
+Why this module exists: with nothing new observed, ``decide`` keeps returning the same count,
+reason and victims until a clock inside the policy runs out: a stabilisation window forgetting
+a different recommendation, a cooldown or post-scale-up delay ending, a rate-policy period
+passing, a cell becoming idle for the whole window, a pending pod becoming "stuck". Computing
+that instant once per decision lets the simulator skip the identical calls in between (a month
+of 10 s ticks is 259,200 calls, most of them idle) and lets the live loop requeue for it. The
+skip must be exact, so ``advance`` replays what each skipped call would have written to memory.
+
+Conservative by construction: every instant returned is at or before the first real change
+(a later call at that instant simply decides again). Pre-warming makes the forecast move with
+time itself, and a decision that records a scale event changes memory on every call; both get
+no promise (``None``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from autoscaler.policy import limits
+from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory, Steady
+
+
+def _later(times: Iterable[float], now: float) -> float:
+    """The first clock at or after ``now`` (one exactly at ``now`` changes right after it)."""
+    return min((t for t in times if t >= now), default=math.inf)
+
+
+def _memory_clocks(memory: PolicyMemory, config: PolicyConfig, raw: int) -> list[float]:
+    """Instants at which something remembered stops (or starts) counting."""
+    up_window = config.scale_up.stabilization_window_seconds
+    down_window = config.scale_down.stabilization_window_seconds
+    out = [t + w for t, r in memory.recommendations if r != raw for w in (up_window, down_window)]
+    periods = [p.period_seconds for p in config.scale_up.policies + config.scale_down.policies]
+    out += [t + p for t, _ in memory.scale_events for p in periods]
+    if memory.last_scale_up_at is not None:
+        up = memory.last_scale_up_at
+        out += [
+            up + config.scale_up_cooldown_seconds,
+            up + config.scale_down_delay_after_scale_up_seconds,
+            up + config.scale_down_cooldown_seconds,
+        ]
+    if memory.last_scale_down_at is not None:
+        out.append(memory.last_scale_down_at + config.scale_down_cooldown_seconds)
+    out += [since + down_window for since in memory.idle_since.values()]
+    return out
+
+
+def _records_scale_event(
+    before: PolicyMemory, after: PolicyMemory, config: PolicyConfig, now: float
+) -> bool:
+    trimmed = limits.trim(before.scale_events, now, limits.event_horizon(config))
+    return (
+        after.last_scale_up_at != before.last_scale_up_at
+        or after.last_scale_down_at != before.last_scale_down_at
+        or after.scale_events != trimmed
+    )
+
+
+def steady(
+    observation: Observation,
+    memory: PolicyMemory,
+    decision: Decision,
+    config: PolicyConfig,
+    now: float,
+    raw: int,
+    cells_used: float | None,
+) -> Steady | None:
+    """How long ``decision`` (made at ``now`` from ``memory``) holds for this observation.
+
+    ``raw`` is the raw recommendation and ``cells_used`` the demand sample ``decide`` recorded
+    (None when it recorded none). None when no promise can be made.
+    """
+    if config.prewarm and cells_used is not None:
+        return None  # the forecast moves with the clock and with every sample
+    if _records_scale_event(memory, decision.memory, config, now):
+        return None
+    clocks = _memory_clocks(decision.memory, config, raw)
+    stuck = config.stuck_pending_seconds
+    if stuck > 0 and observation.workload_cluster_reachable:
+        clocks += [p.first_seen + stuck for p in observation.pending]
+    return Steady(
+        until=_later(clocks, now),
+        raw=raw,
+        cells_used=cells_used,
+        recommendation_horizon_seconds=limits.recommendation_horizon(config),
+        event_horizon_seconds=limits.event_horizon(config),
+        sample_window_seconds=config.forecast_window_seconds,
+    )
+
+
+def _samples(
+    samples: Sequence[tuple[float, float]], times: Sequence[float], value: float, window: float
+) -> tuple[tuple[float, float], ...]:
+    """``limits.add_sample`` once per time, in one pass (its trims are monotone in time, and
+    never drop the newest sample, so trimming once at the end gives the same result)."""
+    bucket = window / limits.SAMPLES_PER_WINDOW
+    out = list(samples)
+    for t in times:
+        if out and t - out[-1][0] < bucket:
+            start, peak = out[-1]
+            out[-1] = (start, max(peak, value))
+        else:
+            out.append((t, value))
+    return limits.trim(out, times[-1], window, limits.MAX_DEMAND_SAMPLES)
+
+
+def advance(memory: PolicyMemory, steady_state: Steady, times: Sequence[float]) -> PolicyMemory:
+    """``memory`` after the calls at ``times`` (ascending, all before ``steady_state.until``)
+    that returned the steady decision: exactly what those calls would have handed back."""
+    if not times:
+        return memory
+    last = times[-1]
+    recs = memory.recommendations
+    if steady_state.raw is not None:
+        horizon = steady_state.recommendation_horizon_seconds
+        added = tuple((t, steady_state.raw) for t in times if last - t <= horizon)
+        recs = limits.trim((*recs, *added), last, horizon)
+    samples = memory.demand_samples
+    if steady_state.cells_used is not None:
+        value = steady_state.cells_used
+        samples = _samples(samples, times, value, steady_state.sample_window_seconds)
+    events = memory.scale_events
+    if steady_state.event_horizon_seconds is not None:
+        events = limits.trim(events, last, steady_state.event_horizon_seconds)
+    return replace(memory, recommendations=recs, demand_samples=samples, scale_events=events)
