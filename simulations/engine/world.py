@@ -57,10 +57,30 @@ class SimCell:
     pods: dict[str, Running] = field(default_factory=dict)
     cached_view: CellView | None = None
     cached_util: float | None = None
+    cached_score: float | None = None
+    # HAMi's GPU choice per ask on the current usage (None: does not fit); placement asks the
+    # same few asks of every cell after every event, while a cell's usage changes rarely
+    cached_choice: dict[GPUAsk, tuple[int, ...] | None] = field(default_factory=dict)
 
     def touch(self) -> None:
         self.cached_view = None
         self.cached_util = None
+        self.cached_score = None
+        self.cached_choice.clear()
+
+    def choice(self, ask: GPUAsk, shape: CellShape, gpu_policy: str) -> tuple[int, ...] | None:
+        """``hami.choose_gpus`` for ``ask`` on this cell, memoised until the usage changes."""
+        if ask in self.cached_choice:
+            return self.cached_choice[ask]
+        chosen = hami.choose_gpus(self.gpus, shape, ask, gpu_policy)
+        self.cached_choice[ask] = chosen
+        return chosen
+
+    def score(self, shape: CellShape) -> float:
+        """``hami.node_score`` of this cell, memoised until the usage changes."""
+        if self.cached_score is None:
+            self.cached_score = hami.node_score(self.gpus, shape)
+        return self.cached_score
 
     def utilisation(self, shape: CellShape) -> float:
         if self.cached_util is None:
@@ -139,10 +159,10 @@ class World:
         for cell in self.cells.values():
             if cell.state is not CellState.READY:
                 continue
-            chosen = hami.choose_gpus(cell.gpus, self.shape, ask, self.gpu_policy)
+            chosen = cell.choice(ask, self.shape, self.gpu_policy)
             if chosen is None:
                 continue
-            key = (sign * hami.node_score(cell.gpus, self.shape), cell.index)
+            key = (sign * cell.score(self.shape), cell.index)
             if best is None or key < best[:2]:
                 best = (key[0], key[1], cell, chosen)
         return None if best is None else (best[2], best[3])
