@@ -19,8 +19,10 @@ from dataclasses import dataclass, replace
 
 from autoscaler.policy.fit import resources_fit
 from autoscaler.policy.types import (
+    CellShape,
     CellState,
     Decision,
+    GPUAsk,
     Observation,
     PolicyConfig,
     PolicyMemory,
@@ -47,6 +49,15 @@ class OriginalGpucellpool:
 
     def __init__(self) -> None:
         self.state = _State()
+        self._fits: dict[tuple[GPUAsk, CellShape], bool] = {}  # resources_fit, memoised
+
+    def _satisfiable(self, ask: GPUAsk, shape: CellShape) -> bool:
+        known = self._fits.get((ask, shape))
+        if known is None:
+            known = self._fits[(ask, shape)] = (
+                ask.gpu_count <= 1 and resources_fit((ask,), shape).ok
+            )
+        return known
 
     def decide(
         self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
@@ -67,9 +78,7 @@ class OriginalGpucellpool:
     ) -> Decision:
         base = clamp(len(live(observation.cells)), config)
         pending = observation.pending
-        satisfiable = [
-            p for p in pending if p.ask.gpu_count <= 1 and resources_fit((p.ask,), config.shape).ok
-        ]
+        satisfiable = [p for p in pending if self._satisfiable(p.ask, config.shape)]
         if pending:
             self.state.demand_free_since = None
         elif self.state.demand_free_since is None:
