@@ -98,7 +98,13 @@ async def test_thirty_pending_pods_are_packed_in_one_decision(
     watch, task = await watch_pool(infra_api, namespace, "burst")
     try:
         await create_pool(infra_api, workload, autoscaled_pool("burst", namespace, "burst"))
-        _, status = await watch.until(lambda s: "lastDecision" in s, 30)
+        # The first decision that saw the workload cluster: on a loaded machine the pool can
+        # be judged before its workload caches finish their first list, which holds (reason
+        # WorkloadClusterUnreachable) and sees no pod at all.
+        _, status = await watch.until(
+            lambda s: "lastDecision" in s and decision(s)["reason"] != "WorkloadClusterUnreachable",
+            60,
+        )
         # 8000 MiB pods on 24576 MiB GPUs: 3 per single-GPU cell -> 10 cells, in one step.
         assert status["desiredReplicas"] == 10, status
         assert decision(status)["reason"] == "ScaledUp" and decision(status)["pendingAsks"] == 30

@@ -63,8 +63,8 @@ def check_control_chars(spec: Any, found: Findings, base: str = "spec") -> None:
 def _may_hold_controls(spec: Any) -> bool:
     try:
         encoded = json.dumps(spec, ensure_ascii=False)
-    except (TypeError, ValueError):  # not plain JSON (a test's YAML date): walk it
-        return True
+    except (TypeError, ValueError, RecursionError):  # not plain JSON (a YAML date) or nested
+        return True  # deeper than the encoder recurses: the walk below is iterative
     return _ESCAPED.search(encoded) is not None
 
 
