@@ -329,6 +329,7 @@ class Simulation:
             self.react_at = None
         observation = self.world.observation(self._free_physical())
         decision = self._repeat(observation, now)
+        repeated = decision is not None
         if decision is None:
             last = self.last_decision
             if self.skipped and last is not None and last.steady is not None:
@@ -340,6 +341,9 @@ class Simulation:
             self.last_decision, self.last_observation = decision, observation
         self.counters.decisions += 1
         self.counters.reason(str(decision.reason))
+        if repeated:  # applied before to this very world without changing it: a no-op again
+            self.desired = decision.desired_replicas
+            return
         self._apply(decision, now)
 
     def _repeat(self, observation: Observation, now: float) -> Decision | None:
