@@ -21,7 +21,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from autoscaler.policy import limits
-from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory, Steady
+from autoscaler.policy.types import (
+    CellState,
+    Decision,
+    Observation,
+    PolicyConfig,
+    PolicyMemory,
+    Steady,
+)
 
 
 def _later(times: Iterable[float], now: float) -> float:
@@ -29,23 +36,33 @@ def _later(times: Iterable[float], now: float) -> float:
     return min((t for t in times if t >= now), default=math.inf)
 
 
-def _memory_clocks(memory: PolicyMemory, config: PolicyConfig, raw: int) -> list[float]:
-    """Instants at which something remembered stops (or starts) counting."""
-    up_window = config.scale_up.stabilization_window_seconds
-    down_window = config.scale_down.stabilization_window_seconds
-    out = [t + w for t, r in memory.recommendations if r != raw for w in (up_window, down_window)]
+def _memory_clocks(
+    memory: PolicyMemory, config: PolicyConfig, raw: int, current: int
+) -> list[float]:
+    """Instants at which something remembered stops (or starts) counting for the path this
+    observation takes (``decide`` scales up when ``raw > current``, down when below, else
+    holds, and the hold path reads no clock)."""
+    if raw == current:
+        return []
     periods = [p.period_seconds for p in config.scale_up.policies + config.scale_down.policies]
-    out += [t + p for t, _ in memory.scale_events for p in periods]
-    if memory.last_scale_up_at is not None:
-        up = memory.last_scale_up_at
+    out = [t + p for t, _ in memory.scale_events for p in periods]
+    up = memory.last_scale_up_at
+    if raw > current:  # the lowest recommendation over the up window, the up cooldown
+        window = config.scale_up.stabilization_window_seconds
+        out += [t + window for t, r in memory.recommendations if r < raw]
+        if up is not None:
+            out.append(up + config.scale_up_cooldown_seconds)
+        return out
+    window = config.scale_down.stabilization_window_seconds
+    out += [t + window for t, r in memory.recommendations if r > raw]
+    if up is not None:
         out += [
-            up + config.scale_up_cooldown_seconds,
             up + config.scale_down_delay_after_scale_up_seconds,
             up + config.scale_down_cooldown_seconds,
         ]
     if memory.last_scale_down_at is not None:
         out.append(memory.last_scale_down_at + config.scale_down_cooldown_seconds)
-    out += [since + down_window for since in memory.idle_since.values()]
+    out += [since + window for since in memory.idle_since.values()]
     return out
 
 
@@ -78,7 +95,9 @@ def steady(
         return None  # the forecast moves with the clock and with every sample
     if _records_scale_event(memory, decision.memory, config, now):
         return None
-    clocks = _memory_clocks(decision.memory, config, raw)
+    live = (CellState.READY, CellState.BOOTING)
+    current = sum(1 for c in observation.cells if c.state in live)
+    clocks = _memory_clocks(decision.memory, config, raw, current)
     stuck = config.stuck_pending_seconds
     if stuck > 0 and observation.workload_cluster_reachable:
         clocks += [p.first_seen + stuck for p in observation.pending]
