@@ -159,6 +159,7 @@ def encode_memory(memory: PolicyMemory) -> str:
             "idle": dict(memory.idle_since),
             "dem": [list(d) for d in memory.demand_samples],
             "ev": [list(e) for e in memory.scale_events],
+            "bp": memory.boots_proven,
         },
         separators=(",", ":"),
     )
@@ -179,6 +180,7 @@ def decode_memory(text: str | None) -> PolicyMemory:
             idle_since={str(k): float(v) for k, v in (data.get("idle") or {}).items()},
             demand_samples=tuple((float(t), float(n)) for t, n in data.get("dem") or ()),
             scale_events=tuple((float(t), int(n)) for t, n in data.get("ev") or ()),
+            boots_proven=data.get("bp") is True,
         )
     except (ValueError, TypeError, AttributeError):
         return PolicyMemory()

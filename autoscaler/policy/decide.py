@@ -170,6 +170,7 @@ def _inputs(
         displaced=len(displaced),
         ready=ready,
         failed=failed,
+        proven_before=memory.boots_proven,
     )
 
 
@@ -198,8 +199,14 @@ def _remember(
         used = float(inp.packing.cells_used())
         samples = limits.add_sample(samples, now, used, config.forecast_window_seconds)
     events = limits.trim(memory.scale_events, now, limits.event_horizon(config))
+    evidence = limits.boot_evidence(inp.ready, inp.failed, memory.boots_proven)
     return replace(
-        memory, recommendations=recs, idle_since=idle, demand_samples=samples, scale_events=events
+        memory,
+        recommendations=recs,
+        idle_since=idle,
+        demand_samples=samples,
+        scale_events=events,
+        boots_proven=evidence == limits.PROVEN,
     )
 
 

@@ -47,6 +47,7 @@ class Inputs:
     displaced: int = 0  # pods (or GPU blocks) on Draining cells, packed like pending pods
     ready: int = 0  # Ready cells: boots that succeeded (one lifts the in-flight limit)
     failed: int = 0  # Failed cells: boots that failed (any restores the in-flight limit)
+    proven_before: bool = False  # PolicyMemory.boots_proven as handed in
 
 
 def _decision(
@@ -77,13 +78,14 @@ def _up_bounds(
 
 
 def _in_flight_bound(config: PolicyConfig, inp: Inputs) -> tuple[Reason, int, str] | None:
-    """``maxCellsInFlight`` while no Ready cell proves boots work or a cell is Failed; None
-    (no in-flight bound) once boots are proven (``limits.in_flight_limit``)."""
-    limit = limits.in_flight_limit(config.max_cells_in_flight, inp.ready, inp.failed)
+    """``maxCellsInFlight`` until a Ready cell proves boots work, and while a cell is Failed;
+    None (no in-flight bound) once boots are proven (``limits.in_flight_limit``)."""
+    proven = inp.proven_before
+    limit = limits.in_flight_limit(config.max_cells_in_flight, inp.ready, inp.failed, proven)
     if limit is None:
         return None
-    evidence = limits.boot_evidence(inp.ready, inp.failed)
-    why = "no Ready cell yet" if evidence == limits.UNPROVEN else f"{inp.failed} Failed cell(s)"
+    evidence = limits.boot_evidence(inp.ready, inp.failed, proven)
+    why = "no cell Ready yet" if evidence == limits.UNPROVEN else f"{inp.failed} Failed cell(s)"
     detail = f"{inp.booting} booting of {limit} in flight ({why})"
     return Reason.IN_FLIGHT_LIMIT, limit - inp.booting, detail
 

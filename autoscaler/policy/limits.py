@@ -119,25 +119,31 @@ FAILING = "failing"  # a Failed cell: a boot failed or timed out
 PROVEN = "proven"  # a Ready cell and no Failed one: boots work
 
 
-def boot_evidence(ready: int, failed: int) -> str:
-    """What the pool's cells say about its boots: ``PROVEN``, ``UNPROVEN`` or ``FAILING``."""
+def boot_evidence(ready: int, failed: int, proven_before: bool = False) -> str:
+    """What the pool's cells say about its boots: ``PROVEN``, ``UNPROVEN`` or ``FAILING``.
+
+    ``proven_before`` (``PolicyMemory.boots_proven``): a cell was Ready since the last Failed
+    one, so a pool that scaled to zero keeps its proof."""
     if failed > 0:
         return FAILING
-    return PROVEN if ready > 0 else UNPROVEN
+    return PROVEN if ready > 0 or proven_before else UNPROVEN
 
 
-def in_flight_limit(configured: int, ready: int, failed: int) -> int | None:
+def in_flight_limit(
+    configured: int, ready: int, failed: int, proven_before: bool = False
+) -> int | None:
     """How many cells may boot at once; None = no in-flight limit.
 
     ``configured`` (``maxCellsInFlight``) guards against runaway boots: bad credentials or a
     broken image would otherwise start a whole burst's worth of cells that never join. That
-    guard only needs to hold while boots are not known to work, so it applies while the pool
-    has no Ready cell (a cold pool's first wave, or a pool whose boots never succeed) and
-    while any cell is Failed (a boot failed or timed out: back to ``configured`` until the
+    guard only needs to hold while boots are not known to work, so it applies until a cell of
+    the pool has been Ready (a new pool's first wave, or a pool whose boots never succeed;
+    ``proven_before`` keeps the proof while the pool is scaled to zero) and while any cell is
+    Failed (a boot failed or timed out: back to ``configured`` until the
     cell is replaced or removed). Once a Ready cell shows boots succeed, a burst is started
     in one wave, as Cluster Autoscaler does: a fixed cap of 4 made a 40-GPU burst take ten
     boots (docs/autoscaling.md has the measurements). Max replicas, free physical GPUs and
     rate policies still bound every wave; the provisioner's credential and hopeless-pool
     guards still stop creating cells after repeated failures.
     """
-    return None if boot_evidence(ready, failed) == PROVEN else configured
+    return None if boot_evidence(ready, failed, proven_before) == PROVEN else configured

@@ -212,6 +212,9 @@ class PolicyMemory:
     idle_since: Mapping[str, float] = field(default_factory=dict)
     demand_samples: tuple[tuple[float, float], ...] = ()
     scale_events: tuple[tuple[float, int], ...] = ()  # (time, +n / -n) for rate policies
+    # A cell was Ready since the last Failed one: boots work, so the in-flight limit is lifted
+    # even when the pool has scaled to zero (policy.limits.in_flight_limit)
+    boots_proven: bool = False
 
 
 # ---------------------------------------------------------------------------------------------

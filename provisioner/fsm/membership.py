@@ -5,10 +5,10 @@ hammering the infrastructure when something is broken. Churn control (reference 
 pure function of the current rows, the per-index failure history, the limits and ``now_s``:
 
 * create at the lowest free index (names ``<pool>-<index>``), at most ``max_in_flight`` cells
-  in flight (an autoscaled pool's ``lift_in_flight_when_proven``: only while no cell is Ready
-  or one is Failed, the policy's rule in ``autoscaler.policy.limits``), and no more than the
-  free physical GPUs (minus this pool's own cells that have not taken their GPU yet - the
-  earlier implementation double-counted those);
+  in flight (an autoscaled pool's ``lift_in_flight_when_proven``: only until a cell has been
+  Ready, and while one is Failed: the policy's rule in ``autoscaler.policy.limits``), and no
+  more than the free physical GPUs (minus this pool's own cells that have not taken their
+  GPU yet - the earlier implementation double-counted those);
 * replace a Failed cell (tombstone + new incarnation) only after a per-index backoff
   (30 s doubling, capped at 30 min) and never after ``max_failures_per_index`` failures;
 * stall with a reason instead of looping: InsufficientPhysicalGPU, CellReplacementExhausted,
@@ -72,8 +72,8 @@ class MembershipLimits:
     """Churn limits; the defaults are the earlier implementation's constants."""
 
     max_in_flight: int = 2
-    # An autoscaled pool lifts max_in_flight once a Ready cell proves boots work and no cell
-    # is Failed: the autoscaler sized the burst with the same rule (policy.limits).
+    # An autoscaled pool lifts max_in_flight once a cell has been Ready (boots work) while no
+    # cell is Failed: the autoscaler sized the burst with the same rule (policy.limits).
     lift_in_flight_when_proven: bool = False
     max_failures_per_index: int = 5
     hopeless_pool_failures: int = 3
@@ -253,10 +253,11 @@ def _reserved(rows: tuple[MemberRow, ...]) -> int:
     return sum(1 for r in rows if r.has_object and r.replacing and r.phase in TEARDOWN_PHASES)
 
 
-def _boots_proven(live: list[MemberRow]) -> bool:
-    """A cell is Ready and none is Failed: boots of this pool work right now."""
-    phases = {r.phase for r in live}
-    return CellPhase.READY in phases and CellPhase.FAILED not in phases
+def _boots_proven(inp: MembershipInput, live: list[MemberRow]) -> bool:
+    """A cell of this pool has been Ready (now or before) and none is Failed now."""
+    if any(r.phase is CellPhase.FAILED for r in live):
+        return False
+    return inp.pool_ever_ready or any(r.ready_once or r.phase is CellPhase.READY for r in live)
 
 
 def _creations(
@@ -271,7 +272,7 @@ def _creations(
         return [], guard[0], guard[1]
     in_flight = sum(1 for r in live if r.phase in CREATING_PHASES)
     allowed = min(wanted, max(inp.limits.max_in_flight - in_flight, 0))
-    if inp.limits.lift_in_flight_when_proven and _boots_proven(live):
+    if inp.limits.lift_in_flight_when_proven and _boots_proven(inp, live):
         allowed = wanted
     stall: StallReason | None = None
     message = ""

@@ -41,18 +41,24 @@ DAY = 86400.0
 T_975_DF4 = 2.776  # Student t, 95 % two-sided, 4 degrees of freedom (5 seeds)
 
 ORIGINAL_IN_FLIGHT = limits.in_flight_limit
-VARIANTS: dict[str, Callable[[int, int, int], int | None]] = {
+VARIANTS: dict[str, Callable[..., int | None]] = {
     # maxCellsInFlight as a fixed cap (the default before issue 14)
-    "fixed": lambda configured, ready, failed: configured,
+    "fixed": lambda configured, ready, failed, before=False: configured,
     # slow start: the cap grows to the Ready cell count (doubles per successful wave)
-    "slow-start": lambda configured, ready, failed: (
+    "slow-start": lambda configured, ready, failed, before=False: (
         configured if failed else max(configured, ready)
     ),
+    # the cap until a cell is Ready now, and on a failure (no memory: a pool at zero is cold)
+    "proven-now": lambda configured, ready, failed, before=False: (
+        configured if failed or not ready else None
+    ),
     # no in-flight limit at all
-    "no-cap": lambda configured, ready, failed: None,
-    # the default since issue 14: the cap until a Ready cell proves boots work, and on a failure
+    "no-cap": lambda configured, ready, failed, before=False: None,
+    # the default since issue 14: the cap until a cell has been Ready (remembered through zero
+    # cells), and while one is Failed
     "proven": ORIGINAL_IN_FLIGHT,
 }
+
 # name: (loader, window start day, window days). Helios (May 2020): two days around each
 # virtual cluster's largest bursts; openb: its last days (a negative start counts from the end).
 # Short windows because the shared 2-core machine gives a niced job a few % of a core.
@@ -63,13 +69,22 @@ TRACES: dict[str, tuple[str, float, float]] = {
     "vc6YE": ("helios", 10.0, 1.5),
     "openb": ("openb", -3.0, 3.0),
 }
+# ``--long``: the windows issue 14 names (7 days of each helios cluster from May 8, the last
+# 14 days of openb), affordable since the engine skips idle ticks.
+LONG_TRACES: dict[str, tuple[str, float, float]] = {
+    "vcMod": ("helios", 7.0, 7.0),
+    "vcSoL": ("helios", 7.0, 7.0),
+    "vc8Sj": ("helios", 7.0, 7.0),
+    "vc6YE": ("helios", 7.0, 7.0),
+    "openb": ("openb", -14.0, 14.0),
+}
 
 
-def trace(name: str) -> tuple[TracePod, ...]:
+def trace(name: str, long: bool = False) -> tuple[TracePod, ...]:
     """The window of ``name``, every pod clipped to end by the window's end (the helios
     conversion lets pods alive at the end of May run to its last minute, which would make a
     2-day window simulate weeks)."""
-    kind, start_day, days = TRACES[name]
+    kind, start_day, days = (LONG_TRACES if long else TRACES)[name]
     if kind == "openb":
         pods = load_bundled().pods
         start = max(p.arrival_seconds for p in pods) + start_day * DAY
@@ -86,9 +101,9 @@ def trace(name: str) -> tuple[TracePod, ...]:
     )
 
 
-def run_one(trace_name: str, policy: str, seed: int) -> dict[str, Any]:
+def run_one(trace_name: str, policy: str, seed: int, long: bool = False) -> dict[str, Any]:
     """One simulation; module-level so worker processes can run it."""
-    pods = trace(trace_name)
+    pods = trace(trace_name, long)
     config = SimConfig(
         policy_config=PolicyConfig(max_replicas=1000, shape=CellShape(gpus=1)),
         boot=BootModel(median_seconds=300.0),
@@ -159,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("policy_vs_ca.jsonl"))
     parser.add_argument("--table-only", action="store_true", help="summarise --out, run nothing")
+    parser.add_argument("--long", action="store_true", help="7-day helios, 14-day openb windows")
     args = parser.parse_args(argv)
     rows = (
         [json.loads(line) for line in args.out.read_text().splitlines()]
@@ -175,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             if (t, p, s) not in done
         ]
         with ProcessPoolExecutor(max_workers=args.jobs) as pool, args.out.open("a") as sink:
-            futures = [pool.submit(run_one, *task) for task in todo]
+            futures = [pool.submit(run_one, *task, args.long) for task in todo]
             for future in as_completed(futures):
                 row = future.result()
                 rows.append(row)

@@ -1,5 +1,5 @@
 """The provisioner follows the policy's in-flight rule for an autoscaled pool (issue 14):
-``max_in_flight`` while no cell is Ready or one is Failed, lifted while boots are proven."""
+``max_in_flight`` until a cell has been Ready and while one is Failed, lifted in between."""
 
 from __future__ import annotations
 
@@ -47,6 +47,13 @@ def test_in_flight_rule(
 ) -> None:
     inp = MembershipInput("gpu", desired, _rows(*phases), {}, NOW, limits=limits)
     assert len(plan_membership(inp).create) == created
+
+
+def test_a_pool_that_was_ready_before_lifts_the_cap_from_zero_cells() -> None:
+    inp = MembershipInput("gpu", 40, (), {}, NOW, limits=LIFTED, pool_ever_ready=True)
+    assert len(plan_membership(inp).create) == 40
+    inp = MembershipInput("gpu", 40, (), {}, NOW, limits=LIFTED)
+    assert len(plan_membership(inp).create) == 4
 
 
 def test_physical_gpus_still_bound_a_lifted_wave() -> None:

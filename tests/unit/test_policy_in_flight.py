@@ -1,5 +1,5 @@
-"""The in-flight limit: ``maxCellsInFlight`` until a Ready cell proves boots work, and again
-while a cell is Failed; no in-flight limit in between (issue 14)."""
+"""The in-flight limit: ``maxCellsInFlight`` until a cell has been Ready (boots work), and again
+while a cell is Failed; no in-flight limit in between, even at zero cells (issue 14)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from autoscaler.explain import decode_memory, encode_memory
 from autoscaler.policy.decide import decide
 from autoscaler.policy.limits import FAILING, PROVEN, UNPROVEN, boot_evidence, in_flight_limit
 from autoscaler.policy.types import (
@@ -27,21 +28,23 @@ CONFIG = PolicyConfig(max_replicas=100, shape=CellShape(gpus=1), max_cells_in_fl
 
 
 @pytest.mark.parametrize(
-    ("configured", "ready", "failed", "evidence", "limit"),
+    ("configured", "ready", "failed", "before", "evidence", "limit"),
     [
-        (4, 0, 0, UNPROVEN, 4),  # a cold pool, or one whose boots never succeed: the cap
-        (4, 1, 0, PROVEN, None),  # one Ready cell proves boots work: no in-flight limit
-        (4, 40, 0, PROVEN, None),
-        (4, 40, 1, FAILING, 4),  # one Failed cell: back to the cap
-        (4, 0, 3, FAILING, 4),
-        (2, 0, 0, UNPROVEN, 2),
+        (4, 0, 0, False, UNPROVEN, 4),  # a new pool, or one whose boots never succeed: the cap
+        (4, 1, 0, False, PROVEN, None),  # one Ready cell proves boots work: no in-flight limit
+        (4, 40, 0, False, PROVEN, None),
+        (4, 0, 0, True, PROVEN, None),  # scaled to zero after boots worked: still proven
+        (4, 40, 1, False, FAILING, 4),  # one Failed cell: back to the cap
+        (4, 40, 1, True, FAILING, 4),
+        (4, 0, 3, True, FAILING, 4),
+        (2, 0, 0, False, UNPROVEN, 2),
     ],
 )
 def test_in_flight_limit(
-    configured: int, ready: int, failed: int, evidence: str, limit: int | None
+    configured: int, ready: int, failed: int, before: bool, evidence: str, limit: int | None
 ) -> None:
-    assert boot_evidence(ready, failed) == evidence
-    assert in_flight_limit(configured, ready, failed) == limit
+    assert boot_evidence(ready, failed, before) == evidence
+    assert in_flight_limit(configured, ready, failed, before) == limit
 
 
 def _cell(i: int, state: CellState, pods: int = 1) -> CellView:
@@ -80,7 +83,7 @@ def test_burst_on_a_pool(
 
 def test_message_says_why_the_cap_holds() -> None:
     d = decide(Observation(_burst(40), ()), PolicyMemory(), CONFIG, NOW)
-    assert "0 booting of 4 in flight (no Ready cell yet)" in d.message
+    assert "0 booting of 4 in flight (no cell Ready yet)" in d.message
     cells = (*(_cell(i, CellState.READY) for i in range(10)), _cell(10, CellState.FAILED))
     d = decide(Observation(_burst(40), cells), PolicyMemory(), CONFIG, NOW)
     assert "0 booting of 4 in flight (1 Failed cell(s))" in d.message
@@ -99,3 +102,24 @@ def test_max_replicas_still_bounds_a_big_wave() -> None:
         Observation(_burst(40), cells), PolicyMemory(), replace(CONFIG, max_replicas=25), NOW
     )
     assert (d.reason, d.desired_replicas) == (Reason.AT_MAX_REPLICAS, 25)
+
+
+def test_memory_keeps_the_proof_through_zero_cells_and_a_failure_drops_it() -> None:
+    cells = tuple(_cell(i, CellState.READY) for i in range(2))
+    d = decide(Observation((), cells), PolicyMemory(), CONFIG, NOW)
+    assert d.memory.boots_proven
+    cold = decide(Observation(_burst(40), ()), d.memory, CONFIG, NOW + 1)
+    assert (cold.reason, cold.desired_replicas) == (Reason.SCALED_UP, 40)  # one wave
+    fresh = decide(Observation(_burst(40), ()), PolicyMemory(), CONFIG, NOW + 1)
+    assert (fresh.reason, fresh.desired_replicas) == (Reason.IN_FLIGHT_LIMIT, 4)
+    failed = decide(Observation((), (_cell(0, CellState.FAILED),)), d.memory, CONFIG, NOW + 2)
+    assert not failed.memory.boots_proven
+    after = decide(Observation(_burst(40), ()), failed.memory, CONFIG, NOW + 3)
+    assert (after.reason, after.desired_replicas) == (Reason.IN_FLIGHT_LIMIT, 4)
+
+
+def test_the_proof_survives_an_operator_restart() -> None:
+    for proven in (True, False):
+        stored = encode_memory(PolicyMemory(boots_proven=proven))
+        assert decode_memory(stored).boots_proven is proven
+    assert not decode_memory('{"v": 1, "bp": "yes"}').boots_proven  # only a real true counts
