@@ -222,18 +222,19 @@ def emit(
             print(f"plot skipped: {error}", file=sys.stderr)
 
 
-def _fail(message: str) -> int:
+def fail(message: str) -> int:
+    """Print one ``gpucellpool: ...`` line to stderr; the usage-error exit code."""
     print(f"gpucellpool: {message}", file=sys.stderr)
     return 2
 
 
 def run(args: argparse.Namespace) -> int:
     if args.min_cells > args.max_cells:
-        return _fail(f"--min-cells {args.min_cells} is above --max-cells {args.max_cells}")
+        return fail(f"--min-cells {args.min_cells} is above --max-cells {args.max_cells}")
     try:
         pods, loaded = trace_pods(args)
     except TraceError as error:
-        return _fail(f"trace {error}")
+        return fail(f"trace {error}")
     print(f"trace: {loaded.summary()}", file=sys.stderr)
     if not pods:
         print("no pods in the selected window", file=sys.stderr)
@@ -251,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
             scheduler=args.scheduler,
         )
     except ClusterUnavailable as error:
-        return _fail(str(error))
+        return fail(str(error))
     span_days = max(p.arrival_seconds for p in pods) / DAY
     title = f"{len(pods)} pods over {span_days:.1f} days, {args.cell_gpus}-GPU cells"
     meta = {
@@ -263,5 +264,5 @@ def run(args: argparse.Namespace) -> int:
     try:
         emit(comparison, args, title, meta)
     except OSError as error:
-        return _fail(f"cannot write output: {error}")
+        return fail(f"cannot write output: {error}")
     return 0

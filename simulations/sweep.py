@@ -33,6 +33,7 @@ from simulations.cli import (
     add_parallel_arguments,
     add_trace_arguments,
     add_world_arguments,
+    fail,
     policy_config,
     sim_config,
     trace_pods,
@@ -240,18 +241,13 @@ def plan_from(args: argparse.Namespace) -> Sweep:
     return Sweep(traces, configs, tuple(grid(args)), peers, args.oracle_method)
 
 
-def _fail(message: str) -> int:
-    print(f"gpucellpool: {message}", file=sys.stderr)
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
     if args.min_cells > args.max_cells:
-        return _fail(f"--min-cells {args.min_cells} is above --max-cells {args.max_cells}")
+        return fail(f"--min-cells {args.min_cells} is above --max-cells {args.max_cells}")
     try:
         plan = plan_from(args)
     except TraceError as error:
-        return _fail(f"trace {error}")
+        return fail(f"trace {error}")
     empty = [label for label, by_seed in plan.traces.items() if not any(by_seed.values())]
     if empty:
         print(f"no pods in the selected window of {', '.join(empty)}", file=sys.stderr)
@@ -262,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{runs} runs on {pool.name}", file=sys.stderr)
             stats = run_sweep(plan, pool)
     except ClusterUnavailable as error:
-        return _fail(str(error))
+        return fail(str(error))
     reference = args.reference if any(s.policy == args.reference for s in stats) else None
     print(report_markdown(stats, reference))
     if args.report_dir is not None:
@@ -271,5 +267,5 @@ def run(args: argparse.Namespace) -> int:
             for line in write_report(args.report_dir, stats, reference, meta):
                 print(line, file=sys.stderr)
         except OSError as error:
-            return _fail(f"cannot write the report: {error}")
+            return fail(f"cannot write the report: {error}")
     return 0

@@ -8,18 +8,16 @@ orphaned seed profile / bootstrap Secret / Node, and a status that matches the l
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import pytest
 
 from provisioner.clock import SystemClock
 from provisioner.fsm.identity import PoolIdentity
-from provisioner.kube import KINDS, KubeApi, api_from_kubeconfig
+from provisioner.kube import KINDS, KubeApi
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.faults import CrashPlan, FaultyKubeApi, InjectedCrash
+from simulations.twin.faults import CrashPlan
 from simulations.twin.scenario import Twin, converge, swiftguest_pool
+from tests.integration.crash_support import crash_in_pass
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     cell_nodes,
@@ -31,25 +29,6 @@ from tests.integration.provisioner_support import (
 )
 
 MAX_WRITES_PER_PASS = 40
-
-
-def faulty_reconciler(infra_api: KubeApi, plan: CrashPlan) -> Reconciler:
-    async def factory(kubeconfig: Mapping[str, Any]) -> KubeApi:
-        return FaultyKubeApi(await api_from_kubeconfig(kubeconfig), plan)
-
-    return Reconciler(FaultyKubeApi(infra_api, plan), SystemClock(), workload_factory=factory)
-
-
-async def crash_once(infra_api: KubeApi, key: PoolKey, plan: CrashPlan) -> bool:
-    """One pass of a doomed reconciler; True if it crashed (False: the pass had fewer writes)."""
-    doomed = faulty_reconciler(infra_api, plan)
-    try:
-        await doomed.reconcile_once(key)
-    except InjectedCrash:
-        return True
-    finally:
-        await doomed.close()
-    return False
 
 
 async def assert_exact_cells(
@@ -84,7 +63,7 @@ async def test_crash_at_every_write_of_a_creating_pass(
             name = f"c{int(after)}x{k}"
             key = await setup_pool(infra_api, workload, swiftguest_pool(name, namespace, 2))
             plan = CrashPlan(crash_at=k, after=after)
-            if not await crash_once(infra_api, key, plan):
+            if not await crash_in_pass(infra_api, key, plan):
                 break  # k is past the last write of a first pass: every point was covered
             crashes += 1
             fresh = Reconciler(infra_api, clock)
@@ -120,7 +99,7 @@ async def test_crash_at_every_write_of_a_draining_pass(
                 await converge(healthy, key, ready_with(2), timeout_s=30)
                 await set_replicas(infra_api, key, 1)
                 plan = CrashPlan(crash_at=k, after=after)
-                if not await crash_once(infra_api, key, plan):
+                if not await crash_in_pass(infra_api, key, plan):
                     break
                 crashes += 1
                 fresh = Reconciler(infra_api, clock)
