@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.integration.binary_support import unavailable
 
 START_TIMEOUT_SECONDS = 60.0
 
@@ -30,10 +30,7 @@ def dask_cli() -> str:
     """The ``dask`` command of this venv (distributed ships it)."""
     found = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
     if found is None:
-        message = "the dask CLI is missing: pip install 'gpucellpool[dask]'"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("the dask CLI is missing: pip install 'gpucellpool[dask]'")
     return found
 
 

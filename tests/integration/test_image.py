@@ -38,6 +38,7 @@ import yaml
 
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import kubeconfig_secret
+from tests.integration.binary_support import unavailable
 from tests.integration.test_loop_helpers import (
     autoscaled_pool,
     client_for,
@@ -54,12 +55,6 @@ COMPILERS = ("gcc", "cc", "c++", "g++", "clang", "x86_64-linux-gnu-gcc-12")
 pytestmark = pytest.mark.timeout(1800)  # a cold image build on a busy machine takes minutes
 
 
-def _fail_or_skip(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @dataclass(frozen=True)
 class Built:
     meta: dict[str, Any]
@@ -72,7 +67,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     """The cached image (built if its inputs changed), unpacked to an OCI bundle (removed after:
     it is ~375 MB, and pytest keeps its last three temporary directories)."""
     if os.geteuid() != 0:
-        _fail_or_skip("building and running the image needs root (mmdebstrap, runc)")
+        unavailable("building and running the image needs root (mmdebstrap, runc)")
     proc = subprocess.run(
         [sys.executable, str(BUILDER), "--json"], capture_output=True, text=True, check=False
     )
