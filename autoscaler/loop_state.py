@@ -17,7 +17,7 @@ from autoscaler.explain import Outcome
 from autoscaler.loop_ports import PoolRecorder
 from autoscaler.observe import utilisation
 from autoscaler.policy.config import policy_config_from_spec
-from autoscaler.policy.types import Decision, Observation, PolicyMemory, Reason
+from autoscaler.policy.types import Decision, Observation, PendingPod, PolicyMemory, Reason
 from gpucellpool.api.pool import GPUCellPool
 
 JSON = dict[str, Any]
@@ -78,6 +78,22 @@ def scale_facts(memory: PolicyMemory) -> tuple[Any, ...]:
     return memory.last_scale_up_at, memory.last_scale_down_at, memory.scale_events
 
 
+def pending_labels(pod: PendingPod) -> tuple[str, ...]:
+    """The pending-pod series' labels (``PENDING_LABELS``): the pod and its per-GPU ask, so a
+    trace recorded from Prometheus (``gpucellpool trace record``) knows what a pod that waited,
+    or never ran, asked for."""
+    namespace, _, name = pod.key.partition("/")
+    ask = pod.ask
+    return (
+        namespace,
+        name,
+        str(ask.gpu_count),
+        "" if ask.memory_mib is None else str(ask.memory_mib),
+        "" if ask.memory_percent is None else str(ask.memory_percent),
+        str(ask.cores_percent),
+    )
+
+
 def record_metrics(
     recorder: PoolRecorder, state: PoolState, decision: Decision, obs: Observation, now: float
 ) -> set[str]:
@@ -93,6 +109,7 @@ def record_metrics(
         oldest_pending_age_seconds=max(0.0, now - oldest),
         now=now,
     )
+    recorder.record_pending({pending_labels(p): p.first_seen for p in obs.pending})
     recorder.record_reachable(obs.workload_cluster_reachable)
     config = policy_config_from_spec(state.pool.spec)
     recorder.record_limits(

@@ -22,6 +22,11 @@ REMOVAL_REASONS = ("Drained", "Failed", "Other")  # gpucellpool_cells_removed_to
 # a reason the original did not have).
 SCRAPE_REASONS = ("capacity", "demand", "inventory")
 DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# gpucellpool_pending_pod_first_seen_timestamp_seconds: one series per pending pod (the pod and
+# its ask as labels), so bounded by the pods waiting; past this many per pool the newest go
+# unexported (the oldest waits are the demand a recording must not lose).
+PENDING_SERIES_CAP = 2000
+PENDING_LABELS = ("pod_namespace", "pod", "gpus", "memory_mib", "memory_percent", "cores_percent")
 
 
 class Kind(enum.StrEnum):
@@ -88,6 +93,11 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("gpucellpool_pending_gpu_asks", G, "Pending GPU pods that count for this pool"),
     MetricSpec("gpucellpool_oldest_pending_ask_age_seconds", G, "Age of the oldest pending GPU "
                "pod that counts for this pool, in seconds (0 when none)"),
+    MetricSpec("gpucellpool_pending_pod_first_seen_timestamp_seconds", G, "Unix time the "
+               "operator first saw each pending GPU pod that counts for this pool, labelled with "
+               "the pod and its per-GPU ask (memory_mib or memory_percent empty when not asked); "
+               "gone once the pod stops pending; at most 2,000 per pool, the oldest kept",
+               PENDING_LABELS),
     MetricSpec("gpucellpool_unschedulable_pods", G, "Pending GPU pods no fresh cell of this "
                "pool could host"),
     MetricSpec("gpucellpool_utilization_ratio", G, "Allocated fraction of the pool's Ready "

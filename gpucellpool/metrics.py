@@ -32,6 +32,7 @@ from gpucellpool.metric_catalogue import (
     CATALOGUE,
     COARSE_PHASE,
     COARSE_PHASES,
+    PENDING_SERIES_CAP,
     POOL_LABELS,
     REMOVAL_REASONS,
     SCRAPE_REASONS,
@@ -192,6 +193,22 @@ class PoolMetrics:
         elif previous is not None and desired < previous[1]:
             self._set("gpucellpool_last_scale_down_timestamp_seconds", now)
         return True
+
+    def record_pending(self, first_seen: Mapping[tuple[str, ...], float]) -> None:
+        """The pool's pending pods: ``PENDING_LABELS`` values -> unix time first seen pending.
+
+        Exactly these series remain (a pod no longer given is removed); past
+        ``PENDING_SERIES_CAP`` the pods seen last are left out, so the longest waits stay.
+        """
+        name = "gpucellpool_pending_pod_first_seen_timestamp_seconds"
+        oldest = sorted(first_seen.items(), key=lambda item: (item[1], item[0]))
+        kept = dict(oldest[:PENDING_SERIES_CAP])
+        base = len(self._base)
+        for made, labels in list(self._made):
+            if made == name and labels[base:] not in kept:
+                self._drop(name, *labels[base:])
+        for labels, seconds in kept.items():
+            self._set(name, seconds, *labels)
 
     def observe_decision_latency(self, seconds: float) -> None:
         """A pending pod's wait from first seen to the cell serving it being requested."""

@@ -38,6 +38,7 @@ def _exercise(pool: PoolMetrics) -> None:
     _decide(pool, "ScaledUp", 1, now=2)
     _decide(pool, "ScaledDown", 0, now=5)
     pool.observe_decision_latency(0.4)
+    pool.record_pending({("ml", "job-1", "1", "4096", "", "30"): 1_700_000_000.0})
     pool.record_cells({CellPhase.READY: 1, CellPhase.JOINING: 1})
     pool.cell_transition("Booting", "Joining")
     pool.cell_created()

@@ -1,0 +1,72 @@
+"""The pending-pod series behind ``trace record``: one per waiting pod, exact, capped."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from autoscaler.loop_state import pending_labels
+from autoscaler.policy.types import GPUAsk, PendingPod
+from gpucellpool.metric_catalogue import PENDING_LABELS, PENDING_SERIES_CAP
+from gpucellpool.metrics import OperatorMetrics, label_sets
+
+NAME = "gpucellpool_pending_pod_first_seen_timestamp_seconds"
+
+
+def _series(reg: CollectorRegistry) -> dict[str, float]:
+    out = {}
+    for family in reg.collect():
+        for sample in family.samples:
+            if sample.name == NAME:
+                out[sample.labels["pod"]] = sample.value
+    return out
+
+
+def test_labels_carry_the_pod_and_its_ask() -> None:
+    whole = PendingPod("ml/a", GPUAsk(gpu_count=2, cores_percent=100), 10.0)
+    part = PendingPod("ml/b", GPUAsk(memory_mib=4096, cores_percent=30), 11.0)
+    share = PendingPod("x/c", GPUAsk(memory_percent=50), 12.0)
+    assert dict(zip(PENDING_LABELS, pending_labels(whole), strict=True)) == {
+        "pod_namespace": "ml",
+        "pod": "a",
+        "gpus": "2",
+        "memory_mib": "",
+        "memory_percent": "",
+        "cores_percent": "100",
+    }
+    assert pending_labels(part)[2:] == ("1", "4096", "", "30")
+    assert pending_labels(share)[:2] == ("x", "c") and pending_labels(share)[3:5] == ("", "50")
+
+
+def test_exactly_the_pending_pods_are_exported_and_removed_when_they_stop() -> None:
+    reg = CollectorRegistry()
+    pool = OperatorMetrics(reg).pool("ns", "p")
+    a, b = ("ml", "a", "1", "", "", "100"), ("ml", "b", "1", "2048", "", "0")
+    pool.record_pending({a: 100.0, b: 105.0})
+    assert _series(reg) == {"a": 100.0, "b": 105.0}
+    labels = label_sets(reg, [NAME])
+    assert {"namespace": "ns", "pool": "p"}.items() <= labels[0].items()
+    pool.record_pending({b: 105.0})  # a was bound
+    assert _series(reg) == {"b": 105.0}
+    pool.record_pending({})
+    assert _series(reg) == {}
+
+
+def test_cardinality_is_capped_keeping_the_longest_waits() -> None:
+    reg = CollectorRegistry()
+    pool = OperatorMetrics(reg).pool("ns", "p")
+    many: dict[tuple[str, ...], float] = {
+        ("ml", f"p{i}", "1", "", "", "0"): 1000.0 + i for i in range(PENDING_SERIES_CAP + 5)
+    }
+    pool.record_pending(many)
+    exported = _series(reg)
+    assert len(exported) == PENDING_SERIES_CAP
+    assert "p0" in exported and f"p{PENDING_SERIES_CAP - 1}" in exported
+    assert f"p{PENDING_SERIES_CAP}" not in exported
+
+
+def test_forgetting_the_pool_drops_its_pending_series() -> None:
+    reg = CollectorRegistry()
+    metrics = OperatorMetrics(reg)
+    metrics.pool("ns", "p").record_pending({("ml", "a", "1", "", "", "0"): 1.0})
+    metrics.forget("ns", "p")
+    assert _series(reg) == {}
