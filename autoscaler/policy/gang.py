@@ -71,6 +71,9 @@ class GangPlan:
     message: str
     members: int = 0
     cells_needed: int = 0  # new cells the gang needs, whether or not the headroom allows them
+    # No state of this pool's cells could ever hold the gang: a member fits no fresh cell, or
+    # the gang alone needs more cells than ``max_replicas`` (only known when it is given)
+    permanent: bool = False
 
 
 def members(pod_sets: Sequence[PodSet]) -> tuple[PendingPod, ...]:
@@ -157,18 +160,20 @@ def plan_gang(
     template: NodeTemplate,
     room: Headroom,
     booked: Sequence[PendingPod] = (),
+    max_replicas: int | None = None,
 ) -> GangPlan:
     """Whether the gang fits the pool now, else how many cells hold all of it (or why none).
 
     ``cells`` are the pool's cells (Ready and Booting ones count; Draining and Failed do not);
-    ``booked`` are members of other requests whose capacity is already promised.
+    ``booked`` are members of other requests whose capacity is already promised. With
+    ``max_replicas`` a short plan says whether waiting could ever help (``permanent``).
     """
     pods = members(gang)
     if not pods:
         return GangPlan(True, 0, EMPTY_GANG, "the request has no members", 0, 0)
     unfit = _unfit(gang, shape, template)
     if unfit is not None:
-        return GangPlan(False, 0, MEMBER_UNFIT, unfit, len(pods), 0)
+        return GangPlan(False, 0, MEMBER_UNFIT, unfit, len(pods), 0, permanent=True)
     available = booked_cells(cells, booked, shape)
     packed = pack(pods, available, shape)
     needed = packed.new_cells
@@ -179,6 +184,14 @@ def plan_gang(
     if short is not None:
         reason, detail = short
         msg = f"{len(pods)} member(s) need {needed} new cell(s) but {detail}; adding none"
+        alone = pack(pods, (), shape).new_cells if max_replicas is not None else 0
+        if max_replicas is not None and alone > max_replicas:
+            reason = AT_MAX_REPLICAS
+            msg = (
+                f"{len(pods)} member(s) need {alone} cell(s) even on an empty pool; "
+                f"max replicas is {max_replicas}; adding none"
+            )
+            return GangPlan(False, 0, reason, msg, len(pods), needed, permanent=True)
         return GangPlan(False, 0, reason, msg, len(pods), needed)
     msg = f"{len(pods)} member(s) need {needed} new cell(s), added together"
     return GangPlan(False, needed, SCALE_UP, msg, len(pods), needed)

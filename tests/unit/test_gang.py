@@ -127,3 +127,21 @@ def test_headroom_uses_the_decide_bounds() -> None:
     assert proven == gang.Headroom(2, None, None)
     remembered = gang.headroom(5, cells, 3, boots_proven=True)
     assert remembered.in_flight_cells is None
+
+
+def test_more_cells_than_max_replicas_even_when_empty_is_permanent() -> None:
+    # 12 halves need 3 empty cells; max 2 can never hold the gang
+    plan = gang.plan_gang([pod_set(12)], (), SHAPE, TEMPLATE, gang.Headroom(2), max_replicas=2)
+    assert plan.permanent and plan.reason == gang.AT_MAX_REPLICAS and plan.cells_to_add == 0
+    assert "need 3 cell(s) even on an empty pool; max replicas is 2" in plan.message
+
+
+def test_short_while_cells_are_busy_is_not_permanent() -> None:
+    busy = (ready("r", GPUUsage(24000, 0, 1), GPUUsage(24000, 0, 1)),)
+    plan = gang.plan_gang([pod_set(8)], busy, SHAPE, TEMPLATE, gang.Headroom(1), max_replicas=2)
+    assert plan.reason == gang.AT_MAX_REPLICAS and not plan.permanent
+
+
+def test_a_member_that_fits_no_cell_is_permanent() -> None:
+    plan = gang.plan_gang([pod_set(1, gpus=4)], (), SHAPE, TEMPLATE, ROOMY)
+    assert plan.permanent
