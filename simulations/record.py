@@ -1,52 +1,38 @@
-"""``gpucellpool trace record``: turn a Prometheus range of HAMi allocation metrics into a trace.
+"""``gpucellpool trace record``: query Prometheus over a range and write the demand as a trace.
 
-Why this module exists: the best trace to size a pool is the cluster's own history. HAMi's
-scheduler exports one series per container-device allocation (hami-facts §4.1):
-``hami_vgpu_memory_allocated_bytes`` and ``hami_vgpu_core_allocated_ratio`` (labels
-``namespace, node, pod, container_index, device_uuid``; HAMi >= 2.9), or the legacy
-``vGPUMemoryAllocated`` / ``vGPUCoreAllocated`` (labels ``podnamespace, podname,
-containeridx, deviceuuid``; HAMi <= 2.8, or ``--legacy-metrics``). A pod *arrives* at the first
-sample its series appear in and *ends* one step after the last; a gap longer than two steps
-starts a new instance (``key#2``). Its ask is: GPUs = distinct devices, per-GPU memory and cores
-= the largest per-device allocation seen. Output is the generic CSV format
-(docs/simulation.md). Only ``fetch`` talks to Prometheus; the conversion is pure and tested.
+Why this module exists: it is the shell of the recorder: the command line, and ``fetch``, the
+three range queries (HAMi's allocation series, and the operator's pending-pod series) cut into
+windows a Prometheus accepts. What the results mean and how they become pods is the pure
+``simulations.record_convert`` (its docstring, and docs/simulation.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from autoscaler.policy.types import GPUAsk
 from simulations import argtypes as at
+from simulations.record_convert import (
+    LABELS,
+    PENDING_LABELS,
+    PENDING_METRIC,
+    Recording,
+    Series,
+    recording,
+    to_trace,
+)
 from simulations.traces.generic import write_generic
-from simulations.traces.model import TracePod, sort_pods
 
-MIB = 1024 * 1024
+__all__ = ["Recording", "fetch", "recording", "run", "to_trace"]
+
 METRICS = {
     "current": ("hami_vgpu_memory_allocated_bytes", "hami_vgpu_core_allocated_ratio"),
     "legacy": ("vGPUMemoryAllocated", "vGPUCoreAllocated"),
 }
-LABELS = {
-    "current": ("namespace", "pod", "container_index", "device_uuid"),
-    "legacy": ("podnamespace", "podname", "containeridx", "deviceuuid"),
-}
-
-Series = Mapping[str, Any]  # {"metric": {labels}, "values": [[ts, "value"], ...]}
-PodKey = tuple[str, str]
-
-
-@dataclass(slots=True)
-class _Seen:
-    times: set[float]
-    memory: dict[str, float]  # device -> bytes (max over time of the per-device sum)
-    cores: dict[str, float]
+MAX_POINTS = 10_000  # per series and query; Prometheus refuses more than 11,000
 
 
 def query(metric: str, legacy: bool) -> str:
@@ -55,84 +41,58 @@ def query(metric: str, legacy: bool) -> str:
     return f"max by ({labels}) ({metric})"
 
 
-def _key(labels: Mapping[str, str]) -> tuple[PodKey, str, str] | None:
-    for names in LABELS.values():
-        namespace, pod, container, device = (labels.get(n) for n in names)
-        if pod:
-            return (namespace or "default", pod), container or "0", device or ""
-    return None
+def pending_query() -> str:
+    """PromQL for the pending series, one per pod and ask (the earliest first-seen when two
+    pools, or two replicas' overlapping scrapes, export the same pod)."""
+    return f"min by ({', '.join(PENDING_LABELS)}) ({PENDING_METRIC})"
 
 
-def _samples(series: Series) -> Iterable[tuple[float, float]]:
-    for pair in series.get("values", ()):
-        try:
-            stamp, value = float(pair[0]), float(pair[1])
-        except (TypeError, ValueError, IndexError):
-            continue
-        if math.isfinite(value) and value > 0:
-            yield stamp, value
+def windows(start: float, end: float, step: float) -> list[tuple[float, float]]:
+    """``[start, end]`` cut into range queries of at most ``MAX_POINTS`` steps each (Prometheus
+    refuses more than 11,000 points per series), each starting one step after the last."""
+    out, span = [], step * (MAX_POINTS - 1)
+    while start <= end:
+        out.append((start, min(end, start + span)))
+        start += span + step
+    return out
 
 
-def _collect(memory: Sequence[Series], cores: Sequence[Series]) -> dict[PodKey, _Seen]:
-    seen: dict[PodKey, _Seen] = {}
-    for result, is_memory in ((memory, True), (cores, False)):
-        per_time: dict[tuple[PodKey, str, float], float] = defaultdict(float)
-        for series in result:
-            key = _key(series.get("metric", {}))
-            if key is None:
-                continue
-            pod, _container, device = key
-            entry = seen.setdefault(pod, _Seen(set(), {}, {}))
-            for stamp, value in _samples(series):
-                entry.times.add(stamp)
-                per_time[(pod, device, stamp)] += value  # containers sharing one device
-        for (pod, device, _), total in per_time.items():
-            target = seen[pod].memory if is_memory else seen[pod].cores
-            target[device] = max(target.get(device, 0.0), total)
-    return seen
+def merge(chunks: Iterable[Sequence[Series]]) -> list[dict[str, Any]]:
+    """Series of consecutive windows joined by their label set, samples in order."""
+    joined: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    for chunk in chunks:
+        for series in chunk:
+            labels = dict(series.get("metric", {}))
+            key = tuple(sorted(labels.items()))
+            entry = joined.setdefault(key, {"metric": labels, "values": []})
+            entry["values"].extend(series.get("values", ()))
+    return list(joined.values())
 
 
-def _runs(times: Iterable[float], step: float) -> list[tuple[float, float]]:
-    """Contiguous presence runs: (first sample, last sample + step)."""
-    runs: list[tuple[float, float]] = []
-    for stamp in sorted(times):
-        if runs and stamp - runs[-1][1] <= step:
-            runs[-1] = (runs[-1][0], stamp + step)
-        else:
-            runs.append((stamp, stamp + step))
-    return runs
-
-
-def to_trace(
-    memory: Sequence[Series], cores: Sequence[Series], start: float, step: float
-) -> tuple[TracePod, ...]:
-    """Pods (generic-format values) from range-query results; times relative to ``start``."""
-    pods: list[TracePod] = []
-    for (namespace, name), entry in sorted(_collect(memory, cores).items()):
-        devices = set(entry.memory) | set(entry.cores)
-        if not devices or not entry.times:
-            continue
-        ask = GPUAsk(
-            gpu_count=len(devices),
-            memory_mib=math.ceil(max(entry.memory.values(), default=0.0) / MIB) or None,
-            cores_percent=min(100, round(max(entry.cores.values(), default=0.0))),
-        )
-        for i, (first, end) in enumerate(_runs(entry.times, step), start=1):
-            key = f"{namespace}/{name}" + (f"#{i}" if i > 1 else "")
-            pods.append(TracePod(key, max(0.0, first - start), end - first, ask))
-    return sort_pods(pods)
-
-
-def fetch(url: str, start: datetime, end: datetime, step: str, legacy: bool) -> tuple[Any, Any]:
-    """The two range queries, through prometheus-api-client."""
+def fetch(
+    url: str, start: datetime, end: datetime, step: str, legacy: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The three range queries (memory, cores, pending), through prometheus-api-client, in
+    windows Prometheus accepts."""
     from prometheus_api_client import PrometheusConnect  # noqa: PLC0415 (optional at import)
 
     client = PrometheusConnect(url=url, disable_ssl=False)
     memory_metric, cores_metric = METRICS["legacy" if legacy else "current"]
-    return tuple(
-        client.custom_query_range(query(m, legacy), start_time=start, end_time=end, step=step)
-        for m in (memory_metric, cores_metric)
-    )
+    parts = windows(start.timestamp(), end.timestamp(), step_seconds(step))
+
+    def ranged(promql: str) -> list[dict[str, Any]]:
+        return merge(
+            client.custom_query_range(
+                promql,
+                start_time=datetime.fromtimestamp(a, tz=UTC),
+                end_time=datetime.fromtimestamp(b, tz=UTC),
+                step=step,
+            )
+            for a, b in parts
+        )
+
+    memory, cores = (ranged(query(m, legacy)) for m in (memory_metric, cores_metric))
+    return memory, cores, ranged(pending_query())
 
 
 def parse_time(text: str) -> datetime:
@@ -190,11 +150,33 @@ def run(args: argparse.Namespace) -> int:
         print("trace record: --end must be after --start", file=sys.stderr)
         return 2
     try:
-        memory, cores = fetch(args.prometheus, args.start, args.end, args.step, args.legacy)
+        memory, cores, pending = fetch(
+            args.prometheus, args.start, args.end, args.step, args.legacy
+        )
     except Exception as error:  # any client failure is reported, not raised
         print(f"trace record: query failed: {error}", file=sys.stderr)
         return 1
-    pods = to_trace(memory, cores, args.start.timestamp(), step_seconds(args.step))
-    count = write_generic(pods, args.output)
+    start, end = args.start.timestamp(), args.end.timestamp()
+    result = recording(memory, cores, pending, start=start, end=end, step=step_seconds(args.step))
+    for line in summary(result):
+        print(f"trace record: {line}", file=sys.stderr)
+    count = write_generic(result.pods, args.output)
     print(f"wrote {count} pods to {args.output}", file=sys.stderr)
     return 0 if count else 2
+
+
+def summary(result: Recording) -> list[str]:
+    """What the pending series gave (or a warning that the range had none); skipped series."""
+    lines = [f"skipped {reason}" for reason in result.skipped]
+    if result.pending_series == 0:
+        lines.append(
+            f"warning: no {PENDING_METRIC} series in the range (operator without it, or not "
+            "scraped): arrivals are allocation starts and pods that never got a GPU are "
+            "missing, so the trace under-states the demand"
+        )
+    else:
+        lines.append(
+            f"{result.waited} pods waited (arrival = first seen pending), {result.never_ran} "
+            "never ran in the range (kept, duration estimated: docs/simulation.md)"
+        )
+    return lines
