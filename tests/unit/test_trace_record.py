@@ -188,7 +188,7 @@ def test_each_instance_of_a_name_gets_the_wait_before_it() -> None:
 
 
 def test_malformed_pending_series_are_skipped_and_named() -> None:
-    bad = [
+    bad: list[dict[str, object]] = [
         series({"pod_namespace": "ml", "pod": "", "gpus": "1"}, [(0, 5.0)]),
         series({**waiting("x"), "gpus": "0"}, [(0, 5.0)]),
         series({**waiting("y"), "memory_percent": "150"}, [(0, 5.0)]),
