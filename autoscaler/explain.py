@@ -12,11 +12,13 @@ cooldowns survive an operator restart (the API has no status field for it yet).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.types import Decision, PolicyMemory, Reason
 from gpucellpool.api.conditions import ConditionType
 from gpucellpool.api.pool import GPUCellPool
@@ -43,6 +45,8 @@ class Outcome:
     condition_status: str
     condition_reason: str
     victims: tuple[str, ...] = ()
+    given_away: int = 0  # matched pending pods another pool counts (``with_share``)
+    taken: int = 0  # counted pending pods other pools matched too
 
 
 def outcome(decision: Decision, reachable: bool) -> Outcome:
@@ -62,6 +66,43 @@ def outcome(decision: Decision, reachable: bool) -> Outcome:
         *cond,
         decision.victims,
     )
+
+
+def _grouped(head: str, pairs: Sequence[tuple[str, str]], one: str, many: str) -> str:
+    """``head`` + "<one> ns/a (priority)" when every pod went one way, else
+    "<many>: 2 ns/a (priority); 1 ns/b (least waste)"."""
+    counts = sorted(Counter(pairs).items())
+    if len(counts) == 1:
+        (pool, why), _ = counts[0]
+        return " ".join(part for part in (head, one, f"{pool} ({why})") if part)
+    return f"{head} {many}: " + "; ".join(f"{n} {pool} ({why})" for (pool, why), n in counts)
+
+
+def _pods(n: int) -> str:
+    return f"{n} pending pod{'s' if n != 1 else ''}"
+
+
+def share_note(share: PoolShare) -> str:
+    """What the expander did to this pool's pending pods, in one sentence (or "")."""
+    parts = []
+    if share.given_away:
+        head = f"{_pods(len(share.given_away))} matched this pool but went to"
+        pairs = [(g.taker, g.reason.value) for g in share.given_away]
+        parts.append(_grouped(head, pairs, "", "other pools"))
+    if share.taken:
+        head = f"took {_pods(len(share.taken))} that"
+        pairs = [(", ".join(t.others), t.reason.value) for t in share.taken]
+        parts.append(_grouped(head, pairs, "was also matched by", "other pools matched too"))
+    return ". ".join(parts)
+
+
+def with_share(out: Outcome, share: PoolShare) -> Outcome:
+    """``out`` explaining the expander's choice: counts, and a sentence after the message."""
+    text = share_note(share)
+    if not text:
+        return out
+    message = f"{out.message}. {text[0].upper()}{text[1:]}"[:4000]
+    return replace(out, message=message, given_away=len(share.given_away), taken=len(share.taken))
 
 
 def carry_victims(out: Outcome, in_force: Sequence[str], live: Collection[str]) -> Outcome:

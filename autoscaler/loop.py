@@ -31,6 +31,7 @@ from autoscaler.explain import (
     note,
     outcome,
     status_apply_body,
+    with_share,
 )
 from autoscaler.loop_ports import (
     Clock,
@@ -55,6 +56,7 @@ from autoscaler.observe import (
 )
 from autoscaler.policy.config import policy_config_from_spec
 from autoscaler.policy.decide import decide
+from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.types import (
     CellState,
     Decision,
@@ -62,6 +64,7 @@ from autoscaler.policy.types import (
     MetricsHealth,
     Observation,
 )
+from autoscaler.sharing import Rival, rivals_of, share_pending, sharing_facts
 from gpucellpool.api.pool import GPUCellPool
 
 __all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
@@ -113,7 +116,10 @@ class Autoscaler:
         meta = raw.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         if kind == "DELETED":
+            gone = self.pools.get(key)
             self._stop(key)
+            if gone is not None:  # its pending pods may now belong to another pool
+                self.cluster_event(self.workload.cluster_of(gone.pool))
             return
         try:
             pool = GPUCellPool.model_validate(raw)
@@ -126,14 +132,17 @@ class Autoscaler:
             state.task = asyncio.create_task(
                 self._run_pool(key), name=f"autoscale:{key[0]}/{key[1]}"
             )
-            state.wake.set()
+            self.cluster_event(self.workload.cluster_of(pool))  # the expander's options grew
             return
         before = _relevant(state.pool, {"status": state.raw_status})
+        expander_before = sharing_facts(state.pool)
         state.pool, state.raw_status = pool, dict(raw.get("status") or {})
         if not self.is_leader():
             state.memory = None  # reload what the leader persisted when we take over
         if _relevant(pool, raw) != before:
             state.wake.set()
+        if sharing_facts(pool) != expander_before:  # priority, selection, shape: re-share
+            self.cluster_event(self.workload.cluster_of(pool))
         if state.published is not None and drifted(state.published, state.raw_status):
             # Someone (a concurrent whole-list status write, a human) changed what we
             # published: write it again on the next pass.
@@ -237,7 +246,7 @@ class Autoscaler:
         snap = self.workload.snapshot(pool)
         state.synced = snap.synced
         obs = await self._observe(state, snap, now)
-        inputs = (obs, state.memory, pool.metadata.generation, self.is_leader())
+        inputs = (obs, state.memory, pool.metadata.generation, self.is_leader(), state.share)
         if skip_unchanged and self._unchanged(state, inputs, now):
             state.skipped += 1
             return state.last_decision
@@ -280,6 +289,7 @@ class Autoscaler:
         if not snap.synced:
             cells = cells_for_pool(pool, _empty_inputs(pool), now)[0]
             stale = MetricsHealth(False, 0.0, snap.error or "workload caches not synced")
+            state.share = PoolShare()
             return observation((), cells, (), stale, False)
         selection, ns_labels = pool.spec.autoscaling.demand, snap.namespace_labels
         index = snap.pod_index or index_pods(snap.pods)
@@ -292,6 +302,9 @@ class Autoscaler:
         pending, bad = pending_for_pool(pool, index.unbound, ns_labels, state.first_seen)
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
+        # One pending pod, one pool: the others of this cluster compute the same answer.
+        state.share = share_pending(pool, pending, index.unbound, ns_labels, self._rivals(pool))
+        pending = state.share.kept
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
         names, prom_usage, health = await self._read_usage(pool, nodes, now)
         shape = policy_config_from_spec(pool.spec).shape
@@ -326,6 +339,12 @@ class Autoscaler:
             self.metrics.pool(*_key(pool)).scrape_error(DEMAND_READ)
         return names, usage, health
 
+    def _rivals(self, pool: GPUCellPool) -> tuple[Rival, ...]:
+        """The other pools of ``pool``'s workload cluster that may take its pending pods."""
+        cluster = self.workload.cluster_of(pool)
+        same = (s.pool for s in self.pools.values() if self.workload.cluster_of(s.pool) == cluster)
+        return rivals_of(pool, same)
+
     @staticmethod
     def _victims(state: PoolState) -> tuple[str, ...]:
         """The cells our scale-down in force chose (the provisioner drains exactly those)."""
@@ -348,7 +367,8 @@ class Autoscaler:
     ) -> None:
         pool, persist_s = state.pool, self.settings.memory_persist_s
         live = live_cell_names(pool)
-        out = carry_victims(outcome(decision, reachable), self._victims(state), live)
+        shared = with_share(outcome(decision, reachable), state.share)
+        out = carry_victims(shared, self._victims(state), live)
         changed = self._due(state, out, now)
         if changed:
             if state.event_reason is None:  # after a restart or takeover: what status says,

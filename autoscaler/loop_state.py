@@ -17,6 +17,7 @@ from autoscaler.explain import Outcome
 from autoscaler.loop_ports import PoolRecorder
 from autoscaler.observe import utilisation
 from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.types import Decision, Observation, PendingPod, PolicyMemory, Reason
 from gpucellpool.api.pool import GPUCellPool
 
@@ -66,6 +67,8 @@ class PoolState:
     last_inputs: tuple[Any, ...] | None = None
     decided_at: float = float("-inf")
     synced: bool = True
+    share: PoolShare = field(default_factory=PoolShare)
+    """The expander's split of the last observed pending pods (``autoscaler.sharing``)."""
 
 
 def scale_facts(memory: PolicyMemory) -> tuple[Any, ...]:

@@ -270,6 +270,13 @@ class AutoscalingSpec(KubeModel):
     """How scale-down empties a cell."""
     cell_shape: CellShapeSpec | None = None
     """Declared cell shape, used until a live cell reports one."""
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    """Expander priority among the autoscaled pools of one workload cluster (higher wins).
+    A pending pod that several pools' demand selections match, and that a fresh cell of more
+    than one of them could host, is counted by exactly one of them: the highest priority; on a
+    tie the pool whose fresh cell the pod would leave least unused (memory and cores); on a tie
+    again the pool whose namespace/name sorts first. The other pools say so in
+    lastDecision.message."""
 
     def effective_min(self, spec_replicas: int) -> int:
         """The floor: minReplicas, else spec.replicas; spec.replicas itself when disabled."""

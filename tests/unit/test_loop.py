@@ -92,10 +92,12 @@ async def test_tick_decides_without_events(world) -> None:  # type: ignore[no-un
 async def test_one_pool_failing_does_not_stop_another(world) -> None:  # type: ignore[no-untyped-def]
     scaler, workload, writer, clock = world
     writer.fail_for.add("bad")
-    scaler.pool_event("ADDED", pool_manifest("bad"))
-    scaler.pool_event("ADDED", pool_manifest("good"))
+    for name in ("bad", "good"):  # each its own pod (one pod two pools match goes to one)
+        selection = {"podSelector": {"matchLabels": {"pool": name}}}
+        scaler.pool_event("ADDED", pool_manifest(name, demand=selection))
     await clock.advance(0.2)
-    workload.pods["p"] = pending_pod("p")
+    workload.pods["p"] = pending_pod("p", pool="good")
+    workload.pods["q"] = pending_pod("q", pool="bad")
     scaler.cluster_event("wl")
     await clock.advance(0.2)
     assert last_decision(writer, "good")["reason"] == "ScaledUp"

@@ -1,0 +1,107 @@
+"""Which of its pending pods one pool counts when other pools of its cluster match them too.
+
+Why this module exists: ``autoscaler.policy.expander`` is the rule (priority, least waste,
+name); this is its translation from what the loop holds: the pools it knows (their specs) and
+the workload cluster's unbound pod manifests. Each pool's task calls it with its own pending
+pods and the other pools of the same workload cluster and gets the same answer the other
+pools' tasks get for those pods, so no pool waits for another. Only this pool's pending pods
+are judged (a pod this pool does not count cannot change what it counts), so the work is
+(this pool's pending pods) x (rival pools), not every pod times every pool. Pure.
+
+Who is an option: an autoscaled pool that is not being deleted and runs in Active mode. A pool
+in Shadow mode is an option in its own view only: it shows what it would do were it switched
+on, and never takes a pod from a pool that acts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.observe import counts_as_demand
+from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.demand import pod_key
+from autoscaler.policy.expander import PoolOption, PoolShare, assign
+from autoscaler.policy.types import PendingPod
+from gpucellpool.api.autoscaling import AutoscalingMode, DemandSelection
+from gpucellpool.api.pool import GPUCellPool
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Rival:
+    """Another pool of the same workload cluster: how it selects demand, and its option."""
+
+    option: PoolOption
+    selection: DemandSelection
+
+
+def pool_key(pool: GPUCellPool) -> str:
+    return f"{pool.metadata.namespace}/{pool.metadata.name}"
+
+
+def eligible(pool: GPUCellPool, own_view: bool = False) -> bool:
+    """Whether ``pool`` may take pods: autoscaled, not being deleted, and Active (or, in its
+    own view, Shadow)."""
+    auto = pool.spec.autoscaling
+    if not auto.enabled or pool.metadata.deletion_timestamp is not None:
+        return False
+    return own_view or auto.mode == AutoscalingMode.ACTIVE
+
+
+def option_of(pool: GPUCellPool) -> PoolOption:
+    """The pool as the expander sees it: its priority, its cell shape and Node template as
+    its own decision sees them (``policy_config_from_spec``)."""
+    config = policy_config_from_spec(pool.spec)
+    return PoolOption(
+        pool_key(pool), pool.spec.autoscaling.priority, config.shape, config.node_template
+    )
+
+
+def rivals_of(pool: GPUCellPool, same_cluster: Iterable[GPUCellPool]) -> tuple[Rival, ...]:
+    """The eligible pools of ``same_cluster`` other than ``pool``."""
+    own = pool_key(pool)
+    return tuple(
+        Rival(option_of(other), other.spec.autoscaling.demand)
+        for other in same_cluster
+        if pool_key(other) != own and eligible(other)
+    )
+
+
+def sharing_facts(pool: GPUCellPool) -> tuple[Any, ...]:
+    """What of a pool, when changed, can move pending pods between the pools of its cluster
+    (any spec change: priority, demand selection, shape, mode; and deletion)."""
+    return pool.metadata.generation, pool.metadata.deletion_timestamp is not None
+
+
+def share_pending(
+    pool: GPUCellPool,
+    pending: tuple[PendingPod, ...],
+    unbound: Iterable[JSON],
+    namespace_labels: Mapping[str, Mapping[str, str]],
+    rivals: Sequence[Rival],
+) -> PoolShare:
+    """This pool's share of its ``pending`` pods (``kept`` keeps their order)."""
+    if not pending or not rivals:
+        return PoolShare(kept=pending)
+    own = pool_key(pool)
+    keys = {p.key for p in pending}
+    manifests = {k: pod for pod in unbound if (k := pod_key(pod)) in keys}
+    wanted: dict[str, Sequence[PendingPod]] = {own: pending}
+    options = {r.option.key: r.option for r in rivals}
+    if eligible(pool, own_view=True):
+        options[own] = option_of(pool)
+    for rival in rivals:
+        wanted[rival.option.key] = [
+            p
+            for p in pending
+            if p.key in manifests
+            and counts_as_demand(
+                manifests[p.key],
+                rival.selection,
+                namespace_labels.get(p.key.split("/", 1)[0]),
+            )
+        ]
+    return assign(wanted, options)[own]
