@@ -5,10 +5,16 @@ observe the cell freshly before each step (Node, cordon, GPU pods, finalizer, ou
 perform exactly that step and look again. A step never runs on an observation older than the
 step before it, so a pod landing on the Node after the cordon still blocks the Node's deletion.
 Foreign Nodes (same name, another owner) are treated as absent: never cordoned, never deleted.
+Pool deletion empties cells by ``autoscaling.drain.mode`` (Evict goes through the Eviction API,
+so PodDisruptionBudgets hold it until ``deletion.drainTimeout``); ``deletion.policy: Force``
+deletes the pods without eviction. An eviction the apiserver refused with 429 (a PDB allows no
+disruption now) is named in the step's message, so status and Events say what holds the drain.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 from gpucellpool.api.autoscaling import DrainMode
@@ -32,7 +38,7 @@ from provisioner.fsm.drain import (
 from provisioner.fsm.identity import CELL_DRAIN_FINALIZER, node_ownership
 from provisioner.fsm.observations import parse_time_s
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES, CellPhase
-from provisioner.kube import JSON, KINDS, Conflict, KubeApi, KubeError
+from provisioner.kube import HTTP_TOO_MANY, JSON, KINDS, Conflict, KubeApi, KubeError
 from provisioner.metrics_port import NULL_RECORDER, ProvisionerRecorder
 from provisioner.workload import all_pods_on_node, gpu_pods_on_node
 
@@ -58,7 +64,7 @@ def drain_policy(pool: GPUCellPool, cell: CellObjects, now: float) -> DrainPolic
             pool.metadata.deletion_timestamp.timestamp(),
             pool.spec.deletion.drain_timeout.seconds,
             pool.spec.deletion.policy == "Force",
-            DrainMode.WAIT_FOR_IDLE,
+            pool.spec.autoscaling.drain.mode,
         )
     drain = pool.spec.autoscaling.drain
     timeout = drain.timeout.seconds if drain.timeout is not None else None
@@ -93,6 +99,7 @@ async def _observe(
     policy: DrainPolicy,
     now: float,
     provider_id: str = "",
+    pods_deleted: bool = False,
 ) -> tuple[DrainInput, JSON | None]:
     node: JSON | None = None
     known, allocations = False, 0
@@ -126,6 +133,7 @@ async def _observe(
         finalizer_present=CELL_DRAIN_FINALIZER in cell.finalizers,
         outer_exists=True,
         outer_deleting=cell.deleting,
+        pods_deleted=pods_deleted,
     )
     return inp, node
 
@@ -137,17 +145,17 @@ async def _perform(
     workload: KubeApi | None,
     now: float,
     recorder: ProvisionerRecorder,
-) -> None:
+) -> tuple[str, ...]:
+    """Perform one step; returns the pods whose eviction a PodDisruptionBudget refused (429)."""
     action = step.action
-    if action is DrainAction.CORDON and workload is not None:
+    if action is DrainAction.EVICT and workload is not None:
+        return await _evict(step, workload, recorder)
+    if action is DrainAction.DELETE_PODS and workload is not None:
+        for pod in step.delete:
+            with contextlib.suppress(KubeError):  # refused or gone: Force does not wait
+                await workload.delete(KINDS["Pod"], pod.namespace, pod.name, grace_period_s=0)
+    elif action is DrainAction.CORDON and workload is not None:
         await workload.patch(KINDS["Node"], None, cell.name, {"spec": {"unschedulable": True}})
-    elif action is DrainAction.EVICT and workload is not None:
-        for pod in step.evict:
-            try:
-                await workload.evict(pod.namespace, pod.name)
-            except KubeError:
-                continue  # 429 (PDB) or gone: the next pass looks again
-            recorder.evicted()  # counted only once the Eviction API accepted it
     elif action is DrainAction.ABANDON:
         if workload is not None:
             await workload.patch(KINDS["Node"], None, cell.name, {"spec": {"unschedulable": None}})
@@ -158,6 +166,30 @@ async def _perform(
         await backend.release_finalizer(cell)
     elif action is DrainAction.DELETE_OUTER:
         await backend.delete_outer(cell)
+    return ()
+
+
+async def _evict(
+    step: DrainStep, workload: KubeApi, recorder: ProvisionerRecorder
+) -> tuple[str, ...]:
+    refused: list[str] = []
+    for pod in step.evict:
+        try:
+            await workload.evict(pod.namespace, pod.name)
+        except KubeError as exc:  # 429 (PDB) or gone: the next pass looks again
+            if exc.status == HTTP_TOO_MANY:
+                refused.append(f"{pod.namespace}/{pod.name}")
+            continue
+        recorder.evicted()  # counted only once the Eviction API accepted it
+    return tuple(refused)
+
+
+def _blocked(step: DrainStep, refused: tuple[str, ...]) -> DrainStep:
+    """The evict step, its message naming the pods a PodDisruptionBudget kept."""
+    if step.action is not DrainAction.EVICT or not refused:
+        return step
+    note = f"{step.message}; eviction refused by a PodDisruptionBudget: {', '.join(refused)}"
+    return dataclasses.replace(step, message=note, refused=refused)
 
 
 async def drive_drain(
@@ -173,13 +205,18 @@ async def drive_drain(
     policy = drain_policy(pool, cell, clock_now)
     provider_id = backend.observe(cell, pool.spec.cell.node_ip_from).provider_id
     step = DrainStep(DrainAction.WAIT, CellPhase.DRAINING, "CellDraining", "")
+    pods_deleted = False
+    refused: tuple[str, ...] = ()
     for _ in range(MAX_STEPS_PER_PASS):
-        inp, _node = await _observe(pool, cell, workload, policy, clock_now, provider_id)
+        inp, _node = await _observe(
+            pool, cell, workload, policy, clock_now, provider_id, pods_deleted
+        )
         step = decide_drain(inp)
         if step.action in (DrainAction.WAIT, DrainAction.DONE):
             return step
+        pods_deleted = pods_deleted or step.action is DrainAction.DELETE_PODS
         try:
-            await _perform(step, cell, backend, workload, clock_now, recorder)
+            refused = await _perform(step, cell, backend, workload, clock_now, recorder)
         except Conflict:
             # Someone (CAPI, KubeSwift) wrote the object meanwhile: re-read, decide again.
             meta = cell.outer["metadata"]
@@ -190,6 +227,8 @@ async def drive_drain(
             continue
         if step.action in (DrainAction.DELETE_OUTER, DrainAction.ABANDON):
             return step
+        if refused:  # a PDB holds this drain: looking again in this pass changes nothing
+            return _blocked(step, refused)
     return step
 
 

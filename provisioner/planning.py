@@ -20,13 +20,18 @@ from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import CellObjects
 from provisioner.cells import identity
+from provisioner.events import EventSink
 from provisioner.fsm.bootstrap import RenderError, RenderInputs, render_template
 from provisioner.fsm.drain import DrainCause
+from provisioner.fsm.events import PoolEvent
+from provisioner.fsm.identity import RELEASE_GUARD_ANNOTATION
 from provisioner.fsm.membership import (
     MembershipInput,
     MembershipLimits,
     MembershipPlan,
     plan_membership,
+    release_guard_requested,
+    release_guard_used,
 )
 from provisioner.fsm.rows import failure_history, member_row, tombstone
 from provisioner.fsm.vocabulary import StallReason
@@ -143,6 +148,7 @@ def plan(inp: PlanInput) -> MembershipPlan:
             free_physical_gpus=inp.free_gpus,
             victims=inp.victims,
             pool_ever_ready=any(r.ready_once for r in all_rows),
+            release_guard=release_guard_requested(inp.pool.metadata.annotations),
         )
     )
     error = _template_error(inp)
@@ -154,6 +160,27 @@ def plan(inp: PlanInput) -> MembershipPlan:
             stall_message=error,
         )
     return result
+
+
+async def spend_release_guard(
+    api: KubeApi,
+    events: EventSink,
+    pool: GPUCellPool,
+    cells: dict[str, CellObjects],
+    plan_: MembershipPlan,
+) -> None:
+    """Remove the release-guard annotation once cells were created under it (one wave per
+    annotation; ``fsm.membership.release_guard_used``), and say so in an Event."""
+    requested = release_guard_requested(pool.metadata.annotations)
+    replacing = any(c.drain_cause == DrainCause.REPLACE_FAILED for c in cells.values())
+    if not release_guard_used(requested, plan_, replacing):
+        return
+    meta = pool.metadata
+    patch = {"metadata": {"annotations": {RELEASE_GUARD_ANNOTATION: None}}}
+    await api.patch(KINDS["GPUCellPool"], meta.namespace, meta.name, patch)
+    names = ", ".join(c.name for c in plan_.create)
+    note = f"release-guard used: created {names} past the guards; annotation removed"
+    await events.emit(pool, PoolEvent("ReleaseGuardUsed", note, action="Create"))
 
 
 def membership_limits(pool: GPUCellPool, base: MembershipLimits) -> MembershipLimits:

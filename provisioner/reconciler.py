@@ -40,7 +40,7 @@ from provisioner.drain_holds import hold_scale_down
 from provisioner.drainer import drained_row, drive_drain
 from provisioner.events import EventSink, KubeEventSink, emit_all
 from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
-from provisioner.fsm.drain import DrainCause
+from provisioner.fsm.drain import DrainCause, eviction_hold
 from provisioner.fsm.events import pass_events
 from provisioner.fsm.identity import POOL_FINALIZER
 from provisioner.fsm.inventory import physical_condition
@@ -52,6 +52,7 @@ from provisioner.fsm.vocabulary import PRE_GPU_PHASES, StallReason
 from provisioner.inventory import free_physical_gpus, read_capacity
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.metrics_port import NO_METRICS, ProvisionerMetrics, ProvisionerRecorder
+from provisioner.outer_drain import plan_for_pool
 from provisioner.planning import (
     JoinTemplate,
     PlanInput,
@@ -59,6 +60,7 @@ from provisioner.planning import (
     membership_limits,
     read_join_template,
     render,
+    spend_release_guard,
 )
 from provisioner.planning import plan as plan_cells
 from provisioner.rollout_shell import rollout_plan, updated_condition
@@ -183,6 +185,8 @@ class Reconciler:
         cells = await backend.list_cells(pool)
         prev = {r.name: r for r in pool.status.cells or []}
         rows = await self._observe(pool, backend, cells, prev, workload, now)
+        outer = await plan_for_pool(self.infra, pool, backend, cells, workload is not None)
+        await self._mark(backend, cells, outer.drain, DrainCause.OUTER_NODE_DRAIN, now)
         join = await read_join_template(self.infra, pool)
         current_hash = template_hash(pool, join.digest)
         desired = self._desired(pool)
@@ -217,6 +221,7 @@ class Reconciler:
                     pool, backend, cell, previous, workload, now, recorder
                 )
         created = await self._create(pool, backend, plan, join, current_hash, prev, now)
+        await spend_release_guard(self.infra, self.events, pool, cells, plan)
         rows.update(created)
         await backend.sweep(pool, set(cells) | set(created))
         if workload is not None:
@@ -237,6 +242,7 @@ class Reconciler:
             hami.condition,
             free,
             hami.capacity,
+            drain_requested=outer.condition,
         )
         return await self._publish(pool, rows, prev, summary, now)
 
@@ -380,13 +386,14 @@ class Reconciler:
         cells = await backend.list_cells(pool)
         prev = {r.name: r for r in pool.status.cells or []}
         rows: dict[str, CellStatus] = {}
+        refused: list[str] = []  # evictions a PodDisruptionBudget refused (drain.mode Evict)
         for cell in cells.values():
             await mark_draining(
                 backend.api, backend.outer_kind, cell, str(DrainCause.POOL_DELETION), now
             )
-            rows[cell.name] = await self._drain(
-                pool, backend, cell, prev.get(cell.name), workload, now, recorder
-            )
+            step = await drive_drain(pool, cell, backend, workload, now, recorder)
+            rows[cell.name] = drained_row(pool, cell, prev.get(cell.name), step, now)
+            refused += [f"{pod} (cell {cell.name})" for pod in step.refused]
         deleted = await backend.sweep(pool, set(cells))
         meta = pool.metadata
         if not cells and not deleted:
@@ -398,7 +405,9 @@ class Reconciler:
                 await remove_finalizer(self.infra, KINDS["GPUCellPool"], raw, POOL_FINALIZER)
             return ReconcileResult(gone=True)
         final = list(rows.values())
-        summary = PassSummary(reach, 0, None, "", 0)
+        started = meta.deletion_timestamp.timestamp() if meta.deletion_timestamp else now
+        left_s = started + pool.spec.deletion.drain_timeout.seconds - now
+        summary = PassSummary(reach, 0, *eviction_hold(tuple(refused), left_s), 0)
         conds = conditions(pool, final, summary, now)
         written = await write_status(self.infra, pool, status_patch(pool, final, conds, 0))
         await self._announce(pool, prev, final, written)

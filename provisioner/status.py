@@ -46,6 +46,7 @@ PROVISIONER_CONDITIONS = frozenset(
         ConditionType.CAPACITY_AVAILABLE,
         ConditionType.READY,
         ConditionType.DEGRADED,
+        ConditionType.CELL_DRAIN_REQUESTED,
     }
 )
 """The condition types the provisioner sets; every other type belongs to someone else."""
@@ -112,6 +113,7 @@ class PassSummary:
     capacity: tuple[str, str, str] | None = None
     free_gpus: int | None = None
     workload: WorkloadCapacity | None = None
+    drain_requested: tuple[str, str, str] | None = None  # CellDrainRequested (fsm.drain_outer)
 
 
 def conditions(
@@ -158,6 +160,10 @@ def conditions(
         ready = (True, "AllCellsReady", f"{c.ready} of {summary.desired} cells Ready")
     else:
         ready = (False, "CellsNotReady", f"{c.ready} of {summary.desired} cells Ready")
+    if summary.drain_requested is not None:
+        raw = set_condition(
+            raw, ConditionType.CELL_DRAIN_REQUESTED, *summary.drain_requested, now, gen
+        )
     return set_condition(raw, ConditionType.READY, *ready, now, gen)
 
 

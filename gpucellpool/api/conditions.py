@@ -22,7 +22,7 @@ class ConditionStatus(StrEnum):
 
 
 class ConditionType(StrEnum):
-    """Condition types on a GPUCellPool (the original's set; CellDrainRequested is unused)."""
+    """Condition types on a GPUCellPool (the original's set, then ours)."""
 
     READY = "Ready"
     WORKLOAD_CLUSTER_REACHABLE = "WorkloadClusterReachable"
@@ -32,6 +32,9 @@ class ConditionType(StrEnum):
     PROGRESSING = "Progressing"
     SCALING_ACTIVE = "ScalingActive"
     UPDATED = "Updated"
+    CELL_DRAIN_REQUESTED = "CellDrainRequested"
+    """True while an infrastructure Node hosting a cell is cordoned or drained (those cells
+    are drained and replaced elsewhere, within the disruption budget)."""
     METRICS_AVAILABLE = "MetricsAvailable"
     """Ours: Prometheus utilisation is fresh (False freezes scale-down)."""
     DEGRADED = "Degraded"

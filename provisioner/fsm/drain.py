@@ -12,8 +12,12 @@ the shell's job) -> on ``timeout``: pool deletion proceeds anyway (``DrainTimedO
 implicit drain (scale-down, rolling update) is abandoned (uncordon, keep the cell) -> delete
 the workload Node -> release the ``cell-drain`` finalizer -> delete the outer objects. Unknown
 never proceeds: unreadable allocations count as busy. ``Force`` pool deletion and the
-replacement of a Failed cell skip the wait. Pool deletion also decides when the pool's own
-finalizer may go.
+replacement of a Failed cell skip the wait; ``Force`` first deletes the Node's pods (grace
+period 0, no eviction: the VM is destroyed right after), once - a refused delete never holds a
+forced deletion. A cell leaving because its infrastructure Node is drained (``OuterNodeDrain``,
+``fsm.drain_outer``) drains like a scale-down but, at ``timeout``, proceeds like a pool deletion:
+keeping it would only see it chosen again while its host stays drained. Pool deletion also
+decides when the pool's own finalizer may go.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import enum
 from dataclasses import dataclass
 
 from gpucellpool.api.autoscaling import DrainMode
-from provisioner.fsm.vocabulary import CellPhase, CellReason
+from provisioner.fsm.vocabulary import CellPhase, CellReason, StallReason
 
 
 class DrainCause(enum.StrEnum):
@@ -31,11 +35,13 @@ class DrainCause(enum.StrEnum):
     POOL_DELETION = "PoolDeletion"
     OUTER_DELETED = "OuterDeleted"  # a user deleted the SwiftGuest / Machine by hand
     REPLACE_FAILED = "ReplaceFailed"
+    OUTER_NODE_DRAIN = "OuterNodeDrain"  # the infrastructure Node hosting the cell is drained
 
 
 class DrainAction(enum.StrEnum):
     CORDON = "Cordon"
     EVICT = "Evict"
+    DELETE_PODS = "DeletePods"  # Force: delete without eviction
     WAIT = "Wait"
     ABANDON = "Abandon"  # uncordon, return the cell to service
     DELETE_NODE = "DeleteNode"
@@ -82,13 +88,15 @@ class DrainInput:
     finalizer_present: bool = True
     outer_exists: bool = True
     outer_deleting: bool = False
+    pods_deleted: bool = False  # Force: the pods' deletion was already requested this pass
 
 
 @dataclass(frozen=True, slots=True)
 class DrainStep:
     """The next action, the cell's phase/reason while it happens, and pods to evict now.
     ``node_left_behind``: teardown proceeds without deleting the Node (workload cluster
-    unreachable after a pool-deletion timeout); the shell reports it."""
+    unreachable after a pool-deletion timeout); the shell reports it. ``delete``: pods to
+    delete without eviction now (Force). ``refused``: set by the shell after an evict step."""
 
     action: DrainAction
     phase: CellPhase
@@ -96,6 +104,8 @@ class DrainStep:
     message: str
     evict: tuple[PodOnNode, ...] = ()
     node_left_behind: bool = False
+    delete: tuple[PodOnNode, ...] = ()
+    refused: tuple[str, ...] = ()  # "ns/name" whose eviction a PodDisruptionBudget refused
 
 
 def _teardown(inp: DrainInput, reason: str, message: str) -> DrainStep:
@@ -135,12 +145,28 @@ def _busy_step(inp: DrainInput, evictable: tuple[PodOnNode, ...]) -> DrainStep:
     return DrainStep(DrainAction.WAIT, draining, CellReason.WAITING_FOR_ALLOCATIONS, msg)
 
 
+def _forced_step(inp: DrainInput) -> DrainStep:
+    """Force (pool deletion) deletes the pods once, then tears down; a Failed cell's
+    replacement tears down at once."""
+    doomed = tuple(p for p in inp.pods if not (p.daemonset or p.mirror))
+    if inp.force and doomed and inp.node_exists and not inp.pods_deleted:
+        msg = f"deleting {len(doomed)} pod(s) without eviction (Force)"
+        return DrainStep(
+            DrainAction.DELETE_PODS,
+            CellPhase.DELETING,
+            CellReason.CELL_DELETING,
+            msg,
+            delete=doomed,
+        )
+    return _teardown(inp, CellReason.CELL_DELETING, "tearing down without waiting")
+
+
 def _gate_step(inp: DrainInput) -> DrainStep | None:
     """Steps that do not depend on the Node's workload: gone, forced, unreachable, cordon."""
     if not inp.outer_exists:
         return DrainStep(DrainAction.DONE, CellPhase.DELETING, CellReason.CELL_DELETING, "gone")
     if inp.force or inp.cause is DrainCause.REPLACE_FAILED:
-        return _teardown(inp, CellReason.CELL_DELETING, "tearing down without waiting")
+        return _forced_step(inp)
     if not inp.workload_reachable:
         if inp.cause is DrainCause.POOL_DELETION and _timed_out(inp):
             return _teardown(inp, CellReason.DRAIN_TIMED_OUT, "drain timed out while unreachable")
@@ -166,7 +192,12 @@ def decide_drain(inp: DrainInput) -> DrainStep:
     if idle:
         return _teardown(inp, CellReason.CELL_DRAINING, "Node is idle")
     if _timed_out(inp):
-        if inp.cause in (DrainCause.POOL_DELETION, DrainCause.OUTER_DELETED):
+        proceeding = (
+            DrainCause.POOL_DELETION,
+            DrainCause.OUTER_DELETED,
+            DrainCause.OUTER_NODE_DRAIN,
+        )
+        if inp.cause in proceeding:
             return _teardown(inp, CellReason.DRAIN_TIMED_OUT, "drain timed out; proceeding")
         msg = "drain timed out; uncordoning and keeping the cell"
         return DrainStep(DrainAction.ABANDON, CellPhase.READY, CellReason.DRAIN_TIMED_OUT, msg)
@@ -197,4 +228,16 @@ def plan_pool_deletion(
         drain=drain,
         release_pool_finalizer=not cells,
         timed_out=now_s - deletion_started_s >= drain_timeout_s,
+    )
+
+
+def eviction_hold(refused: tuple[str, ...], remaining_s: float) -> tuple[str | None, str]:
+    """Pool deletion's ``Progressing`` stall while PodDisruptionBudgets refuse evictions:
+    (reason, message), or (None, "") when nothing was refused this pass."""
+    if not refused:
+        return None, ""
+    return StallReason.EVICTION_BLOCKED, (
+        f"pool deletion held: a PodDisruptionBudget refused the eviction of "
+        f"{', '.join(refused)}; deletion proceeds anyway in {max(remaining_s, 0):.0f}s "
+        "(deletion.drainTimeout)"
     )

@@ -36,6 +36,8 @@ WARNING_REASONS = frozenset(
         "DRAFeatureGateMissing",
         "DRADeviceClassMissing",
         "ScaleDownHeld",
+        "EvictionBlocked",
+        "InfrastructureNodesUnreadable",
         "AdmissionRulesFailed",
     }
 )

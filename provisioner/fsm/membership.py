@@ -13,6 +13,8 @@ pure function of the current rows, the per-index failure history, the limits and
   (30 s doubling, capped at 30 min) and never after ``max_failures_per_index`` failures;
 * stall with a reason instead of looping: InsufficientPhysicalGPU, CellReplacementExhausted,
   FaultNotInTheCell (hopeless pool, or HAMi unusable pool-wide), BootstrapCredentialSuspect;
+  the pool annotation ``cells.kubeswift.io/release-guard: "true"`` lifts the hopeless-pool and
+  credential guards for one wave (the shell removes it once cells were created under it);
 * remove Failed cells first, then the autoscaler's victims, then the highest index;
 * keep the failure history for EVERY index, autoscaled ones included (the earlier
   implementation dropped tombstones at ``index >= spec.replicas`` and with them the backoff);
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from provisioner.fsm.identity import MAX_INDEX, cell_name
+from provisioner.fsm.identity import MAX_INDEX, RELEASE_GUARD_ANNOTATION, cell_name
 from provisioner.fsm.vocabulary import (
     CREATING_PHASES,
     PRE_GPU_PHASES,
@@ -34,6 +36,8 @@ from provisioner.fsm.vocabulary import (
     CellReason,
     StallReason,
 )
+
+RELEASE_GUARD_VALUE = "true"
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +216,8 @@ def _creation_guard(inp: MembershipInput) -> tuple[StallReason, str] | None:
     if not inp.release_guard and not ever_ready and total_failures >= limits.hopeless_pool_failures:
         return StallReason.FAULT_NOT_IN_THE_CELL, (
             f"{total_failures} cell failures and no cell was ever Ready: the fault is likely in "
-            "the pool's configuration, not in a cell; set the release-guard annotation to retry"
+            "the pool's configuration, not in a cell; after fixing it, annotate the pool "
+            f'{RELEASE_GUARD_ANNOTATION}="{RELEASE_GUARD_VALUE}" to retry once'
         )
     suspects = [
         r
@@ -225,9 +230,25 @@ def _creation_guard(inp: MembershipInput) -> tuple[StallReason, str] | None:
     if not inp.release_guard and len(suspects) >= limits.suspect_credential_failures:
         return StallReason.BOOTSTRAP_CREDENTIAL_SUSPECT, (
             f"{len(suspects)} cells booted but their Node never registered: check "
-            "spec.bootstrap.joinSecretRef (join token expired or wrong?)"
+            "spec.bootstrap.joinSecretRef (join token expired or wrong?); after fixing it, "
+            f'annotate the pool {RELEASE_GUARD_ANNOTATION}="{RELEASE_GUARD_VALUE}" to retry once'
         )
     return None
+
+
+def release_guard_requested(annotations: Mapping[str, str]) -> bool:
+    """The pool carries the release-guard annotation with the value ``"true"`` (any case);
+    another value does not lift the guards."""
+    value = annotations.get(RELEASE_GUARD_ANNOTATION, "")
+    return value.strip().lower() == RELEASE_GUARD_VALUE
+
+
+def release_guard_used(requested: bool, plan: MembershipPlan, replacing: bool) -> bool:
+    """The annotation is spent once a pass created cells under it and no Failed cell is still
+    being replaced (its new incarnation must be created under the annotation too). Removing it
+    re-arms the guards: if the new cells fail as well, the pool stalls again; once one is Ready
+    the hopeless-pool guard no longer applies anyway."""
+    return requested and bool(plan.create) and not plan.replace and not replacing
 
 
 def _free_indexes(inp: MembershipInput, count: int) -> list[int]:

@@ -85,3 +85,6 @@ class StallReason(enum.StrEnum):
     # Not membership's own: a scale-down victim is in drain back-off (fsm.drain_backoff) and
     # no other cell can stand in, so the pool stays above its target for now.
     SCALE_DOWN_HELD = "ScaleDownHeld"
+    # Not membership's own: pool deletion waits because a PodDisruptionBudget refused an
+    # eviction (drain.mode Evict); it proceeds at deletion.drainTimeout.
+    EVICTION_BLOCKED = "EvictionBlocked"

@@ -8,7 +8,9 @@ order and after configurable delays:
    seed profile is missing), ``phase=Scheduling``, ``PodScheduled=False/PodNotScheduled``, the
    ``kubeswift.io/gpu-allocation`` finalizer, ``GPUClaimPending=True/AwaitingScheduler`` (DRA);
 2. allocate: ``status.gpu{devices, partitionId:-1, nodeName, hypervisor}``, ``nodeName``,
-   ``podRef``, ``GPUAllocated=True/Allocated``, ``GPUClaimPending=False/Allocated``;
+   ``podRef``, ``GPUAllocated=True/Allocated``, ``GPUClaimPending=False/Allocated``; the host
+   is chosen once per guest, round-robin over ``hosts``, skipping a host whose infrastructure
+   Node is cordoned (the launcher pod goes through the scheduler, which skips it);
 3. run: ``phase=Running``, ``PodScheduled=True``, ``GuestRunning=True/VmRunning``, ``runtime``;
 4. address: ``network{primaryIP, interface, ready, interfaces[]}`` (only the primary NIC has
    an ip), ``NetworkReady=True/IPAcquired``.
@@ -61,6 +63,7 @@ class SimulatedKubeSwift(PollingController):
     hosts: tuple[str, ...] = ("gpu-host-a", "gpu-host-b")
     _first_seen: dict[str, float] = field(default_factory=dict)
     _slots: dict[str, int] = field(default_factory=dict)
+    _host_of: dict[str, str] = field(default_factory=dict)
     fault_for: Callable[[str], GuestFault] | None = None
 
     def _fault(self, name: str) -> GuestFault:
@@ -94,8 +97,24 @@ class SimulatedKubeSwift(PollingController):
         no_capacity = False
         if (guest.get("spec") or {}).get("gpuProfileRef"):  # Native: take a GPU from the ledger
             no_capacity = await gpu_ledger.hold(self.api, uid) is False
+        if uid not in self._host_of and now - first >= self.timings.allocate_s:
+            host = await self._place(self._slot(uid))
+            if host is not None:
+                self._host_of[uid] = host
         status = self._status(guest, uid, now - first, seed_ok, now, no_capacity)
         await self._write(guest, status)
+
+    async def _place(self, slot: int) -> str | None:
+        """The launcher pod's host, chosen once, as the scheduler would: round-robin over
+        ``hosts``, skipping a host whose infrastructure Node is cordoned (``spec.unschedulable``;
+        a host without a Node object is schedulable). None: no host is schedulable, the launcher
+        pod stays Pending and the guest in Scheduling."""
+        order = [self.hosts[(slot + i) % len(self.hosts)] for i in range(len(self.hosts))]
+        for host in order:
+            node = await self.api.get(KINDS["Node"], None, host)
+            if not ((node or {}).get("spec") or {}).get("unschedulable"):
+                return host
+        return None
 
     @staticmethod
     def _wants_gpu(guest: JSON) -> bool:
@@ -133,13 +152,14 @@ class SimulatedKubeSwift(PollingController):
             msg = "no free GPU in the SwiftGPUNode ledger"
             conds.append(condition("GPUAllocated", False, "NoCapacity", msg, now))
             return {**status, "phase": "Pending", "conditions": conds}
-        if age < t.allocate_s or fault.stuck_scheduling:
+        unplaced = age >= t.allocate_s and uid not in self._host_of
+        if age < t.allocate_s or fault.stuck_scheduling or unplaced:
             conds.append(condition("PodScheduled", False, "PodNotScheduled", "Scheduling", now))
             if dra:
                 conds.append(condition("GPUClaimPending", True, "AwaitingScheduler", "", now))
             return {**status, "conditions": conds}
         slot = self._slot(uid)
-        host = self.hosts[slot % len(self.hosts)]
+        host = self._host_of[uid]
         status.update(self._placement(guest, host, slot))
         conds.append(
             condition("GPUAllocated", True, "Allocated", f"allocated 1 GPU(s) on node {host}", now)

@@ -139,7 +139,8 @@ def test_workload_observer_rbac(helm: Path, tmp_path: Path) -> None:
     role = one(docs, "ClusterRole", "gpucellpool-observer")
     grants = {(res, verb) for r in rules(role) for res in r["resources"] for verb in r["verbs"]}
     needs = [("nodes", "patch"), ("nodes", "delete"), ("pods", "list"),
-             ("pods/eviction", "create"), ("leases", "get"), ("namespaces", "watch")]  # fmt: skip
+             ("pods/eviction", "create"), ("leases", "get"), ("namespaces", "watch"),
+             ("pods", "delete")]  # fmt: skip  (pods/delete: deletion.policy Force)
     for needed in needs:
         assert needed in grants
     assert not any(res == "secrets" for res, _ in grants)

@@ -16,6 +16,7 @@ from provisioner.fsm.drain import (
     DrainInput,
     PodOnNode,
     decide_drain,
+    eviction_hold,
     plan_pool_deletion,
 )
 from provisioner.fsm.vocabulary import CellPhase as P
@@ -115,3 +116,32 @@ def test_pool_deletion_plan() -> None:
     )
     assert plan_pool_deletion(cells, NOW - 600, 600, NOW).timed_out
     assert plan_pool_deletion((), NOW, 600, NOW).release_pool_finalizer
+
+
+def test_force_deletes_pods_once_then_tears_down() -> None:
+    forced = replace(
+        START, cause=DrainCause.POOL_DELETION, force=True, pods=(GPU_POD, WEB_POD, DS_POD, MIRROR)
+    )
+    step = decide_drain(forced)
+    assert step.action is A.DELETE_PODS and step.phase is P.DELETING
+    assert {p.name for p in step.delete} == {"train-0", "api-0"}  # never DaemonSet or mirror
+    assert step.evict == ()
+    again = decide_drain(replace(forced, pods_deleted=True))  # a refused delete never holds it
+    assert again.action is A.DELETE_NODE
+    failed = replace(START, cause=DrainCause.REPLACE_FAILED, pods=(GPU_POD,))
+    assert decide_drain(failed).action is A.DELETE_NODE  # only Force deletes pods
+
+
+def test_outer_node_drain_proceeds_at_timeout() -> None:
+    busy = replace(BUSY, cause=DrainCause.OUTER_NODE_DRAIN, timeout_s=5)
+    step = decide_drain(busy)
+    assert (step.action, step.reason) == (A.DELETE_NODE, R.DRAIN_TIMED_OUT)
+    within = replace(busy, timeout_s=600, mode=DrainMode.EVICT)
+    assert decide_drain(within).action is A.EVICT
+
+
+def test_eviction_hold_names_the_refused_pods() -> None:
+    assert eviction_hold((), 30) == (None, "")
+    reason, message = eviction_hold(("ml/train-0 (cell p-0)",), 42.4)
+    assert reason == "EvictionBlocked"
+    assert "ml/train-0 (cell p-0)" in message and "in 42s" in message
