@@ -3,8 +3,9 @@
 Why this module exists: "why did it scale?" must be answerable from ``kubectl describe``. The
 exact shape of what we write - ``status.desiredReplicas`` (omitted in Shadow mode, so the
 provisioner keeps acting on the previous target), ``status.lastDecision`` (``act: false`` in
-Shadow), ``status.demand`` and the ``ScalingActive`` condition (transition time kept while its
-status does not change) - is decided here, purely, so it is unit-tested without a server.
+Shadow), ``status.demand`` and ``demandFreeSince`` (only from a successful read), and the
+``ScalingActive`` and ``CellShapeKnown`` conditions (transition time kept while the status
+does not change) - is decided here, purely, so it is unit-tested without a server.
 ``PolicyMemory`` is serialised to a compact JSON annotation so stabilisation windows and
 cooldowns survive an operator restart (the API has no status field for it yet).
 """
@@ -45,6 +46,11 @@ class Outcome:
     condition_status: str
     condition_reason: str
     victims: tuple[str, ...] = ()
+    demand_read: bool = True  # the pending pods were read (cluster reachable, caches synced)
+    unschedulable: int = 0  # counted pending pods no fresh cell could host
+    demand_free_since: float | None = None  # ``with_demand``
+    shape_reason: str = ""  # ``CellShapeKnown``'s reason ("": not published)
+    shape_message: str = ""
     given_away: int = 0  # matched pending pods another pool counts (``with_share``)
     taken: int = 0  # counted pending pods other pools matched too
 
@@ -105,6 +111,48 @@ def with_share(out: Outcome, share: PoolShare) -> Outcome:
     return replace(out, message=message, given_away=len(share.given_away), taken=len(share.taken))
 
 
+def demand_free_since(previous: float | None, read: bool, pending: int, now: float) -> float | None:
+    """``status.demandFreeSince`` after this pass, with the original's meaning: set the first
+    pass demand reads no pending pod (so none satisfiable either), kept while that lasts,
+    cleared as soon as any demand reappears; a failed read changes nothing.
+
+    It is published for people and dashboards; the policy does not read it. Scale-down has its
+    own windows there (the highest recommendation over ``scaleDown.stabilizationWindowSeconds``,
+    each cell's idle time, the legacy cooldowns), kept in the policy memory, so an unschedulable
+    pod, which the original let hold ``demandFreeSince`` unset forever, cannot block it.
+    """
+    if not read:
+        return previous
+    if pending == 0:
+        return now if previous is None else previous
+    return None
+
+
+def with_demand(
+    out: Outcome, decision: Decision, read: bool, previous: float | None, now: float
+) -> Outcome:
+    """``out`` with the demand fields: whether the read succeeded, the pods no fresh cell
+    could host, and ``demandFreeSince`` (``previous``: the one published before)."""
+    unfit = len(decision.unschedulable) if read else 0
+    since = demand_free_since(previous, read, decision.pending_asks + unfit, now)
+    return replace(out, demand_read=read, unschedulable=unfit, demand_free_since=since)
+
+
+def with_cell_shape(out: Outcome, reason: str, message: str) -> Outcome:
+    """``out`` with the ``CellShapeKnown`` condition's reason and message."""
+    return replace(out, shape_reason=reason, shape_message=message[:4000])
+
+
+def parse_rfc3339(value: object) -> float | None:
+    """``rfc3339``'s inverse; None when absent or malformed."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
 def carry_victims(out: Outcome, in_force: Sequence[str], live: Collection[str]) -> Outcome:
     """The victims to publish: every cell our scale-downs in force chose (``in_force``, the
     victims last published) that ``live`` still has, then this decision's own.
@@ -134,7 +182,16 @@ def drifted(published: Outcome, status: JSON) -> bool:
         or last.get("desiredReplicas") != published.desired
         or cond.get("reason") != published.condition_reason
         or (published.act and status.get("desiredReplicas") != published.desired)
+        or _shape_drifted(published, status)
     )
+
+
+def _shape_drifted(published: Outcome, status: JSON) -> bool:
+    if not published.shape_reason:
+        return False
+    kind = ConditionType.CELL_SHAPE_KNOWN.value
+    cond: JSON = next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
+    return bool(cond.get("reason") != published.shape_reason)
 
 
 def note(out: Outcome) -> str:
@@ -142,19 +199,54 @@ def note(out: Outcome) -> str:
     return f"desired {out.desired}: {out.message}{acted}"[:1000]
 
 
-def _condition(pool: GPUCellPool, out: Outcome, now: float) -> JSON:
-    old = pool.status.condition(ConditionType.SCALING_ACTIVE)
-    moved = old is None or old.status.value != out.condition_status
+def _entry(
+    pool: GPUCellPool, type_: ConditionType, status: str, reason: str, message: str, now: float
+) -> JSON:
+    """One condition; its transition time kept while its status does not change."""
+    old = pool.status.condition(type_)
+    moved = old is None or old.status.value != status
     since = rfc3339(now) if moved or old is None else rfc3339(old.last_transition_time.timestamp())
-    message = out.message if out.act else f"Shadow mode, not acted on: {out.reason}: {out.message}"
     return {
-        "type": ConditionType.SCALING_ACTIVE.value,
-        "status": out.condition_status,
-        "reason": out.condition_reason,
+        "type": type_.value,
+        "status": status,
+        "reason": reason,
         "message": message[:4000],
         "lastTransitionTime": since,
         "observedGeneration": pool.metadata.generation,
     }
+
+
+def _condition(pool: GPUCellPool, out: Outcome, now: float) -> JSON:
+    message = out.message if out.act else f"Shadow mode, not acted on: {out.reason}: {out.message}"
+    kind = ConditionType.SCALING_ACTIVE
+    return _entry(pool, kind, out.condition_status, out.condition_reason, message, now)
+
+
+def _conditions(pool: GPUCellPool, out: Outcome, now: float) -> list[JSON]:
+    conds = [_condition(pool, out, now)]
+    if out.shape_reason:
+        known = "False" if out.shape_reason == Reason.CELL_SHAPE_UNKNOWN.value else "True"
+        kind = ConditionType.CELL_SHAPE_KNOWN
+        conds.append(_entry(pool, kind, known, out.shape_reason, out.shape_message, now))
+    return conds
+
+
+def _demand(out: Outcome, raw_status: JSON, now: float) -> JSON:
+    """``demand`` and ``demandFreeSince`` as this apply must carry them. Only a successful read
+    writes ``demand``; otherwise the stored one is re-applied, so that our ownership of the
+    field does not lapse and remove it. ``demandFreeSince`` left out is removed (cleared)."""
+    fields: JSON = {}
+    if out.demand_read:
+        fields["demand"] = {
+            "pendingRequests": out.pending_asks + out.unschedulable,
+            "satisfiableByOneCell": out.pending_asks,
+            "lastObserved": rfc3339(now),
+        }
+    elif isinstance(raw_status.get("demand"), dict):
+        fields["demand"] = raw_status["demand"]
+    if out.demand_free_since is not None:
+        fields["demandFreeSince"] = rfc3339(out.demand_free_since)
+    return fields
 
 
 def status_apply_body(pool: GPUCellPool, out: Outcome, raw_status: JSON, now: float) -> JSON:
@@ -174,8 +266,8 @@ def status_apply_body(pool: GPUCellPool, out: Outcome, raw_status: JSON, now: fl
             "pendingAsks": out.pending_asks,
             **({"victims": list(out.victims)} if out.victims else {}),
         },
-        "demand": {"pendingRequests": out.pending_asks, "lastObserved": rfc3339(now)},
-        "conditions": [_condition(pool, out, now)],
+        **_demand(out, raw_status, now),
+        "conditions": _conditions(pool, out, now),
     }
     if out.act:
         status["desiredReplicas"] = out.desired

@@ -30,7 +30,10 @@ from autoscaler.explain import (
     encode_memory,
     note,
     outcome,
+    parse_rfc3339,
     status_apply_body,
+    with_cell_shape,
+    with_demand,
     with_share,
 )
 from autoscaler.loop_ports import (
@@ -54,7 +57,7 @@ from autoscaler.observe import (
     remember_first_seen,
     with_requested,
 )
-from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.decide import decide
 from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.types import (
@@ -83,7 +86,8 @@ def _relevant(pool: GPUCellPool, raw: JSON) -> tuple[Any, ...]:
     """What, when changed on the pool object, should trigger a decision (not our own writes)."""
     status = raw.get("status") or {}
     cells = [(c.get("name"), c.get("phase")) for c in status.get("cells") or []]
-    return pool.metadata.generation, tuple(cells), pool.metadata.deletion_timestamp is not None
+    gone = pool.metadata.deletion_timestamp is not None
+    return pool.metadata.generation, tuple(cells), gone, status.get("cellDeviceShape")
 
 
 class Autoscaler:
@@ -250,7 +254,7 @@ class Autoscaler:
         if skip_unchanged and self._unchanged(state, inputs, now):
             state.skipped += 1
             return state.last_decision
-        config = policy_config_from_spec(pool.spec)
+        config = policy_config_from_spec(pool.spec, pool_shape(pool))
         decision = decide(obs, state.memory, config, now)
         state.decisions += 1
         state.last_decision = decision
@@ -307,7 +311,7 @@ class Autoscaler:
         pending = state.share.kept
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
         names, prom_usage, health = await self._read_usage(pool, nodes, now)
-        shape = policy_config_from_spec(pool.spec).shape
+        shape = pool_shape(pool).shape
         asked = frozenset(names) if prom_usage is not None else None
         inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked)
         cells, unknown = cells_for_pool(pool, inputs, now)
@@ -369,6 +373,7 @@ class Autoscaler:
         live = live_cell_names(pool)
         shared = with_share(outcome(decision, reachable), state.share)
         out = carry_victims(shared, self._victims(state), live)
+        out = self._with_status_facts(state, out, decision, reachable, now)
         changed = self._due(state, out, now)
         if changed:
             if state.event_reason is None:  # after a restart or takeover: what status says,
@@ -386,6 +391,20 @@ class Autoscaler:
             text = encode_memory(decision.memory)
             await self._write(lambda: self.writer.annotate(pool, MEMORY_ANNOTATION, text))
             state.memory_written_at, state.facts_written = now, facts
+
+    @staticmethod
+    def _with_status_facts(
+        state: PoolState, out: Outcome, decision: Decision, read: bool, now: float
+    ) -> Outcome:
+        """``out`` with ``status.demand`` / ``demandFreeSince`` (``read``: the pending pods were
+        read) and the ``CellShapeKnown`` condition of the shape this decision packed with."""
+        if state.published is not None:
+            previous = state.published.demand_free_since
+        else:  # after a restart or takeover: what status says
+            previous = parse_rfc3339(state.raw_status.get("demandFreeSince"))
+        out = with_demand(out, decision, read, previous, now)
+        choice = pool_shape(state.pool)
+        return with_cell_shape(out, choice.source.value, choice.message)
 
     async def _write(self, call: Callable[[], Awaitable[None]]) -> None:
         """One write, at most ``writes_in_flight`` at once across pools: a request queued here
@@ -416,4 +435,4 @@ def _meta(obj: JSON, field_name: str) -> str:
 
 
 def _empty_inputs(pool: GPUCellPool) -> CellInputs:
-    return CellInputs(policy_config_from_spec(pool.spec).shape, {}, {}, None)
+    return CellInputs(pool_shape(pool).shape, {}, {}, None)

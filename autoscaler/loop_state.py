@@ -16,7 +16,7 @@ from typing import Any
 from autoscaler.explain import Outcome
 from autoscaler.loop_ports import PoolRecorder
 from autoscaler.observe import utilisation
-from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.types import Decision, Observation, PendingPod, PolicyMemory, Reason
 from gpucellpool.api.pool import GPUCellPool
@@ -114,7 +114,7 @@ def record_metrics(
     )
     recorder.record_pending({pending_labels(p): p.first_seen for p in obs.pending})
     recorder.record_reachable(obs.workload_cluster_reachable)
-    config = policy_config_from_spec(state.pool.spec)
+    config = policy_config_from_spec(state.pool.spec, pool_shape(state.pool))
     recorder.record_limits(
         min_cells=config.min_replicas,
         max_cells=config.max_replicas,

@@ -7,7 +7,8 @@ while the status does not change), and writes them with one JSON merge patch on 
 subresource - only the keys the provisioner owns, so the autoscaler's fields are left alone.
 ``physicalCapacity`` and ``workloadCapacity`` (``fsm.pool_capacity``) are sent as values that
 replace the stored objects; ``workloadCapacity`` only when HAMi was read this pass (a failed
-read keeps the stored one, as in the earlier implementation).
+read keeps the stored one, as in the earlier implementation). ``cellDeviceShape``
+(``fsm.device_shape``) is the per-GPU shape of that reading, kept when there is none.
 
 The one key both writers touch is ``conditions``: a merge patch replaces the whole list, and the
 autoscaler server-side-applies its ``ScalingActive`` entry into the same list. So the patch
@@ -28,6 +29,7 @@ from gpucellpool.api.conditions import ConditionType
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus, WorkloadCapacity
 from provisioner.backends.base import rfc3339
+from provisioner.fsm.device_shape import device_shape
 from provisioner.fsm.inventory import PhysicalCondition
 from provisioner.fsm.pool_capacity import physical_capacity, replacing
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES
@@ -182,6 +184,9 @@ def capacity_status(pool: GPUCellPool, rows: list[CellStatus], summary: PassSumm
     }
     if summary.workload is not None:
         out["workloadCapacity"] = replacing(summary.workload)
+    shape = device_shape(summary.workload, pool.status.cell_device_shape)
+    if shape is not None:  # never cleared: a pool scaled to zero keeps the last one learned
+        out["cellDeviceShape"] = replacing(shape)
     return out
 
 

@@ -4,11 +4,21 @@ Why this module exists: the live loop builds a ``PolicyConfig`` from a GPUCellPo
 the simulator builds many by hand to compare policies. Both need the same checks (a config that
 cannot be honoured is reported, not silently clamped) and the same mapping of the API's fields,
 including the original gpucellpool's legacy windows, onto the policy's knobs.
+
+It also decides which cell shape the live loop packs with (``choose_shape``), in the original's
+order (reference §3.3) with the declared shape added before giving up: a Ready cell's HAMi
+registration now (``Learned``), else the shape remembered in ``status.cellDeviceShape``
+(``Remembered``: makes ``minReplicas: 0`` recoverable), else ``spec.autoscaling.cellShape``
+(``Declared``), else none (``CellShapeUnknown``: HAMi's defaults stand in for booting cells and
+no cell is added above the floor). The provisioner writes ``cellDeviceShape`` from each pass's
+HAMi reading of the Ready cells, so "learned" and "remembered" are the same field read with
+and without a Ready cell behind it; the simulator passes its own shape.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from autoscaler.policy.forecast import METHODS
 from autoscaler.policy.packing import HEURISTICS
@@ -23,7 +33,9 @@ from autoscaler.policy.types import (
     Taint,
 )
 from gpucellpool.api.autoscaling import DrainMode, EffectiveRules
+from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.spec import GPUCellPoolSpec
+from gpucellpool.api.status import CellDeviceShape
 
 SELECT_POLICIES = ("Max", "Min", "Disabled")
 
@@ -90,6 +102,75 @@ def _rules(rules: EffectiveRules) -> ScalingRules:
     return ScalingRules(rules.stabilization_window_seconds, policies, str(rules.select_policy))
 
 
+class ShapeSource(StrEnum):
+    """Where the shape the policy packs with came from: the ``CellShapeKnown`` reasons."""
+
+    LEARNED = "Learned"
+    REMEMBERED = "Remembered"
+    DECLARED = "Declared"
+    UNKNOWN = "CellShapeUnknown"
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeChoice:
+    """The shape to pack with, where it came from, and that said in words."""
+
+    shape: CellShape
+    source: ShapeSource
+    message: str
+
+    @property
+    def known(self) -> bool:
+        return self.source is not ShapeSource.UNKNOWN
+
+
+def _describe(shape: CellShape) -> str:
+    return (
+        f"{shape.gpus} GPU(s) per cell, {shape.memory_mib} MiB, {shape.cores_percent}% cores "
+        f"and {shape.slots} slots per GPU"
+    )
+
+
+def choose_shape(
+    spec: GPUCellPoolSpec, remembered: CellDeviceShape | None, ready_cells: int
+) -> ShapeChoice:
+    """The cell shape in the original's order, with the declared one before giving up.
+
+    ``remembered``: ``status.cellDeviceShape`` (the provisioner's reading of a Ready cell's HAMi
+    registration, kept when the cells are gone); ``ready_cells``: how many cells are Ready now
+    (with one, the remembered shape is the live one). GPUs per cell come from
+    ``expectedDevicesPerCell``; slots (HAMi's split count, not in the registration summary)
+    from the declared shape, else HAMi's default.
+    """
+    declared = spec.autoscaling.cell_shape
+    gpus = spec.expected_devices_per_cell()
+    slots = declared.slots if declared is not None else CellShape().slots
+    if remembered is not None and remembered.memory_mib and remembered.core_percent:
+        shape = CellShape(gpus, remembered.memory_mib, remembered.core_percent, slots)
+        model = remembered.model or "unnamed model"
+        if ready_cells > 0:
+            why = f"learned from a Ready cell's HAMi registration ({model})"
+            return ShapeChoice(shape, ShapeSource.LEARNED, f"{_describe(shape)}: {why}")
+        why = f"remembered in status.cellDeviceShape ({model}); no cell is Ready"
+        return ShapeChoice(shape, ShapeSource.REMEMBERED, f"{_describe(shape)}: {why}")
+    if declared is not None:
+        shape = CellShape(gpus, declared.gpu_memory_mib, declared.gpu_cores, declared.slots)
+        why = "declared in spec.autoscaling.cellShape; no cell has reported one yet"
+        return ShapeChoice(shape, ShapeSource.DECLARED, f"{_describe(shape)}: {why}")
+    shape = CellShape(gpus=gpus)
+    why = (
+        "no cell has reported a shape and spec.autoscaling.cellShape is not set: no cell is "
+        f"added above minReplicas until one does (HAMi's defaults, {_describe(shape)}, "
+        "stand in for booting cells)"
+    )
+    return ShapeChoice(shape, ShapeSource.UNKNOWN, why)
+
+
+def pool_shape(pool: GPUCellPool) -> ShapeChoice:
+    """``choose_shape`` for a pool as stored: its remembered shape and its Ready cells."""
+    return choose_shape(pool.spec, pool.status.cell_device_shape, pool.status.ready_cells)
+
+
 def _shape(spec: GPUCellPoolSpec, learned: CellShape | None) -> CellShape:
     if learned is not None:
         return learned
@@ -98,6 +179,14 @@ def _shape(spec: GPUCellPoolSpec, learned: CellShape | None) -> CellShape:
     if declared is None:
         return CellShape(gpus=gpus)
     return CellShape(gpus, declared.gpu_memory_mib, declared.gpu_cores, declared.slots)
+
+
+def _resolve(
+    spec: GPUCellPoolSpec, learned: CellShape | ShapeChoice | None
+) -> tuple[CellShape, bool]:
+    if isinstance(learned, ShapeChoice):
+        return learned.shape, learned.known
+    return _shape(spec, learned), True
 
 
 def _template(spec: GPUCellPoolSpec) -> NodeTemplate:
@@ -109,11 +198,12 @@ def _template(spec: GPUCellPoolSpec) -> NodeTemplate:
 
 
 def policy_config_from_spec(
-    spec: GPUCellPoolSpec, learned_shape: CellShape | None = None
+    spec: GPUCellPoolSpec, learned_shape: CellShape | ShapeChoice | None = None
 ) -> PolicyConfig:
     """The policy's view of a GPUCellPool spec.
 
-    The shape is the one a live cell reported (``learned_shape``), else the declared
+    The shape is ``learned_shape``: the live loop's ``choose_shape`` (whose ``CellShapeUnknown``
+    turns ``shape_known`` off) or a plain shape (the simulator's); without one, the declared
     ``autoscaling.cellShape``, else HAMi's defaults with ``expectedDevicesPerCell`` GPUs.
     Legacy windows, when set and not replaced by ``behavior``, become cooldowns as the original
     used them: no scale-up within ``stabilizationWindow`` of the last one, no scale-down within
@@ -122,10 +212,12 @@ def policy_config_from_spec(
     """
     auto = spec.autoscaling
     up, down = auto.scale_up_rules(), auto.scale_down_rules()
+    shape, known = _resolve(spec, learned_shape)
     return PolicyConfig(
         min_replicas=auto.effective_min(spec.replicas),
         max_replicas=auto.effective_max(spec.replicas),
-        shape=_shape(spec, learned_shape),
+        shape=shape,
+        shape_known=known,
         node_template=_template(spec),
         scale_up=_rules(up),
         scale_down=_rules(down),

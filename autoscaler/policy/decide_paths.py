@@ -74,6 +74,9 @@ def _up_bounds(
     rate = limits.rate_allowance(config.scale_up, mem.scale_events, now, inp.current, +1)
     if rate is not None:
         bounds.append((Reason.RATE_LIMITED, rate, f"scale-up rate policy allows {rate} now"))
+    if not config.shape_known:
+        detail = "no cell shape known (no cell has reported one; none declared)"
+        bounds.append((Reason.CELL_SHAPE_UNKNOWN, 0, detail))
     return bounds
 
 

@@ -285,6 +285,10 @@ class PolicyConfig:
     # need a home, so they are packed like pending pods and capacity is started before the
     # eviction. With WaitForIdle drains (the default) they finish where they are.
     rehome_draining_pods: bool = False
+    # Whether ``shape`` was observed or declared (``autoscaler.policy.config.choose_shape``).
+    # False: HAMi's defaults stand in for booting cells, and no cell is added above the floor
+    # (reason CellShapeUnknown), as the original refused to scale a pool whose shape it never saw.
+    shape_known: bool = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +311,7 @@ class Reason(enum.StrEnum):
     IN_FLIGHT_LIMIT = "InFlightLimit"
     INSUFFICIENT_PHYSICAL_GPU = "InsufficientPhysicalGPU"
     DEMAND_UNSATISFIABLE = "DemandUnsatisfiable"
+    CELL_SHAPE_UNKNOWN = "CellShapeUnknown"  # no cell above the floor until a shape is known
     DEMAND_SATISFIED = "DemandSatisfied"  # pending pods fit free or booting capacity
     METRICS_STALE = "MetricsStale"  # scale-down frozen
     SCALE_DOWN_DISABLED = "ScaleDownDisabled"

@@ -39,6 +39,11 @@ class ConditionType(StrEnum):
     """Ours: Prometheus utilisation is fresh (False freezes scale-down)."""
     DEGRADED = "Degraded"
     """Ours: the stored pool breaks an admission rule, so the provisioner launches nothing."""
+    CELL_SHAPE_KNOWN = "CellShapeKnown"
+    """Ours (autoscaler): where the cell shape the autoscaler packs with comes from. True with
+    reason Learned (a Ready cell's HAMi capacity), Remembered (status.cellDeviceShape, no cell
+    Ready) or Declared (spec.autoscaling.cellShape, no cell has reported one); False with reason
+    CellShapeUnknown (none of those: no cell is added above minReplicas)."""
 
 
 class Condition(KubeModel):

@@ -51,6 +51,19 @@ def bytes_quantity(n_bytes: int) -> str:
     return str(n_bytes)
 
 
+def quantity_bytes(quantity: str | None) -> int | None:
+    """The inverse of ``bytes_quantity`` (a plain integer or a binary-SI suffix, as written
+    there and for compute percent); None for anything else."""
+    text = (quantity or "").strip()
+    for suffix, unit in (*_BINARY_SUFFIXES, ("Ki", 1024)):
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)], unit
+            break
+    else:
+        scale = 1
+    return int(text) * scale if text.isdigit() else None
+
+
 def _totals(total: int, used: int, unit: Callable[[int], str]) -> ResourceTotals:
     return ResourceTotals(
         total=unit(total), allocated=unit(used), available=unit(max(0, total - used))

@@ -341,3 +341,15 @@ def test_pods_on_draining_cells_get_capacity_before_eviction() -> None:
     assert "re-home" in d.message
     roomy = run(cells=(ready("a", 0, 0, 0), BUSY_B, draining), memory=IDLE_A, config=evicting)
     assert (roomy.desired_replicas, roomy.victims) == (2, ())  # a now hosts them: not removable
+
+
+def test_cell_shape_unknown_refuses_growth_above_the_floor_only() -> None:
+    unknown = replace(CONFIG, shape_known=False)
+    d = run(pods(3), config=unknown)  # a brand-new pool at minReplicas 0 (the original's rule)
+    assert (d.reason, d.desired_replicas, d.cells_needed) == (Reason.CELL_SHAPE_UNKNOWN, 0, 2)
+    assert "no cell shape known" in d.message
+    assert d.memory.last_scale_up_at is None and d.memory.scale_events == ()
+    floor = run(pods(3), config=replace(unknown, min_replicas=1))  # the floor is still kept
+    assert (floor.reason, floor.desired_replicas) == (Reason.BELOW_MIN_REPLICAS, 1)
+    known = run(pods(3))
+    assert (known.reason, known.desired_replicas) == (Reason.SCALED_UP, 2)
