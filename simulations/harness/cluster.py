@@ -35,6 +35,7 @@ from simulations.harness.procs import HarnessTimeout, ManagedProcess, free_port,
 from simulations.harness.versions import KUBE_BINARIES
 
 THIRD_PARTY_CRDS = Path(__file__).resolve().parent / "crds"
+WORKLOAD_CRDS = THIRD_PARTY_CRDS / "workload"  # ProvisioningRequest (where the pods are)
 PROJECT_CRDS = bins.REPO_ROOT / "crds"
 CLUSTERS = ("infrastructure", "workload")
 ADMIN_USER = "admin"
@@ -274,6 +275,8 @@ class Harness:
                 kcm[1].launch(endpoints["workload"], files["workload"][0].serving)
             dirs = [THIRD_PARTY_CRDS, PROJECT_CRDS] if crd_dirs is None else list(crd_dirs)
             install_crds(endpoints["infrastructure"], dirs, timeout)
+            if crd_dirs is None:
+                install_crds(endpoints["workload"], [WORKLOAD_CRDS], timeout)
             timings["crds"] = time.monotonic() - t0
             if wanted:
                 kcm[0].launch(endpoints["infrastructure"], files["infrastructure"][0].serving)

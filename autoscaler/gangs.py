@@ -1,0 +1,282 @@
+"""The ProvisioningRequest controller: serves Kueue's gangs in place of Cluster Autoscaler.
+
+Why this module exists: Kueue's provisioning admission check creates a ProvisioningRequest
+(``autoscaling.x-k8s.io/v1``) per gang in the workload cluster and admits the gang when the
+request is Provisioned. This controller answers the two classes Cluster Autoscaler serves
+(``check-capacity`` and ``best-effort-atomic-scale-up``; other classes are left to other
+autoscalers) for the pools of that workload cluster:
+
+1. Each pass reads the requests and their PodTemplates (``RequestSource``), oldest first.
+2. A request not yet Provisioned goes to the first pool, by ``namespace/name``, whose demand
+   selection matches the template's pods and whose fresh cell fits every member (a pool that
+   fits no member is skipped); ``policy.gang.plan_gang`` plans it on that pool's cells as the
+   loop last observed them, after the capacity already booked by older requests.
+3. ``policy.provreq.judge`` sets the conditions as Cluster Autoscaler does; a Provisioned
+   request is *booked* until BookingExpired: ``Bookings`` hands the loop placeholder pods for
+   it (``autoscaler.gang_pods``) so one decision adds all of an atomic gang's cells.
+
+Only the leader writes. What was written is remembered until the cache shows it, so a lagging
+watch never makes a booked request look new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from autoscaler.gang_pods import Booking, with_bookings
+from autoscaler.loop import Autoscaler
+from autoscaler.loop_ports import Clock, WorkloadSnapshot, WorkloadView
+from autoscaler.loop_state import PoolState
+from autoscaler.observe import selector_matches
+from autoscaler.policy import gang, provreq
+from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.errors import AskError
+from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
+from gpucellpool.api.pool import GPUCellPool
+
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
+PoolKey = tuple[str, str]
+
+
+class RequestSource(Protocol):
+    """The workload clusters' ProvisioningRequests and PodTemplates, and the status writer."""
+
+    def clusters(self) -> Sequence[object]:
+        """Keys of the workload clusters whose request and template caches are synced."""
+        ...
+
+    def requests(self, cluster: object) -> Sequence[JSON]: ...
+
+    def template(self, cluster: object, namespace: str, name: str) -> JSON | None: ...
+
+    async def apply_status(self, cluster: object, body: JSON) -> None: ...
+
+
+class Bookings:
+    """Booked requests per workload cluster; the loop's view of them (``view``)."""
+
+    def __init__(self) -> None:
+        self.by_cluster: dict[object, tuple[Booking, ...]] = {}
+
+    def set(self, cluster: object, bookings: Sequence[Booking]) -> set[PoolKey]:
+        """Replace the cluster's bookings; the pools whose bookings changed."""
+        old = self.by_cluster.get(cluster, ())
+        self.by_cluster[cluster] = tuple(bookings)
+        before = {(b.pool, b.key, b.until) for b in old}
+        after = {(b.pool, b.key, b.until) for b in bookings}
+        return {pool for pool, _, _ in before ^ after}
+
+    def view(self, inner: WorkloadView, clock: Clock) -> BookedWorkloadView:
+        return BookedWorkloadView(inner, self, clock)
+
+
+class BookedWorkloadView:
+    """A ``WorkloadView`` whose snapshots carry the booked requests (``gang_pods``)."""
+
+    def __init__(self, inner: WorkloadView, bookings: Bookings, clock: Clock) -> None:
+        self.inner, self.bookings, self.clock = inner, bookings, clock
+
+    def cluster_of(self, pool: GPUCellPool) -> object:
+        return self.inner.cluster_of(pool)
+
+    def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot:
+        snap = self.inner.snapshot(pool)
+        now = self.clock.now()
+        held = [b for b in self.bookings.by_cluster.get(self.cluster_of(pool), ()) if now < b.until]
+        key = (pool.metadata.namespace, pool.metadata.name)
+        scheduler = pool.spec.autoscaling.demand.scheduler_name
+        labels = policy_config_from_spec(pool.spec).node_template.labels
+        return with_bookings(snap, key, held, scheduler, labels)
+
+
+@dataclass(frozen=True, slots=True)
+class _Gang:
+    request: provreq.Request
+    pod_sets: tuple[gang.PodSet, ...]
+    templates: tuple[tuple[Mapping[str, Any], int], ...]
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A booking made in this pass, with its members (packed first by younger requests)."""
+
+    booking: Booking
+    members: tuple[PendingPod, ...]
+
+
+class GangController:
+    """One task for every workload cluster's requests; woken by their watches or a tick."""
+
+    def __init__(
+        self,
+        autoscaler: Autoscaler,
+        source: RequestSource,
+        bookings: Bookings,
+        clock: Clock,
+        tick_s: float = 5.0,
+    ) -> None:
+        self.autoscaler, self.source, self.bookings = autoscaler, source, bookings
+        self.clock, self.tick_s = clock, tick_s
+        self.woken = asyncio.Event()
+        self.passes = 0
+        self._written: dict[tuple[str, str], provreq.Verdict] = {}
+
+    def wake(self) -> None:
+        self.woken.set()
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.tick_s):
+                    await self.woken.wait()
+            self.woken.clear()
+            try:
+                await self.pass_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad pass never stops the controller
+                log.exception("provisioning request pass failed")
+
+    async def pass_once(self) -> None:
+        """Judge every served request of every synced cluster once; write what changed."""
+        now = self.clock.now()
+        for cluster in self.source.clusters():
+            booked: list[_Held] = []
+            for raw in sorted(self.source.requests(cluster), key=_age):
+                await self._one(cluster, raw, booked, now)
+            changed = self.bookings.set(cluster, [h.booking for h in booked])
+            self.autoscaler.wake(changed)
+        self.passes += 1
+
+    async def _one(self, cluster: object, raw: JSON, booked: list[_Held], now: float) -> None:
+        request = provreq.parse_request(raw)
+        if isinstance(request, AskError):
+            log.info("provisioning request skipped: %s: %s", request.field, request.message)
+            return
+        if request.class_name not in provreq.SERVED_CLASSES:
+            return  # another autoscaler's class
+        request = self._as_written(request)
+        found = self._gang(cluster, request)
+        if isinstance(found, str):
+            verdict = provreq.judge(request, None, None, found, now)
+        elif request.is_true(provreq.PROVISIONED):
+            verdict = provreq.judge(request, None, None, "", now)
+        else:
+            plan, pool, why = self._plan(cluster, found, booked)
+            verdict = provreq.judge(request, plan, pool, why, now)
+        if verdict.book and verdict.pool and not isinstance(found, str):
+            namespace, _, name = verdict.pool.partition("/")
+            until = verdict.booked_until or now
+            booking = Booking(
+                request.namespace,
+                request.name,
+                request.class_name,
+                (namespace, name),
+                found.templates,
+                until,
+            )
+            booked.append(_Held(booking, gang.members(found.pod_sets)))
+        await self._write(cluster, request, verdict)
+
+    def _as_written(self, request: provreq.Request) -> provreq.Request:
+        """The request with what we wrote last, until the cache shows that write."""
+        mine = self._written.get((request.namespace, request.name))
+        if mine is None or provreq.unchanged(request, mine):
+            self._written.pop((request.namespace, request.name), None)
+            return request
+        return replace(request, conditions=mine.conditions, details=dict(mine.details))
+
+    async def _write(
+        self, cluster: object, request: provreq.Request, verdict: provreq.Verdict
+    ) -> None:
+        if provreq.unchanged(request, verdict) or not self.autoscaler.is_leader():
+            return
+        try:
+            await self.source.apply_status(cluster, provreq.status_body(request, verdict))
+        except Exception as exc:  # retried on the next pass
+            log.warning(
+                "provisioning request status not written: %s",
+                type(exc).__name__,
+                extra={"request": request.key},
+            )
+            return
+        self._written[(request.namespace, request.name)] = verdict
+
+    def _gang(self, cluster: object, request: provreq.Request) -> _Gang | str:
+        """The request's pod sets from its PodTemplates, or why they cannot be read."""
+        sets, templates = [], []
+        labels: Mapping[str, str] = {}
+        for i, (name, count) in enumerate(request.pod_sets):
+            raw = self.source.template(cluster, request.namespace, name)
+            if raw is None:
+                return f"PodTemplate {request.namespace}/{name} not found"
+            parsed = provreq.pod_set(request, i, raw)
+            if isinstance(parsed, AskError):
+                return f"{parsed.field}: {parsed.message}"
+            body = raw.get("template") or {}
+            labels = labels or ((body.get("metadata") or {}).get("labels") or {})
+            sets.append(parsed)
+            templates.append((body, count))
+        return _Gang(request, tuple(sets), tuple(templates), labels)
+
+    def _candidates(self, cluster: object, found: _Gang) -> Iterable[tuple[PoolKey, PoolState]]:
+        for key in sorted(self.autoscaler.pools):
+            state = self.autoscaler.pools[key]
+            pool = state.pool
+            if not pool.spec.autoscaling.enabled or state.last_inputs is None:
+                continue
+            if self.autoscaler.workload.cluster_of(pool) != cluster:
+                continue
+            demand = pool.spec.autoscaling.demand
+            if selector_matches(demand.pod_selector, found.labels):
+                yield key, state
+
+    def _plan(
+        self, cluster: object, found: _Gang, booked: Sequence[_Held]
+    ) -> tuple[gang.GangPlan | None, str | None, str]:
+        """The plan on the first pool that fits every member, its key, or why none does."""
+        why = "no pool of this workload cluster selects the pod templates' pods"
+        for key, state in self._candidates(cluster, found):
+            obs = state.last_inputs[0] if state.last_inputs else None
+            if not isinstance(obs, Observation):
+                continue
+            config = policy_config_from_spec(state.pool.spec)
+            memory = state.memory or PolicyMemory()
+            room = gang.headroom(
+                config.max_replicas,
+                obs.cells,
+                config.max_cells_in_flight,
+                obs.free_physical_gpus,
+                config.shape.gpus,
+                memory.boots_proven,
+            )
+            held = [m for h in booked if h.booking.pool == key for m in h.members]
+            plan = gang.plan_gang(
+                found.pod_sets,
+                obs.cells,
+                config.shape,
+                config.node_template,
+                room,
+                held,
+                config.max_replicas,
+            )
+            if plan.reason != gang.MEMBER_UNFIT:
+                return plan, f"{key[0]}/{key[1]}", ""
+            why = f"no pool fits every member (pool {key[0]}/{key[1]}: {plan.message})"
+        return None, None, why
+
+
+def _age(raw: JSON) -> tuple[str, str, str]:
+    meta = raw.get("metadata") or {}
+    return (
+        str(meta.get("creationTimestamp") or ""),
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+    )
