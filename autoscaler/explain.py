@@ -98,7 +98,8 @@ def share_note(share: PoolShare) -> str:
     if share.taken:
         head = f"took {_pods(len(share.taken))} that"
         pairs = [(", ".join(t.others), t.reason.value) for t in share.taken]
-        parts.append(_grouped(head, pairs, "was also matched by", "other pools matched too"))
+        also = f"{'was' if len(share.taken) == 1 else 'were'} also matched by"
+        parts.append(_grouped(head, pairs, also, "other pools matched too"))
     return ". ".join(parts)
 
 
