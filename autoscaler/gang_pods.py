@@ -4,8 +4,8 @@ Why this module exists: a ProvisioningRequest whose capacity is booked (Provisio
 BookingExpired) must hold that capacity for the gang's pods, and an atomic gang's cells must be
 added in one decision. Cluster Autoscaler does both by injecting pods built from the request's
 pod templates into its simulation and leaving out the real pods that consume the request. We
-do the same in the pool's workload snapshot: the pool chosen for a request sees one pending
-placeholder pod per member not yet placed, and no pool counts a pod annotated
+do the same in the pools' workload snapshots: they see one pending placeholder pod per member
+not yet placed (the expander gives them to the booked pool), and no pool counts a pod annotated
 ``autoscaling.x-k8s.io/consume-provisioning-request`` with a booked request's name (the
 placeholder stands for it). ``decide`` then packs all placeholders at once: one decision adds
 every cell of the gang, and scale-down keeps the cells they pack onto. Pure functions over
@@ -114,21 +114,25 @@ def placeholders(
 
 def with_bookings(
     snap: WorkloadSnapshot,
-    pool: tuple[str, str],
     bookings: Iterable[Booking],
     scheduler: str,
-    labels: Mapping[str, str],
+    labels: Mapping[tuple[str, str], Mapping[str, str]],
 ) -> WorkloadSnapshot:
-    """``snap`` as ``pool`` must see it: consumers of booked requests out, its placeholders in."""
+    """``snap`` with the consumers of booked requests out and their placeholders in.
+
+    Every pool of the cluster sees the same placeholders, as it sees the same real pods, so the
+    expander (``policy.expander``) gives them to one pool: the booked one, which the controller
+    chose by the same rule. ``labels`` maps a pool to its Node labels, which pin its
+    placeholders to pools whose Nodes look alike.
+    """
     held = list(bookings)
     if not held or not snap.synced:
         return snap
     index = snap.pod_index or index_pods(snap.pods)
     booked = {b.key for b in held}
     unbound = [p for p in index.unbound if consumed_request(p) not in booked]
-    mine = [b for b in held if b.pool == pool]
-    if mine:
-        placed = placed_consumers(index.by_node)
-        for booking in mine:
-            unbound += placeholders(booking, placed.get(booking.key, 0), scheduler, labels)
+    placed = placed_consumers(index.by_node)
+    for booking in held:
+        pins = labels.get(booking.pool, {})
+        unbound += placeholders(booking, placed.get(booking.key, 0), scheduler, pins)
     return replace(snap, pod_index=PodIndex(tuple(unbound), index.by_node))

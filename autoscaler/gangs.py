@@ -36,7 +36,9 @@ from autoscaler.observe import selector_matches
 from autoscaler.policy import gang, provreq
 from autoscaler.policy.config import policy_config_from_spec
 from autoscaler.policy.errors import AskError
+from autoscaler.policy.expander import assign
 from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
+from autoscaler.sharing import eligible, option_of
 from gpucellpool.api.pool import GPUCellPool
 
 JSON = dict[str, Any]
@@ -63,6 +65,7 @@ class Bookings:
 
     def __init__(self) -> None:
         self.by_cluster: dict[object, tuple[Booking, ...]] = {}
+        self.labels: dict[PoolKey, Mapping[str, str]] = {}  # booked pools' Node labels
 
     def set(self, cluster: object, bookings: Sequence[Booking]) -> set[PoolKey]:
         """Replace the cluster's bookings; the pools whose bookings changed."""
@@ -89,10 +92,9 @@ class BookedWorkloadView:
         snap = self.inner.snapshot(pool)
         now = self.clock.now()
         held = [b for b in self.bookings.by_cluster.get(self.cluster_of(pool), ()) if now < b.until]
-        key = (pool.metadata.namespace, pool.metadata.name)
         scheduler = pool.spec.autoscaling.demand.scheduler_name
-        labels = policy_config_from_spec(pool.spec).node_template.labels
-        return with_bookings(snap, key, held, scheduler, labels)
+        labels = {b.pool: self.bookings.labels.get(b.pool, {}) for b in held}
+        return with_bookings(snap, held, scheduler, labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +232,7 @@ class GangController:
         for key in sorted(self.autoscaler.pools):
             state = self.autoscaler.pools[key]
             pool = state.pool
-            if not pool.spec.autoscaling.enabled or state.last_inputs is None:
+            if not eligible(pool) or state.last_inputs is None:
                 continue
             if self.autoscaler.workload.cluster_of(pool) != cluster:
                 continue
@@ -241,36 +243,67 @@ class GangController:
     def _plan(
         self, cluster: object, found: _Gang, booked: Sequence[_Held]
     ) -> tuple[gang.GangPlan | None, str | None, str]:
-        """The plan on the first pool that fits every member, its key, or why none does."""
-        why = "no pool of this workload cluster selects the pod templates' pods"
+        """The plan on the pool the expander picks among those that fit every member, its key,
+        or why no pool does."""
+        why = "no autoscaled pool of this workload cluster selects the pod templates' pods"
+        plans: dict[str, tuple[gang.GangPlan, GPUCellPool]] = {}
         for key, state in self._candidates(cluster, found):
-            obs = state.last_inputs[0] if state.last_inputs else None
-            if not isinstance(obs, Observation):
+            plan = self._plan_on(
+                state, found, [m for h in booked if h.booking.pool == key for m in h.members]
+            )
+            name = f"{key[0]}/{key[1]}"
+            if plan is None:
                 continue
-            config = policy_config_from_spec(state.pool.spec)
-            memory = state.memory or PolicyMemory()
-            room = gang.headroom(
-                config.max_replicas,
-                obs.cells,
-                config.max_cells_in_flight,
-                obs.free_physical_gpus,
-                config.shape.gpus,
-                memory.boots_proven,
-            )
-            held = [m for h in booked if h.booking.pool == key for m in h.members]
-            plan = gang.plan_gang(
-                found.pod_sets,
-                obs.cells,
-                config.shape,
-                config.node_template,
-                room,
-                held,
-                config.max_replicas,
-            )
-            if plan.reason != gang.MEMBER_UNFIT:
-                return plan, f"{key[0]}/{key[1]}", ""
-            why = f"no pool fits every member (pool {key[0]}/{key[1]}: {plan.message})"
-        return None, None, why
+            if plan.reason == gang.MEMBER_UNFIT:
+                why = f"no pool fits every member (pool {name}: {plan.message})"
+                continue
+            plans[name] = (plan, state.pool)
+        if not plans:
+            return None, None, why
+        chosen = _expander_choice(found, {k: p for k, (_, p) in plans.items()})
+        pool = plans[chosen][1]
+        self.bookings.labels[(pool.metadata.namespace, pool.metadata.name)] = dict(
+            policy_config_from_spec(pool.spec).node_template.labels
+        )
+        return plans[chosen][0], chosen, ""
+
+    @staticmethod
+    def _plan_on(
+        state: PoolState, found: _Gang, held: Sequence[PendingPod]
+    ) -> gang.GangPlan | None:
+        """The gang's plan on one pool's cells as its loop last observed them."""
+        obs = state.last_inputs[0] if state.last_inputs else None
+        if not isinstance(obs, Observation):
+            return None
+        config = policy_config_from_spec(state.pool.spec)
+        memory = state.memory or PolicyMemory()
+        room = gang.headroom(
+            config.max_replicas,
+            obs.cells,
+            config.max_cells_in_flight,
+            obs.free_physical_gpus,
+            config.shape.gpus,
+            memory.boots_proven,
+        )
+        return gang.plan_gang(
+            found.pod_sets,
+            obs.cells,
+            config.shape,
+            config.node_template,
+            room,
+            held,
+            config.max_replicas,
+        )
+
+
+def _expander_choice(found: _Gang, pools: Mapping[str, GPUCellPool]) -> str:
+    """The pool ``policy.expander`` gives the gang's first member to (priority, least waste,
+    name), so the booked pool is the one the loops' expander gives the placeholders to."""
+    member = gang.members(found.pod_sets[:1])[:1]
+    wanted = {key: member for key in pools}
+    options = {key: option_of(pool) for key, pool in pools.items()}
+    shares = assign(wanted, options)
+    return next((k for k in sorted(pools) if shares[k].kept), min(pools))
 
 
 def _age(raw: JSON) -> tuple[str, str, str]:

@@ -158,7 +158,7 @@ def test_status_body_is_an_apply_of_conditions_and_details() -> None:
     assert cond["lastTransitionTime"] == provreq.format_time(T0) and cond["observedGeneration"] == 1
 
 
-TEMPLATE = {
+TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"app": "train"}},
     "spec": {
         "containers": [
@@ -188,7 +188,7 @@ def _pod(name: str, node: str | None, consumes: str | None) -> dict[str, Any]:
     }
 
 
-def test_snapshot_swaps_consumers_for_placeholders_on_the_booked_pool() -> None:
+def test_snapshot_swaps_consumers_for_placeholders() -> None:
     booking = Booking("team", "job-a", provreq.ATOMIC, ("infra", "a"), ((TEMPLATE, 3),), T0 + 600)
     pods = [
         _pod("m0", "cell-0", "job-a"),  # placed: one placeholder fewer
@@ -196,14 +196,14 @@ def test_snapshot_swaps_consumers_for_placeholders_on_the_booked_pool() -> None:
         _pod("other", None, None),
     ]
     snap = WorkloadSnapshot(True, pods)
-    mine = with_bookings(snap, ("infra", "a"), [booking], "hami-scheduler", {"gpu": "a"})
-    assert mine.pod_index is not None
-    names = [p["metadata"]["name"] for p in mine.pod_index.unbound]
+    pins = {("infra", "a"): {"gpu": "a"}}
+    seen = with_bookings(snap, [booking], "hami-scheduler", pins)
+    assert seen.pod_index is not None
+    names = [p["metadata"]["name"] for p in seen.pod_index.unbound]
     assert names == ["other", "job-a-0-1", "job-a-0-2"]
-    fake = mine.pod_index.unbound[1]
+    fake = seen.pod_index.unbound[1]
     assert is_pending_hami_pod(fake, "hami-scheduler")
     assert fake["spec"]["nodeSelector"] == {"gpu": "a"}
-    other = with_bookings(snap, ("infra", "b"), [booking], "hami-scheduler", {})
-    assert other.pod_index is not None
-    assert [p["metadata"]["name"] for p in other.pod_index.unbound] == ["other"]
+    assert fake["metadata"]["annotations"][provreq.CONSUME_ANNOTATION] == "job-a"
+    assert with_bookings(snap, [], "hami-scheduler", pins) is snap
     assert placed_consumers({"cell-0": [pods[0]]}) == {("team", "job-a"): 1}
