@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.observe import counts_as_demand
-from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.demand import pod_key
 from autoscaler.policy.expander import PoolOption, PoolShare, assign
 from autoscaler.policy.types import PendingPod
@@ -52,9 +52,9 @@ def eligible(pool: GPUCellPool, own_view: bool = False) -> bool:
 
 
 def option_of(pool: GPUCellPool) -> PoolOption:
-    """The pool as the expander sees it: its priority, its cell shape and Node template as
-    its own decision sees them (``policy_config_from_spec``)."""
-    config = policy_config_from_spec(pool.spec)
+    """The pool as the expander sees it: its priority, its cell shape (learned, declared or
+    default, ``pool_shape``) and Node template as its own decision sees them."""
+    config = policy_config_from_spec(pool.spec, pool_shape(pool))
     return PoolOption(
         pool_key(pool), pool.spec.autoscaling.priority, config.shape, config.node_template
     )
@@ -72,8 +72,9 @@ def rivals_of(pool: GPUCellPool, same_cluster: Iterable[GPUCellPool]) -> tuple[R
 
 def sharing_facts(pool: GPUCellPool) -> tuple[Any, ...]:
     """What of a pool, when changed, can move pending pods between the pools of its cluster
-    (any spec change: priority, demand selection, shape, mode; and deletion)."""
-    return pool.metadata.generation, pool.metadata.deletion_timestamp is not None
+    (any spec change: priority, demand selection, shape, mode; deletion; a learned shape)."""
+    gone = pool.metadata.deletion_timestamp is not None
+    return pool.metadata.generation, gone, pool_shape(pool).shape
 
 
 def share_pending(
