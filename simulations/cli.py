@@ -21,9 +21,10 @@ from simulations.baselines.oracle import BOUND, PACK
 from simulations.distributed import ClusterUnavailable, scheduler_address
 from simulations.engine import BootModel, DrainMode, ProductionPolicy, ScalingPolicy, SimConfig
 from simulations.engine.hami import BINPACK, SPREAD
-from simulations.engine.policy import legacy_windows_policy
+from simulations.engine.policy import atomic_gang_policy, legacy_windows_policy
 from simulations.report import PlotUnavailable, markdown, plot_timelines, rich_table, write_json
 from simulations.report.compare import Comparison, compare
+from simulations.report.render import gang_rich_table
 from simulations.traces import LoadResult, RescaleSpec, TracePod, rescale
 from simulations.traces.detect import FORMATS, load_trace, require_well_formed
 from simulations.traces.model import HORIZON_SECONDS, TraceError
@@ -31,7 +32,8 @@ from simulations.traces.model import HORIZON_SECONDS, TraceError
 DAY = 86400.0
 POLICIES: dict[str, Callable[[], ScalingPolicy]] = {"gpucellpool": ProductionPolicy, **PEERS}
 EXTRA_POLICIES: dict[str, Callable[[], ScalingPolicy]] = {
-    "gpucellpool-legacy-windows": legacy_windows_policy
+    "gpucellpool-legacy-windows": legacy_windows_policy,
+    "gpucellpool-atomic": atomic_gang_policy,
 }
 
 
@@ -210,9 +212,11 @@ def emit(
     else:
         from rich.console import Console  # noqa: PLC0415
 
-        Console(width=min(100, shutil.get_terminal_size().columns)).print(
-            rich_table(comparison.summaries, title)
-        )
+        console = Console(width=min(100, shutil.get_terminal_size().columns))
+        console.print(rich_table(comparison.summaries, title))
+        gangs = gang_rich_table(comparison.summaries)
+        if gangs is not None:
+            console.print(gangs)
     if args.json:
         write_json(args.json, comparison.summaries, meta)
     if args.plot:

@@ -26,6 +26,22 @@ class Sample:
 
 
 @dataclass(frozen=True, slots=True)
+class GangStats:
+    """What a run measured about its gangs (empty / zero for a trace without gangs)."""
+
+    waits_seconds: tuple[float, ...] = ()  # per gang: arrival to first start (censored at end)
+    unstarted: int = 0  # gangs that never started
+    # GPU-hours held by members of gangs not (yet) started: paid for, used by nothing
+    partial_gpu_hours: float = 0.0
+    admissions: tuple[tuple[str, int], ...] = ()  # atomic: plan_gang reasons seen, counted
+    solo_waits_seconds: tuple[float, ...] = ()  # waits of the pods outside gangs
+
+    @property
+    def count(self) -> int:
+        return len(self.waits_seconds)
+
+
+@dataclass(frozen=True, slots=True)
 class SimResult:
     """Everything one run of one policy on one trace produced."""
 
@@ -47,6 +63,7 @@ class SimResult:
     timeline: tuple[Sample, ...]
     boot_seconds: float  # the median boot time the run used (for "waited longer than a boot")
     drains_abandoned: int = 0  # WaitForIdle drains that hit their timeout (cell kept)
+    gangs: GangStats = GangStats()
 
 
 class Integrals:

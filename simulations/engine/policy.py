@@ -5,7 +5,8 @@ in the engine, and the production one must be driven *unchanged*. ``ProductionPo
 two-line adapter that calls ``autoscaler.policy.decide.decide`` exactly as the live loop does.
 A policy may also carry ``tick_seconds`` (how often its loop runs) and ``react_on_arrival``
 (whether a pending pod triggers a decision within ~1 s, like our watch-driven loop); the engine
-reads them with defaults from ``SimConfig``.
+reads them with defaults from ``SimConfig``. ``gang_scale_up`` (``per-pod`` or ``atomic``) says how
+it scales for gangs (``simulations.engine.gangs``); peers have none and scale per pod.
 """
 
 from __future__ import annotations
@@ -39,9 +40,15 @@ class ProductionPolicy:
     tick_seconds = 10.0
     react_on_arrival = True
 
-    def __init__(self, name: str = "gpucellpool", overrides: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        name: str = "gpucellpool",
+        overrides: Mapping[str, Any] | None = None,
+        gang_scale_up: str = "per-pod",
+    ):
         self.name = name
         self.overrides = dict(overrides or {})
+        self.gang_scale_up = gang_scale_up
 
     def decide(
         self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
@@ -60,3 +67,10 @@ def legacy_windows_policy() -> ProductionPolicy:
         "gpucellpool-legacy-windows",
         {"scale_up_cooldown_seconds": 600.0, "scale_down_cooldown_seconds": 1800.0},
     )
+
+
+def atomic_gang_policy() -> ProductionPolicy:
+    """Our policy with gangs scaled atomically, as the live operator serves a
+    ``best-effort-atomic-scale-up`` ProvisioningRequest (``autoscaler.policy.gang``): all the
+    cells a gang needs or none. Pods outside gangs are served exactly as by ``gpucellpool``."""
+    return ProductionPolicy("gpucellpool-atomic", gang_scale_up="atomic")

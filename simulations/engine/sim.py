@@ -21,13 +21,14 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.policy.fit import constraints_fit
 from autoscaler.policy.next_change import advance
 from autoscaler.policy.types import CellState, Decision, Observation, PolicyConfig, PolicyMemory
 from simulations.engine import hami
+from simulations.engine.gangs import GangBook, GangScaleUp, hostable_gangs
 from simulations.engine.metrics import Counters, Integrals, Sample, SimResult
 from simulations.engine.policy import ScalingPolicy
 from simulations.engine.world import Pending, Running, SimCell, World
@@ -104,7 +105,11 @@ class Simulation:
             if hami.fits_fresh_cell(p.ask, self.shape)
             and constraints_fit(p.constraints(), template).ok
         ]
+        gangs = hostable_gangs(pods, self.pods)  # a gang with an unhostable member never starts
+        self.pods = [p for p in self.pods if not p.gang or p.gang in gangs]
         self.unschedulable = len(pods) - len(self.pods)
+        mode = GangScaleUp(getattr(policy, "gang_scale_up", GangScaleUp.PER_POD))
+        self.book = GangBook(self.pods, mode)
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.running: dict[str, Running] = {}
@@ -175,7 +180,8 @@ class Simulation:
             self.push(pod.arrival_seconds, ARRIVAL, pod)
 
     def _finished(self) -> bool:
-        return self.arrived == len(self.pods) and not self.world.pending and not self.running
+        done = self.arrived == len(self.pods) and not self.world.pending and not self.running
+        return done and not self.book.waiting
 
     def _handle(self, kind: int, payload: Any, now: float) -> None:
         if kind == END:
@@ -212,7 +218,11 @@ class Simulation:
         key = pod.key if pod.key not in self.waits else f"{pod.key}#dup{self.seq}"
         self.waits[key] = 0.0
         if key != pod.key:
-            pod = TracePod(key, pod.arrival_seconds, pod.duration_seconds, pod.ask)
+            pod = replace(pod, key=key)
+        if pod.gang and self.book.arrive(pod, now):  # atomic: held until its gang is admitted
+            if self.book.waiting and self.react:
+                self._schedule_react(now)
+            return
         self.world.enqueue(pod, now, pod.duration_seconds)
         self.dirty = True
         if not self._try_place(self.world.pending[key], now) and self.react:
@@ -233,7 +243,10 @@ class Simulation:
         self.seq += 1
         running = self.world.bind(entry, cell, gpus, now, self.seq)
         self.running[running.pod.key] = running
-        self.push(running.end_at, END, (running.pod.key, running.token))
+        # a gang member runs from its gang's start: its end is known once the last one lands
+        starting = self.book.placed(running, now) if running.pod.gang else [running]
+        for member in starting:
+            self.push(member.end_at, END, (member.pod.key, member.token))
         self.dirty = True
         return True
 
@@ -250,6 +263,8 @@ class Simulation:
             return  # evicted earlier; this end is stale
         del self.running[key]
         cell = self.world.unbind(running)
+        if running.pod.gang:
+            self.book.ended(running, now)
         self.capacity_up = self.dirty = True
         if cell.state is CellState.DRAINING and not cell.pods:
             self.push(now + self.cfg.drain_seconds, DRAIN, cell.name)
@@ -282,10 +297,18 @@ class Simulation:
 
     def _evict_all(self, cell: SimCell, now: float) -> None:
         for running in list(cell.pods.values()):
-            self.world.unbind(running)
-            del self.running[running.pod.key]
-            self.world.enqueue(running.pod, now, running.end_at - now)
-            self.counters.evictions += 1
+            if self.running.get(running.pod.key) is not running:
+                continue  # stopped with its gang by an earlier eviction of this loop
+            stopped = (
+                self.book.evict(running, now)
+                if running.pod.gang
+                else [(running, running.end_at - now)]
+            )
+            for member, remaining in stopped:  # a started gang stops with any of its members
+                self.world.unbind(member)
+                del self.running[member.pod.key]
+                self.world.enqueue(member.pod, now, remaining)
+                self.counters.evictions += 1
         self.capacity_up = self.dirty = True
         if self.react:
             self._schedule_react(now)
@@ -327,6 +350,8 @@ class Simulation:
             self.push(now + self.tick_seconds, TICK)
         else:
             self.react_at = None
+        if self.book.waiting:
+            self._admit_gangs(now)
         observation = self.world.observation(self._free_physical())
         decision = self._repeat(observation, now)
         repeated = decision is not None
@@ -345,6 +370,20 @@ class Simulation:
             self.desired = decision.desired_replicas
             return
         self._apply(decision, now)
+
+    def _admit_gangs(self, now: float) -> None:
+        """Atomic mode: gangs ``autoscaler.policy.gang`` lets in become pending pods now, so
+        the ``decide`` call that follows scales up for all of each one (booked capacity)."""
+        observation = self.world.observation(self._free_physical())
+        for gang in self.book.admit(observation, self.memory, self.cfg.policy_config):
+            for pod in gang.arrived:
+                self.waits[pod.key] += now - pod.arrival_seconds  # held since it arrived
+                self.world.enqueue(pod, now, pod.duration_seconds)
+            for pod in gang.arrived:
+                entry = self.world.pending.get(pod.key)
+                if entry is not None:
+                    self._try_place(entry, now)
+            self.dirty = True
 
     def _repeat(self, observation: Observation, now: float) -> Decision | None:
         """The last decision when calling ``decide`` now would only repeat it, else None."""
@@ -399,13 +438,17 @@ class Simulation:
     def _result(self, now: float) -> SimResult:
         for entry in self.world.pending.values():
             self.waits[entry.pod.key] += now - entry.since
+        held = [p for gang in self.book.gangs.values() if not gang.admitted for p in gang.arrived]
+        held = held if self.book.atomic else []
+        for pod in held:  # atomic gangs never admitted: waited from arrival to the end
+            self.waits[pod.key] += now - pod.arrival_seconds
         counters = self.counters
         return SimResult(
             policy=self.policy.name,
             pods=len(self.pods),
             cost_cell_hours=self.integrals.cell_seconds / 3600.0,
             waits_seconds=tuple(self.waits.values()),
-            unplaced=len(self.world.pending) + (len(self.pods) - self.arrived),
+            unplaced=len(self.world.pending) + (len(self.pods) - self.arrived) + len(held),
             unschedulable=self.unschedulable,
             evictions=counters.evictions,
             scale_up_cells=counters.scale_up_cells,
@@ -419,6 +462,7 @@ class Simulation:
             timeline=tuple(self.timeline),
             boot_seconds=self.cfg.boot.median_seconds,
             drains_abandoned=counters.drains_abandoned,
+            gangs=self.book.stats(now, self.waits),
         )
 
 

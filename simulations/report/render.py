@@ -75,7 +75,68 @@ def markdown(summaries: Sequence[PolicySummary]) -> str:
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(row(s)) + " |" for s in summaries]
     note = unhostable_note(summaries)
-    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
+    gangs = gang_markdown(summaries)
+    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "") + gangs
+
+
+# A second table, only for traces with gangs (the first stays as it is for every trace)
+GANG_HEADERS = (
+    "policy",
+    "gangs",
+    "gang start p50",
+    "p95",
+    "max",
+    "unstarted",
+    "partial-gang GPU-h",
+    "other pods p95",
+)
+GANG_LEGEND = (
+    "gang start: from a gang's last member arriving to its last member placed; partial-gang "
+    "GPU-h: GPUs held by members of gangs not yet started (paid, unused); other pods p95: wait "
+    "of the pods outside gangs"
+)
+
+
+def has_gangs(summaries: Sequence[PolicySummary]) -> bool:
+    return any(s.gangs for s in summaries)
+
+
+def gang_row(s: PolicySummary) -> list[str]:
+    return [
+        s.policy,
+        str(s.gangs),
+        _duration(s.gang_wait_p50_seconds),
+        _duration(s.gang_wait_p95_seconds),
+        _duration(s.gang_wait_max_seconds),
+        str(s.gangs_unstarted),
+        f"{s.partial_gang_gpu_hours:,.1f}",
+        _duration(s.solo_wait_p95_seconds),
+    ]
+
+
+def gang_markdown(summaries: Sequence[PolicySummary]) -> str:
+    """The gang table in Markdown ('' when the trace has no gangs)."""
+    if not has_gangs(summaries):
+        return ""
+    lines = ["| " + " | ".join(GANG_HEADERS) + " |", "|" + "---|" * len(GANG_HEADERS)]
+    lines += ["| " + " | ".join(gang_row(s)) + " |" for s in summaries if s.gangs]
+    return "\n" + "\n".join(lines) + f"\n\n{GANG_LEGEND}\n"
+
+
+def gang_rich_table(summaries: Sequence[PolicySummary]) -> Any:
+    """The gang table for a terminal, or None when the trace has no gangs."""
+    if not has_gangs(summaries):
+        return None
+    from rich import box  # noqa: PLC0415 (only needed on a terminal)
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(caption=GANG_LEGEND, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for i, header in enumerate(GANG_HEADERS):
+        table.add_column(header, justify="left" if i == 0 else "right", overflow="fold")
+    for s in summaries:
+        if s.gangs:  # the oracle does not simulate gangs
+            table.add_row(*gang_row(s))
+    return table
 
 
 # The terminal table's short headers; LEGEND spells them out under the table.

@@ -33,6 +33,14 @@ class PolicySummary:
     pods: int
     unplaced: int
     unschedulable: int
+    # Gangs (docs/simulation.md "Gangs"); 0 / NaN for a trace without them
+    gangs: int = 0
+    gang_wait_p50_seconds: float = float("nan")  # gang arrival (last member) to start (all placed)
+    gang_wait_p95_seconds: float = float("nan")
+    gang_wait_max_seconds: float = float("nan")
+    gangs_unstarted: int = 0
+    partial_gang_gpu_hours: float = 0.0  # GPUs held by members of gangs not yet started
+    solo_wait_p95_seconds: float = float("nan")  # pods outside gangs
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,7 +68,26 @@ def summarise(result: SimResult, oracle_cost: float, boot_seconds: float) -> Pol
         pods=result.pods,
         unplaced=result.unplaced,
         unschedulable=result.unschedulable,
+        **_gang_figures(result),
     )
+
+
+def _gang_figures(result: SimResult) -> dict[str, Any]:
+    """The gang columns of a run ({} for a trace without gangs: the defaults stand)."""
+    gangs = result.gangs
+    if not gangs.waits_seconds:
+        return {}
+    g50, g95 = np.percentile(np.asarray(gangs.waits_seconds, dtype=float), [50, 95])
+    solo = np.asarray(gangs.solo_waits_seconds, dtype=float)
+    return {
+        "gangs": gangs.count,
+        "gang_wait_p50_seconds": float(g50),
+        "gang_wait_p95_seconds": float(g95),
+        "gang_wait_max_seconds": max(gangs.waits_seconds),
+        "gangs_unstarted": gangs.unstarted,
+        "partial_gang_gpu_hours": gangs.partial_gpu_hours,
+        "solo_wait_p95_seconds": float(np.percentile(solo, 95)) if solo.size else float("nan"),
+    }
 
 
 def dominates(a: PolicySummary, b: PolicySummary) -> bool:

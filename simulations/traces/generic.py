@@ -10,6 +10,8 @@ Columns / keys (docs/simulation.md has the full table):
   means the whole GPU), ``cores_percent`` (default 0)
 - ``key`` (default ``line-N``), ``node_selector`` and ``labels``: in CSV ``k=v;k2=v2``, in JSONL
   an object.
+- ``gang`` (default none): a gang id; pods sharing one are a distributed job that starts only
+  when all of them are placed (``gang_id`` checks it).
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ COLUMNS = (
     "cores_percent",
     "node_selector",
     "labels",
+    "gang",
 )
+GANG_ID_MAX_CHARS = 253  # a Kubernetes object name's limit: gang ids name Jobs and workloads
 
 
 def _number(record: Mapping[str, Any], name: str, default: float | None = None) -> float | None:
@@ -72,6 +76,20 @@ def _pairs(value: Any, name: str) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"{name} item {item!r} is not k=v")
         pairs.append((key.strip(), val.strip()))
     return tuple(sorted(pairs))
+
+
+def gang_id(value: Any) -> str:
+    """A gang id from a CSV field or JSON value: "" for none; ValueError naming the column."""
+    if value is None:
+        return ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # JSONL may number its gangs
+    if not isinstance(value, str):
+        raise ValueError(f"gang={value!r} must be a string or an integer")
+    text = value.strip()
+    if len(text) > GANG_ID_MAX_CHARS or any(ch.isspace() for ch in text):
+        raise ValueError(f"gang={value[:40]!r} must be at most 253 characters without spaces")
+    return text
 
 
 def _optional_int(record: Mapping[str, Any], name: str) -> int | None:
@@ -105,6 +123,7 @@ def record_pod(record: Mapping[str, Any], line: int) -> TracePod:
         ask=ask,
         node_selector=_pairs(record.get("node_selector"), "node_selector"),
         labels=_pairs(record.get("labels"), "labels"),
+        gang=gang_id(record.get("gang")),
     )
 
 
@@ -194,6 +213,7 @@ def write_generic(pods: Iterable[TracePod], path: Path | str) -> int:
                     ask.cores_percent,
                     _join(pod.node_selector),
                     _join(pod.labels),
+                    pod.gang,
                 ]
             )
             count += 1

@@ -50,6 +50,8 @@ class TracePod:
     """One pod of a trace: it arrives, asks HAMi for ``ask``, and runs ``duration_seconds``.
 
     ``node_selector`` and ``labels`` are sorted (key, value) pairs so the value stays hashable.
+    ``gang`` names the gang the pod belongs to ("" for none): pods sharing a gang id are one
+    distributed job that starts only when every member is placed (``simulations.engine.gangs``).
     """
 
     key: str
@@ -58,6 +60,7 @@ class TracePod:
     ask: GPUAsk
     node_selector: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
+    gang: str = ""
 
     def constraints(self) -> PlacementConstraints:
         """The pod's placement constraints as the policy contract spells them."""
