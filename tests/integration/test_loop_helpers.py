@@ -103,10 +103,14 @@ class PoolWatch:
             self.seen.append((time.monotonic(), obj.get("status") or {}))
             self.changed.set()
 
-    async def until(self, check: Callable[[JSON], bool], timeout_s: float) -> tuple[float, JSON]:
-        """The first (time, status) satisfying ``check``; fails after ``timeout_s``."""
+    async def until(
+        self, check: Callable[[JSON], bool], timeout_s: float, after: int = 0
+    ) -> tuple[float, JSON]:
+        """The first (time, status) satisfying ``check``, looking only at the statuses seen
+        from index ``after`` on (``len(seen)`` now: only what comes next); fails after
+        ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        index = 0
+        index = after
         while True:
             while index < len(self.seen):
                 at, status = self.seen[index]
