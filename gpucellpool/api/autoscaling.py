@@ -269,7 +269,9 @@ class AutoscalingSpec(KubeModel):
     drain: DrainSpec = Field(default_factory=DrainSpec)
     """How scale-down empties a cell."""
     cell_shape: CellShapeSpec | None = None
-    """Declared cell shape, used until a live cell reports one."""
+    """Declared cell shape, used until a cell reports one: from then on the shape a Ready cell
+    reports, and with no cell Ready the last one reported (status.cellDeviceShape). Without
+    either, no cell is added above minReplicas (CellShapeKnown False, CellShapeUnknown)."""
     priority: int = Field(default=0, ge=-1000, le=1000)
     """Expander priority among the autoscaled pools of one workload cluster (higher wins).
     A pending pod that several pools' demand selections match, and that a fresh cell of more

@@ -69,27 +69,33 @@ class CellStatus(KubeModel):
 
 
 class Demand(KubeModel):
-    """The last demand read (written only when autoscaling is on and the read succeeded)."""
+    """The last demand read by the autoscaler: written only when autoscaling is on and the
+    pending pods could be read (a failed read keeps the previous value)."""
 
     pending_requests: int = 0
-    """Pending GPU pods that counted for this pool."""
+    """Pending GPU pods counted for this pool (its demand selection), including those no fresh
+    cell could host."""
     satisfiable_by_one_cell: int = 0
-    """How many of them a fresh cell could host."""
+    """Of those, the pods one fresh cell of this pool could host (the cell shape, the Node
+    labels and taints)."""
     last_observed: Timestamp | None = None
     """When demand was read."""
 
 
 class CellDeviceShape(KubeModel):
-    """Remembered per-device shape (makes minReplicas 0 recoverable)."""
+    """Per-GPU shape learned from a Ready cell's HAMi capacity, written by the provisioner.
+    Never cleared, so a pool at minReplicas 0 can scale up from zero cells; it moves when a
+    Ready cell reports another shape (e.g. a guestTemplate with another GPU model). The
+    autoscaler packs pending pods into cells of this shape (see the CellShapeKnown condition)."""
 
     model: str | None = None
-    """GPU model name."""
+    """GPU model name, as HAMi reports it."""
     memory_mib: int | None = Field(default=None, alias="memoryMiB")
     """GPU memory per device in MiB."""
     core_percent: int | None = None
     """Compute per device in HAMi core percent."""
     last_observed: Timestamp | None = None
-    """When the shape was learned."""
+    """When this shape was read from a Ready cell (unchanged while the shape stays the same)."""
 
 
 class PhysicalCapacity(KubeModel):
@@ -193,15 +199,17 @@ class GPUCellPoolStatus(KubeModel):
     desired_replicas: int = 0
     """Output of the scaling decision (spec.replicas when autoscaling is off)."""
     demand: Demand | None = None
-    """Last demand read."""
+    """Last demand read (autoscaler)."""
     cell_device_shape: CellDeviceShape | None = None
-    """Remembered per-device shape."""
+    """Remembered per-GPU shape of this pool's cells (provisioner; never cleared)."""
     last_scale_up_time: Timestamp | None = None
     """When the pool last scaled up."""
     last_scale_down_time: Timestamp | None = None
     """When the pool last scaled down."""
     demand_free_since: Timestamp | None = None
-    """Since when no demand has been seen."""
+    """Since when no pending pod has counted for this pool (autoscaler): set the first pass
+    demand reads none, cleared when any reappears. Informational: scale-down follows the
+    autoscaler's own windows (scaleDown stabilisation, idle time per cell)."""
     physical_capacity: PhysicalCapacity | None = None
     """Outer GPU capacity."""
     workload_capacity: WorkloadCapacity | None = None
