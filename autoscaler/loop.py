@@ -36,7 +36,9 @@ from autoscaler.explain import (
     with_demand,
     with_share,
 )
+from autoscaler.loop_measure import add_to_status, due, measure, record
 from autoscaler.loop_ports import (
+    ActivitySource,
     Clock,
     MetricsPort,
     PoolWriter,
@@ -45,6 +47,7 @@ from autoscaler.loop_ports import (
     WorkloadView,
 )
 from autoscaler.loop_state import LoopSettings, PoolState, record_metrics, scale_facts
+from autoscaler.measured_use import published
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
@@ -102,7 +105,9 @@ class Autoscaler:
         usage: UsageSource | None = None,
         settings: LoopSettings | None = None,
         is_leader: Callable[[], bool] = lambda: True,
+        activity: ActivitySource | None = None,
     ) -> None:
+        self.activity = activity  # HAMi monitor (measured use): autoscaler.loop_measure
         self.workload = workload
         self.writer = writer
         self.clock = clock
@@ -265,6 +270,7 @@ class Autoscaler:
             if self.metrics is not None and self.is_leader():  # not if deposed meanwhile
                 recorder = self.metrics.pool(*_key(pool))
                 state.latency_reported = record_metrics(recorder, state, decision, obs, now)
+                record(recorder, state.measured)
         state.memory = decision.memory
         # What the next decision would start from, were nothing to change but the time.
         state.last_inputs, state.decided_at = (obs, decision.memory, *inputs[2:]), now
@@ -320,7 +326,11 @@ class Autoscaler:
         cells = with_requested(cells, self._requested(state), since or now, victims)
         leaving = {c.name for c in cells if c.state is CellState.DRAINING}
         unknown = [name for name in unknown if name not in leaving]  # going: no need to know
-        return observation(pending, cells, unknown, health, True)
+        timeout_s = self.settings.usage_timeout_s
+        use = await measure(self.activity, pool, names, index.by_node, health, timeout_s)
+        state.measured = use
+        idle = use.idle_for_policy(pool)
+        return replace(observation(pending, cells, unknown, health, True), idle_cells=idle)
 
     async def _read_usage(
         self, pool: GPUCellPool, nodes: Mapping[str, JSON], now: float
@@ -374,12 +384,15 @@ class Autoscaler:
         shared = with_share(outcome(decision, reachable), state.share)
         out = carry_victims(shared, self._victims(state), live)
         out = self._with_status_facts(state, out, decision, reachable, now)
-        changed = self._due(state, out, now)
+        changed = self._due(state, out, now) or due(state.measured, state.measured_published)
         if changed:
             if state.event_reason is None:  # after a restart or takeover: what status says,
                 # read before our write (its watch event may update raw_status meanwhile)
                 state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
             body = status_apply_body(pool, out, state.raw_status, now)
+            if state.measured is not None:
+                add_to_status(body, pool, state.measured, state.raw_status, now)
+                state.measured_published = published(state.measured)
             await self._write(lambda: self.writer.apply_status(body))
             state.published, state.status_written_at = out, now
             if state.event_reason != out.reason:

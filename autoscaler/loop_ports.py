@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from autoscaler.observe import PodIndex
 from autoscaler.policy.types import GPUUsage, MetricsHealth
+from autoscaler.signals.hami_activity import ActivityReading
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase
 
@@ -54,6 +55,14 @@ class UsageSource(Protocol):
         ...
 
 
+class ActivitySource(Protocol):
+    async def activity(
+        self, pool: GPUCellPool, nodes: Sequence[str], pods: Sequence[str]
+    ) -> ActivityReading:
+        """Measured use of ``nodes`` and of the pods ``namespace/name`` (HAMi monitor)."""
+        ...
+
+
 class PoolWriter(Protocol):
     async def apply_status(self, body: JSON) -> None: ...
 
@@ -79,6 +88,10 @@ class PoolRecorder(Protocol):
     ) -> bool: ...
 
     def record_reachable(self, reachable: bool) -> None: ...
+
+    def record_measured_use(
+        self, available: bool, ratio: float | None, idle_pods: int | None, idle_cells: int | None
+    ) -> None: ...
 
     def record_utilization(
         self, ratio: float | None, *, fresh: bool, age_seconds: float

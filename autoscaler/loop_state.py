@@ -67,6 +67,8 @@ class PoolState:
     last_inputs: tuple[Any, ...] | None = None
     decided_at: float = float("-inf")
     synced: bool = True
+    measured: Any = None  # autoscaler.measured_use.MeasuredUse of the last observation
+    measured_published: tuple[Any, ...] | None = None  # measured_use.published() last written
     share: PoolShare = field(default_factory=PoolShare)
     """The expander's split of the last observed pending pods (``autoscaler.sharing``)."""
 

@@ -171,6 +171,7 @@ class App:
             usage=self.usage,
             settings=LoopSettings(debounce_s=self.settings.debounce_s, tick_s=self.settings.tick_s),
             is_leader=lambda: self.elector.is_leader,
+            activity=self.usage,
         )
 
     def _infra_caches(self) -> tuple[list[WatchCache], list[WatchCache]]:

@@ -218,6 +218,17 @@ def _capacity_panels() -> list[JSON]:
         row("Capacity, utilisation and errors"),
         panel("Utilisation (max of memory, cores, slots)",
               [(_by_pool("gpucellpool_utilization_ratio"), "{{pool}}")], unit="percentunit"),
+        panel("Measured GPU use vs allocation", [
+            (_by_pool("gpucellpool_measured_utilization_ratio"), "{{pool}} measured"),
+            (_by_pool("gpucellpool_utilization_ratio"), "{{pool}} allocated"),
+        ], unit="percentunit", description="Measured: mean hami_host_gpu_utilization_ratio of "
+              "the Ready cells' GPUs. A wide gap is allocated capacity nobody computes on."),
+        panel("Idle pods and cells (no kernel within usageIdleWindow)", [
+            (_by_pool("gpucellpool_idle_pods"), "{{pool}} idle pods"),
+            (_by_pool("gpucellpool_idle_cells"), "{{pool}} idle cells"),
+            (_by_pool("gpucellpool_metrics_available"), "{{pool}} MetricsAvailable"),
+        ], description="Idle cells are drained when scaleDownOn is Usage; MetricsAvailable 0 "
+              "freezes that."),
         panel("Whole GPUs by state", [
             (f"sum by (pool, state) (gpucell_physical_gpus{{{POOL}}})", "{{pool}} {{state}}"),
         ]),

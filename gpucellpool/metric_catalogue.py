@@ -106,6 +106,15 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                "fresh; 0 freezes scale-down"),
     MetricSpec("gpucellpool_metrics_age_seconds", G, "Age of the stalest HAMi sample used, in "
                "seconds"),
+    MetricSpec("gpucellpool_measured_utilization_ratio", G, "Measured GPU use of the pool's "
+               "Ready cells: mean of HAMi's hami_host_gpu_utilization_ratio over their GPUs (0-1); "
+               "absent while unmeasured or not fresh"),
+    MetricSpec("gpucellpool_idle_pods", G, "GPU pods on Ready cells that launched no kernel "
+               "within usageIdleWindow (HAMi monitor); absent while not fresh"),
+    MetricSpec("gpucellpool_idle_cells", G, "Ready cells whose every pod is idle (scale-down "
+               "candidates with scaleDownOn Usage); absent while not fresh"),
+    MetricSpec("gpucellpool_metrics_available", G, "1 when the MetricsAvailable condition is "
+               "True (allocation and measured use fresh); 0 freezes usage-driven scale-down"),
     MetricSpec("gpucellpool_cell_startup_seconds", H, "Cell creation to first Ready, in seconds",
                (), STARTUP_BUCKETS),
     MetricSpec("gpucellpool_expected_boot_seconds", G, "Boot time the policy plans with"),

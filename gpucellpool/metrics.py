@@ -255,6 +255,21 @@ class PoolMetrics:
         else:
             self._set("gpucellpool_utilization_ratio", ratio)
 
+    def record_measured_use(
+        self, available: bool, ratio: float | None, idle_pods: int | None, idle_cells: int | None
+    ) -> None:
+        """Measured use (HAMi monitor); unknown values remove their series (never 0)."""
+        self._set("gpucellpool_metrics_available", 1 if available else 0)
+        for name, value in (
+            ("gpucellpool_measured_utilization_ratio", ratio),
+            ("gpucellpool_idle_pods", idle_pods),
+            ("gpucellpool_idle_cells", idle_cells),
+        ):
+            if value is None:
+                self._drop(name)
+            else:
+                self._set(name, value)
+
     def record_reachable(self, reachable: bool) -> None:
         self._set("gpucell_workload_cluster_reachable", 1 if reachable else 0)
 

@@ -32,7 +32,7 @@ from autoscaler.policy.types import (
     ScalingRules,
     Taint,
 )
-from gpucellpool.api.autoscaling import DrainMode, EffectiveRules
+from gpucellpool.api.autoscaling import DrainMode, EffectiveRules, ScaleDownSignal
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.spec import GPUCellPoolSpec
 from gpucellpool.api.status import CellDeviceShape
@@ -233,4 +233,5 @@ def policy_config_from_spec(
         scale_up_cooldown_seconds=up.cooldown_seconds,
         scale_down_cooldown_seconds=down.cooldown_seconds,
         rehome_draining_pods=auto.drain.mode == DrainMode.EVICT,
+        scale_down_on_usage=auto.scale_down_on == ScaleDownSignal.USAGE,
     )

@@ -42,6 +42,7 @@ from autoscaler.policy.scale_down import (
     is_empty,
     pods_to_move,
     update_idle_since,
+    with_idle_cells,
 )
 from autoscaler.policy.types import (
     CellState,
@@ -142,13 +143,18 @@ def _inputs(
     fitting, unfit = _split_fit(pending, config)
     stuck = _stuck(fitting, cells, config, now)
     rehome = config.rehome_draining_pods and observation.workload_cluster_reachable
-    displaced = _displaced(cells) if rehome else []
+    idle = observation.idle_cells if config.scale_down_on_usage else frozenset()
+    displaced = _displaced([c for c in cells if c.name not in idle]) if rehome else []
     packing = pack(
         (*fitting, *displaced), cells, config.shape, config.packing_heuristic, excluded=stuck
     )
     live = [c for c in cells if c.state in (CellState.READY, CellState.BOOTING)]
     empty = sum(1 for c in live if is_empty(c, packing.usage.get(c.name, ())))
-    below = tuple(candidates(cells, packing.utilisation, config.utilization_threshold))
+    below = tuple(
+        with_idle_cells(
+            cells, candidates(cells, packing.utilisation, config.utilization_threshold), idle
+        )
+    )
     forecast, forecast_target = (
         _forecast(observation, memory, config, now, packing.cells_used()) if trusted else (None, 0)
     )

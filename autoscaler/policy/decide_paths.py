@@ -223,6 +223,7 @@ def scale_down(
         inp.packing.usage,
         config.shape,
         VictimLimits(limit, busy_limit, max(0, inp.empty_cells - config.headroom_cells)),
+        obs.idle_cells if config.scale_down_on_usage else frozenset(),
     )
     if not choice.victims and choice.over_budget:
         budget = config.disruption_budget

@@ -56,6 +56,16 @@ def candidates(
     return out
 
 
+def with_idle_cells(
+    cells: Sequence[CellView], below: Sequence[CellView], idle: frozenset[str]
+) -> list[CellView]:
+    """``below`` plus the Ready cells measured idle (``scaleDownOn: Usage``), whatever their
+    allocation: an allocated GPU nobody computes on is the waste Usage mode reclaims."""
+    named = {c.name for c in below}
+    extra = [c for c in cells if c.state == CellState.READY and c.name in idle - named]
+    return [*below, *extra]
+
+
 def update_idle_since(
     previous: Mapping[str, float], below: Sequence[CellView], now: float
 ) -> dict[str, float]:
@@ -106,11 +116,14 @@ def choose_victims(
     usage: Mapping[str, tuple[GPUUsage, ...]],
     shape: CellShape,
     limits: VictimLimits,
+    idle: frozenset[str] = frozenset(),
 ) -> VictimChoice:
     """Victims within ``limits`` whose pods re-pack, in ``ordered`` (drain) order.
 
     Pods of a victim are packed into the other Ready cells (never into new or Booting cells).
     A cell that receives moved pods is pinned: it cannot become a victim in the same decision.
+    A cell in ``idle`` (measured idle, ``scaleDownOn: Usage``) needs no re-pack: its pods are
+    drained, not moved; it still spends the disruption budget.
     """
     working = dict(usage)
     victims: list[str] = []
@@ -132,7 +145,9 @@ def choose_victims(
         if busy >= limits.busy:
             over_budget = True
             continue
-        if not _repack(cell, gpus, ready, victims, working, pinned, shape):
+        if cell.name not in idle and not _repack(
+            cell, gpus, ready, victims, working, pinned, shape
+        ):
             blocked.append(cell.name)
             continue
         victims.append(cell.name)

@@ -195,6 +195,9 @@ class Observation:
     metrics: MetricsHealth = field(default_factory=MetricsHealth)
     free_physical_gpus: int | None = None  # None = unknown (not a constraint)
     workload_cluster_reachable: bool = True
+    # Ready cells whose every pod has been idle (no GPU kernel) for the usage idle window, per
+    # a fresh monitor reading; empty when unmeasured. Used only with scaleDownOn: Usage.
+    idle_cells: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +288,9 @@ class PolicyConfig:
     # need a home, so they are packed like pending pods and capacity is started before the
     # eviction. With WaitForIdle drains (the default) they finish where they are.
     rehome_draining_pods: bool = False
+    # scaleDownOn: Usage. A cell in Observation.idle_cells is a scale-down candidate even when
+    # allocated; its idle pods are drained, not re-packed (they do no work worth a home).
+    scale_down_on_usage: bool = False
     # Whether ``shape`` was observed or declared (``autoscaler.policy.config.choose_shape``).
     # False: HAMi's defaults stand in for booting cells, and no cell is added above the floor
     # (reason CellShapeUnknown), as the original refused to scale a pool whose shape it never saw.

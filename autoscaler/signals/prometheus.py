@@ -31,6 +31,15 @@ import httpx
 
 from autoscaler.policy.types import MetricsHealth
 from autoscaler.signals.guarded_transport import GuardedTransport, Resolver, UrlRefused
+from autoscaler.signals.hami_activity import (
+    ACTIVITY_SCHEMAS,
+    ActivityReading,
+    Verdict,
+    container_query,
+    failed,
+    host_query,
+    interpret_activity,
+)
 from autoscaler.signals.hami_metrics import (
     SCHEMAS,
     MetricFamily,
@@ -213,6 +222,43 @@ class PrometheusSource:
         )
         since = self._last_fresh_at if self._last_fresh_at is not None else self._created_at
         return unavailable(detail, now - since, self._family)
+
+    async def node_activity(
+        self, node_names: Sequence[str], pod_keys: Sequence[str]
+    ) -> ActivityReading:
+        """Measured use (per-GPU utilisation of ``node_names``, activity of the pods
+        ``namespace/name``) from HAMi's monitor, with a verdict; never raises."""
+        wanted, now = sorted(set(node_names)), self._clock.now()
+        if not wanted:
+            return ActivityReading(Verdict.FRESH, "no nodes to read")
+        try:
+            for schema in self._schemas_to_try():
+                monitor = ACTIVITY_SCHEMAS[schema.family]
+                host = await self.query(host_query(monitor, wanted, self.lookback_seconds), at=now)
+                if host.result_type == "matrix" and not host.series:
+                    continue
+                pods = sorted({key.partition("/")[2] for key in pod_keys})
+                containers = None
+                if pods:
+                    text = container_query(monitor, pods, self.lookback_seconds)
+                    containers = await self.query(text, at=now)
+                return interpret_activity(
+                    host,
+                    containers,
+                    monitor,
+                    wanted,
+                    pod_keys,
+                    now=now,
+                    stale_after_seconds=self.stale_after_seconds,
+                )
+        except PrometheusUnavailable as exc:
+            verdict = Verdict.UNPARSEABLE if exc.kind == "malformed" else Verdict.UNREACHABLE
+            return failed(verdict, f"prometheus {exc.kind}: {exc.detail}")
+        detail = (
+            f"no HAMi monitor utilisation series for node(s) {', '.join(wanted)} in the last "
+            f"{self.lookback_seconds:g}s (looked for hami_* and legacy names)"
+        )
+        return failed(Verdict.STALE, detail)
 
     def _schemas_to_try(self) -> list[Schema]:
         order = [MetricFamily.CURRENT, MetricFamily.LEGACY]

@@ -18,6 +18,7 @@ from gpucellpool.api.autoscaling import (
     PrometheusSource,
     RatePolicyType,
     ScaleDownMode,
+    ScaleDownSignal,
     ScalingPolicy,
     SelectPolicy,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "Provisioner",
     "RatePolicyType",
     "ScaleDownMode",
+    "ScaleDownSignal",
     "ScalingPolicy",
     "SelectPolicy",
     "SpreadPolicy",

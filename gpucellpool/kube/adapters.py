@@ -16,6 +16,7 @@ from typing import Any
 from autoscaler.loop_ports import WorkloadSnapshot
 from autoscaler.observe import PodIndex, index_pods
 from autoscaler.policy.types import GPUUsage, MetricsHealth
+from autoscaler.signals.hami_activity import ActivityReading, Verdict, failed
 from autoscaler.signals.ports import PrometheusUnavailable
 from autoscaler.signals.prometheus import PrometheusSource
 from autoscaler.signals.prometheus_config import source_from_spec
@@ -198,6 +199,16 @@ class PrometheusUsage:
             detail = f"Prometheus unavailable: {type(exc).__name__}"
             return {}, MetricsHealth(False, 0.0, detail, read_failed=True)
         return reading.usage_by_node(), reading.health
+
+    async def activity(
+        self, pool: GPUCellPool, nodes: Sequence[str], pods: Sequence[str]
+    ) -> ActivityReading:
+        """Measured use from HAMi's monitor (``ActivitySource``); faults read Unreachable."""
+        try:
+            source = await self._source(pool)
+        except (ValueError, ApiError) as exc:
+            return failed(Verdict.UNREACHABLE, f"Prometheus unavailable: {type(exc).__name__}")
+        return await source.node_activity(nodes, pods)
 
     async def close(self) -> None:
         for _, source in self._sources.values():

@@ -62,6 +62,7 @@ from simulations.twin.hami_codec import (
     NodeAllocation,
     emptied_plan,
     format_plan,
+    idle_since,
     natural_key,
     parse_plan,
     unschedulable_message,
@@ -151,6 +152,7 @@ def book(node: NodeState, pod: Mapping[str, Any], plan: str) -> None:
                 entry.uuid,
                 entry.memory_mib,
                 entry.cores,
+                idle_since(_annotations(pod)),
             )
         )
 
@@ -216,7 +218,7 @@ class SimulatedHAMi(PollingController):
 
     def metrics_text(self, legacy_metrics: bool = False) -> str:
         """The ``hami_*`` exposition of the last pass (see ``twin.hami_exporter``)."""
-        return render_metrics(self._snapshot.values(), legacy_metrics)
+        return render_metrics(self._snapshot.values(), legacy_metrics, self.clock.now())
 
     def policies_for(self, pod: Mapping[str, Any]) -> tuple[str, str]:
         """Node and GPU policy: the pod's ``hami.io/*-scheduler-policy`` annotations win."""

@@ -12,6 +12,7 @@ every format and lets the controller stay about control.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +36,20 @@ KUBE_FILTER_PREFIX = "node(s) "  # every kube-scheduler filter message the twin 
 NO_PREEMPTION_VICTIMS = "No preemption victims found for incoming pod"
 PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 _NATURAL = re.compile(r"(\d+)")
+# The twin's stand-in for what a real GPU pod does with its allocation: unix seconds at which
+# the pod stops launching kernels (absent: busy for its whole life, using what it was given).
+# Set by tests and by the trace player from the trace's ``usage`` column; the twin's monitor
+# series (``twin.hami_exporter``) follow it.
+IDLE_SINCE_ANNOTATION = "sim.cells.kubeswift.io/idle-since"
+
+
+def idle_since(annotations: Mapping[str, str]) -> float | None:
+    """The pod's idle-since time, or None when absent or not a finite number."""
+    try:
+        value = float(annotations.get(IDLE_SINCE_ANNOTATION, ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +87,10 @@ class ContainerAllocation:
     uuid: str
     memory_mib: int
     cores: int
+    idle_since: float | None = None  # unix seconds its GPU work stopped (IDLE_SINCE_ANNOTATION)
+
+    def busy(self, now: float) -> bool:
+        return self.idle_since is None or now < self.idle_since
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,11 @@ bytes = MiB x 1048576; core "ratios" on the 0-100 scale; the node memory ratio 0
 
 Both HAMi endpoints are served on one ``/metrics``: the scheduler's (:9395) allocation series
 and the vGPU monitor's (:9394) usage series. The twin has no real GPUs, so the monitor series
-say every container uses exactly what it was allocated, all the time (memory used = limit,
-utilisation = allocated cores, last kernel 0 s ago), and a GPU's host usage is the sum.
+say a busy container uses exactly what it was allocated (memory used = limit, utilisation =
+allocated cores, last kernel 0 s ago) and a GPU's host utilisation is the sum over its busy
+containers (at most 100). A pod annotated ``sim.cells.kubeswift.io/idle-since`` (unix seconds;
+the trace player sets it from the trace's ``usage`` column) stops at that time: its containers
+then read 0 % with a last kernel ``now - idle-since`` seconds ago, as an idle pod's do.
 
 ``legacy_metrics=True`` is HAMi v2.9+/v2.10 started with ``--legacy-metrics=true``: the
 scheduler's camel-case names of v2.8 and earlier (``GPUDeviceMemoryLimit`` ... by ``nodeid`` /
@@ -109,7 +112,7 @@ def _scheduler_vgpu_metrics(nodes: Iterable[NodeAllocation]) -> list[Metric]:
     return [mem, cores]
 
 
-def _monitor_metrics(nodes: Iterable[NodeAllocation]) -> list[Metric]:
+def _monitor_metrics(nodes: Iterable[NodeAllocation], now: float) -> list[Metric]:
     host_mem = _gauge("hami_host_gpu_memory_used_bytes", "Host GPU memory used", _HOST)
     host_util = _gauge("hami_host_gpu_utilization_ratio", "Host GPU utilization", _HOST)
     used = _gauge("hami_vgpu_memory_used_bytes", "vGPU memory used", _CONTAINER)
@@ -122,17 +125,20 @@ def _monitor_metrics(nodes: Iterable[NodeAllocation]) -> list[Metric]:
         "hami_container_last_kernel_elapsed_seconds", "Seconds since last kernel", _CONTAINER
     )
     for node in nodes:
-        for alloc in node.devices:
-            d = alloc.device
-            labels = [node.node, str(d.index), d.uuid, monitor_device_type(d.type), ZONE]
-            host_mem.add_metric(labels, alloc.used_memory_mib * MIB)
-            host_util.add_metric(labels, min(alloc.used_cores, 100))
+        busy_cores: dict[str, int] = {}
         for c in node.containers:
             labels = [c.namespace, c.pod, c.container, str(c.vdevice_index), c.uuid, ZONE]
             for family in (used, limit, device_mem):
                 family.add_metric(labels, c.memory_mib * MIB)
-            util.add_metric(labels, c.cores)
-            kernel.add_metric(labels, 0)
+            busy = c.busy(now)
+            util.add_metric(labels, c.cores if busy else 0)
+            kernel.add_metric(labels, 0 if busy else now - (c.idle_since or now))
+            busy_cores[c.uuid] = busy_cores.get(c.uuid, 0) + (c.cores if busy else 0)
+        for alloc in node.devices:
+            d = alloc.device
+            labels = [node.node, str(d.index), d.uuid, monitor_device_type(d.type), ZONE]
+            host_mem.add_metric(labels, alloc.used_memory_mib * MIB)
+            host_util.add_metric(labels, min(busy_cores.get(d.uuid, 0), 100))
     return [host_mem, host_util, used, limit, device_mem, util, kernel]
 
 
@@ -161,9 +167,12 @@ def _legacy_scheduler_metrics(nodes: Iterable[NodeAllocation]) -> list[Metric]:
 class _Snapshot:
     """A one-shot collector over an allocation table (what ``generate_latest`` iterates)."""
 
-    def __init__(self, nodes: Iterable[NodeAllocation], legacy_metrics: bool = False) -> None:
+    def __init__(
+        self, nodes: Iterable[NodeAllocation], legacy_metrics: bool = False, now: float = 0.0
+    ) -> None:
         self._nodes = list(nodes)
         self._legacy = legacy_metrics
+        self._now = now
 
     def collect(self) -> Iterator[Metric]:
         info = _gauge("hami_build_info", "HAMi build information", list(BUILD))
@@ -171,14 +180,16 @@ class _Snapshot:
         yield info
         yield from _scheduler_device_metrics(self._nodes)
         yield from _scheduler_vgpu_metrics(self._nodes)
-        yield from _monitor_metrics(self._nodes)
+        yield from _monitor_metrics(self._nodes, self._now)
         if self._legacy:
             yield from _legacy_scheduler_metrics(self._nodes)
 
 
-def render_metrics(nodes: Iterable[NodeAllocation], legacy_metrics: bool = False) -> str:
-    """The Prometheus text exposition of an allocation table."""
-    return generate_latest(_Snapshot(nodes, legacy_metrics)).decode()
+def render_metrics(
+    nodes: Iterable[NodeAllocation], legacy_metrics: bool = False, now: float = 0.0
+) -> str:
+    """The Prometheus text exposition of an allocation table at ``now`` (unix seconds)."""
+    return generate_latest(_Snapshot(nodes, legacy_metrics, now)).decode()
 
 
 async def start_hami_exporter(

@@ -46,6 +46,7 @@ def _exercise(pool: PoolMetrics) -> None:
     pool.cell_removed("ScaleDown")
     pool.evicted(2)
     pool.record_utilization(0.5, fresh=True, age_seconds=3)
+    pool.record_measured_use(True, 0.4, 2, 1)
     pool.record_reachable(True)
     pool.record_physical(held=1, free=3)
     pool.record_capacity(
