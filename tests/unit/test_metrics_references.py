@@ -13,6 +13,7 @@ from autoscaler.signals.hami_metrics import CATALOGUE as HAMI
 from gpucellpool import dashboards
 from gpucellpool import metric_catalogue as metrics
 from gpucellpool.dashboards import expressions, metric_names
+from simulations import record
 
 RULES = Path(__file__).resolve().parents[2] / "charts/gpucellpool/files/prometheus-rules.yaml"
 HAMI_NAMES = {n for e in HAMI for n in (e.current, e.legacy) if n}
@@ -48,10 +49,12 @@ def test_the_check_would_catch_a_typo() -> None:
 
 
 def test_every_pool_series_is_shown_or_alerted_on() -> None:
-    """A metric nobody looks at is dead weight: each is on a panel, in an alert, or exempt."""
+    """A metric nobody looks at is dead weight: each is on a panel, in an alert, read by the
+    trace recorder, or exempt."""
     used = set().union(*(metric_names(e) for b in dashboards.DASHBOARDS.values()
                          for _, e in expressions(b())))  # fmt: skip
     used |= set().union(*(metric_names(r["expr"]) for r in _rules()))
+    used |= metric_names(record.pending_query())  # read by ``gpucellpool trace record``
     exempt = {  # kept for the original's dashboards; our panels use the gpucellpool_* twin
         "gpucell_cell_startup_seconds", "gpucell_scale_decisions_total",
         "gpucellpool_min_cells", "gpucell_capacity_gpu_compute_percent",
