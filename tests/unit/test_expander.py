@@ -5,14 +5,17 @@ priority, then least waste on a fresh cell (memory + cores fractions, exact), th
 key; every other pool that matched it says who took it and why, and the taker says whom it
 beat; a pod no pool fits stays with every pool that matched it (each reports it
 unschedulable); an ineligible pool never takes; the answer does not depend on the order of
-the pools or of the pods (every pool's task computes it alone and must agree).
+the pools or of the pods (every pool's task computes it alone and must agree); the API's
+priority is bounded to -1000..1000 (the webhook names the field) and absent means 0.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from fractions import Fraction
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,6 +27,9 @@ from autoscaler.policy.types import (
     PendingPod,
     PlacementConstraints,
 )
+from gpucellpool.api.autoscaling import AutoscalingSpec
+from tests.unit.test_webhook_rules import POOL as WEBHOOK_POOL
+from webhook.rules import validate_create
 
 SMALL = CellShape(gpus=1, memory_mib=24576, cores_percent=100, slots=10)
 BIG = CellShape(gpus=1, memory_mib=81920, cores_percent=100, slots=10)
@@ -193,3 +199,23 @@ def test_the_taker_ranks_first_among_the_pools_that_fit(
                 assert taker.priority == mine.priority and taker.key < mine.key
             else:
                 assert given_away.reason is Choice.FIT and my_waste is None
+
+
+# -- the API field -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"), [(-1000, True), (1000, True), (1001, False), (-1001, False)]
+)
+def test_priority_is_bounded_and_the_webhook_names_the_field(value: int, ok: bool) -> None:
+    obj = copy.deepcopy(WEBHOOK_POOL)
+    obj["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 0, "maxReplicas": 2}
+    obj["spec"]["autoscaling"]["priority"] = value
+    verdict = validate_create(obj)
+    assert verdict.allowed is ok, verdict.message()
+    if not ok:
+        assert "spec.autoscaling.priority" in {r.path for r in verdict.reasons}
+
+
+def test_a_manifest_without_priority_means_priority_zero() -> None:
+    assert AutoscalingSpec.model_validate({}).priority == 0
