@@ -64,6 +64,11 @@ class DrainMode(StrEnum):
     EVICT = "Evict"
 
 
+class ScaleDownSignal(StrEnum):
+    ALLOCATION = "Allocation"
+    USAGE = "Usage"
+
+
 class ScalingPolicy(KubeModel):
     """At most value cells (or percent of current cells) per periodSeconds."""
 
@@ -226,6 +231,16 @@ class AutoscalingSpec(KubeModel):
                 "minReplicas is required when scaleDown is Auto",
                 ".minReplicas",
             ),
+            cel(
+                "self.scaleDownOn != 'Usage' || has(self.prometheus)",
+                "scaleDownOn Usage needs prometheus: measured use is read from HAMi's monitor",
+                ".scaleDownOn",
+            ),
+            cel(
+                "!has(self.usageIdleWindow) || duration(self.usageIdleWindow) >= duration('1m')",
+                "usageIdleWindow must be at least 1m (a pod between two kernels is not idle)",
+                ".usageIdleWindow",
+            ),
         )
     )
 
@@ -279,6 +294,17 @@ class AutoscalingSpec(KubeModel):
     tie the pool whose fresh cell the pod would leave least unused (memory and cores); on a tie
     again the pool whose namespace/name sorts first. The other pools say so in
     lastDecision.message."""
+    scale_down_on: ScaleDownSignal = ScaleDownSignal.ALLOCATION
+    """What makes a Ready cell a scale-down candidate. Allocation (the default): its HAMi
+    allocation is below utilizationThresholdPercent, and its pods must re-pack elsewhere.
+    Usage: also a cell whose every pod has launched no GPU kernel for usageIdleWindow (HAMi
+    monitor's hami_container_last_kernel_elapsed_seconds), even if fully allocated; its idle
+    pods are drained (drain.mode, PodDisruptionBudgets and disruptionBudget apply) and are not
+    re-packed. Needs prometheus; frozen while the MetricsAvailable condition is False."""
+    usage_idle_window: Duration = Duration("30m")
+    """With scaleDownOn Usage: how long every pod of a cell must have launched no GPU kernel
+    before the cell counts as idle (at least 1m). The scale-down stabilisation window still
+    applies after it."""
 
     def effective_min(self, spec_replicas: int) -> int:
         """The floor: minReplicas, else spec.replicas; spec.replicas itself when disabled."""

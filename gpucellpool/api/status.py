@@ -157,6 +157,25 @@ class WorkloadCapacity(KubeModel):
     """When capacity was read."""
 
 
+class Utilization(KubeModel):
+    """Measured GPU use of the pool's Ready cells (HAMi's monitor via spec.autoscaling.prometheus),
+    as opposed to allocation; written by the autoscaler only when the reading is fresh."""
+
+    gpu_utilization_percent: int | None = Field(default=None, ge=0, le=100)
+    """Mean of hami_host_gpu_utilization_ratio over the GPUs read (0-100, rounded)."""
+    gpus: int = Field(default=0, ge=0)
+    """GPUs the mean is taken over."""
+    pods: int = Field(default=0, ge=0)
+    """GPU pods on Ready cells that the monitor reports."""
+    idle_pods: int = Field(default=0, ge=0)
+    """Of those, pods none of whose containers launched a GPU kernel within
+    spec.autoscaling.usageIdleWindow."""
+    idle_cells: list[CellName] | None = Field(default=None, max_length=MAX_CELLS)
+    """Ready cells whose every pod is idle (scale-down candidates when scaleDownOn is Usage)."""
+    last_observed: Timestamp | None = None
+    """When the reading was taken."""
+
+
 class LastDecision(KubeModel):
     """The autoscaler's most recent decision, including "do nothing"."""
 
@@ -214,6 +233,8 @@ class GPUCellPoolStatus(KubeModel):
     """Outer GPU capacity."""
     workload_capacity: WorkloadCapacity | None = None
     """Inner HAMi capacity."""
+    utilization: Utilization | None = None
+    """Measured GPU use (only when spec.autoscaling.prometheus is set); see MetricsAvailable."""
     cells: list[CellStatus] | None = Field(
         default=None,
         max_length=MAX_CELLS,
