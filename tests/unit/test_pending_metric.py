@@ -1,15 +1,26 @@
-"""The pending-pod series behind ``trace record``: one per waiting pod, exact, capped."""
+"""The pending-pod series behind ``trace record``: one per waiting pod, exact, capped, and
+written by the loop from first seen pending until the pod is bound."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry
 
+from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.loop_state import pending_labels
 from autoscaler.policy.types import GPUAsk, PendingPod
 from gpucellpool.metric_catalogue import PENDING_LABELS, PENDING_SERIES_CAP
 from gpucellpool.metrics import OperatorMetrics, label_sets
+from tests.unit.test_loop_fakes import (
+    FakeWorkload,
+    FakeWriter,
+    VirtualClock,
+    pending_pod,
+    pool_manifest,
+)
 
 NAME = "gpucellpool_pending_pod_first_seen_timestamp_seconds"
+SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0)
 
 
 def _series(reg: CollectorRegistry) -> dict[str, float]:
@@ -70,3 +81,39 @@ def test_forgetting_the_pool_drops_its_pending_series() -> None:
     metrics.pool("ns", "p").record_pending({("ml", "a", "1", "", "", "0"): 1.0})
     metrics.forget("ns", "p")
     assert _series(reg) == {}
+
+
+async def test_the_loop_exports_each_pending_pod_from_first_seen_until_bound() -> None:
+    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
+    reg = CollectorRegistry()
+    scaler = Autoscaler(workload, writer, clock, OperatorMetrics(reg), settings=SETTINGS)
+    try:
+        scaler.pool_event("ADDED", pool_manifest("a"))
+        await clock.advance(0.2)
+        workload.pods["a"] = pending_pod("a", mem_mib=4096)
+        scaler.cluster_event("wl")
+        seen_a = clock.now() + SETTINGS.debounce_s  # the decision that first sees it
+        await clock.advance(0.5)
+        assert _series(reg) == {"a": pytest.approx(seen_a)}
+        (labels,) = label_sets(reg, [NAME])
+        assert labels == {
+            "namespace": "ns",
+            "pool": "a",
+            "pod_namespace": "default",
+            "pod": "a",
+            "gpus": "1",
+            "memory_mib": "4096",
+            "memory_percent": "",
+            "cores_percent": "0",
+        }
+        workload.pods["b"] = pending_pod("b")
+        scaler.cluster_event("wl")
+        await clock.advance(0.5)
+        assert set(_series(reg)) == {"a", "b"} and _series(reg)["a"] == seen_a
+        workload.pods["a"]["spec"]["nodeName"] = "cell-0"  # bound: no longer pending
+        workload.pods["a"]["status"] = {"phase": "Running"}
+        scaler.cluster_event("wl")
+        await clock.advance(0.5)
+        assert set(_series(reg)) == {"b"}
+    finally:
+        await scaler.close()
