@@ -134,7 +134,8 @@ def _url(text: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="trace_command", required=True)
-    record = sub.add_parser("record", help="record HAMi allocations from Prometheus")
+    demand = "HAMi allocations and the operator's pending pods"
+    record = sub.add_parser("record", help=f"record GPU demand ({demand}) from Prometheus")
     record.add_argument("--prometheus", required=True, type=_url, help="Prometheus base URL")
     record.add_argument("--start", required=True, type=parse_time, help="unix or ISO 8601")
     record.add_argument("--end", required=True, type=parse_time, help="unix or ISO 8601")
