@@ -68,6 +68,12 @@ class WorkloadCluster:
         )
         self.secret = WatchCache(infra, query, self._secret_changed)
 
+    @property
+    def client(self) -> WorkloadClient | None:
+        """The client the current caches use (None until a kubeconfig works; replaced on a
+        credential change), for adapters that keep caches of their own on this cluster."""
+        return self._client
+
     def synced(self) -> bool:
         caches = (self.pods, self.nodes, self.namespaces)
         return all(c is not None and c.synced.is_set() for c in caches)
