@@ -22,6 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from autoscaler.gangs import Bookings, GangController
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.observe import PodIndex
 from autoscaler.routing import WorkloadRouter, pool_route
@@ -35,6 +36,7 @@ from gpucellpool.kube.adapters import (
     PrometheusUsage,
 )
 from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.provreq import KubeProvisioningRequests
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig, client_in_cluster_or
 from gpucellpool.kube.reviews import KubeAccessReviewer
 from gpucellpool.kube.workload import ClientFactory, ClusterKey, WorkloadClusters
@@ -135,7 +137,11 @@ class App:
         self.router = WorkloadRouter()
         self.usage = PrometheusUsage(infra, self.clock, settings.rules.allowed_prometheus_hosts)
         self.writer = KubePoolWriter(infra, settings.identity, self.clock)
+        self.bookings = Bookings()  # ProvisioningRequests' held capacity, seen by the loop
         self.autoscaler = self._autoscaler()
+        self.requests = KubeProvisioningRequests(self.clusters)
+        self.gangs = GangController(self.autoscaler, self.requests, self.bookings, self.clock)
+        self.requests.wake = self.gangs.wake
         self.reconciler = Reconciler(
             RestKubeApi(infra.api_client, settings.api_timeout_s),
             self.clock,
@@ -164,7 +170,7 @@ class App:
 
     def _autoscaler(self) -> Autoscaler:
         return Autoscaler(
-            RoutedWorkloadView(self.clusters, self.router),
+            self.bookings.view(RoutedWorkloadView(self.clusters, self.router), self.clock),
             self.writer,
             self.clock,
             metrics=self.metrics,
@@ -275,6 +281,7 @@ class App:
             self._metrics_cert.start()
         self._tasks = [
             asyncio.create_task(self.elector.run(), name="leader-election"),
+            asyncio.create_task(self.gangs.run(), name="provisioning-requests"),
             *(asyncio.create_task(c.run(), name=f"watch:{c.query.path}") for c in self.pool_caches),
         ]
         # Not in _tasks: it ends by design, and liveness reports any ended task as dead.
@@ -304,6 +311,7 @@ class App:
         await self.autoscaler.close()
         await self.driver.close()
         await self.reconciler.close()
+        await self.requests.close()
         await self.clusters.close()
         await self.usage.close()
         if self._metrics_cert is not None:
