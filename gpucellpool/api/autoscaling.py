@@ -169,14 +169,17 @@ class PrometheusSource(KubeModel):
 
 
 class DrainSpec(KubeModel):
-    """How a cell chosen for scale-down is emptied."""
+    """How a leaving cell is emptied: scale-down, rolling update, a drained infrastructure
+    Node, and pool deletion with deletion.policy Drain."""
 
     mode: DrainMode = DrainMode.WAIT_FOR_IDLE
     """WaitForIdle cordons and waits for HAMi allocations to reach zero (the original);
     Evict also evicts the pods through the Eviction API, honouring PodDisruptionBudgets."""
     timeout: Duration | None = None
-    """When set, a drain not finished within it is abandoned and the cell uncordoned and kept;
-    unset waits for ever (the original behaviour)."""
+    """When set, a scale-down or rolling-update drain not finished within it is abandoned and
+    the cell uncordoned and kept, while a drain for a drained infrastructure Node proceeds
+    (the cell is deleted); unset waits for ever (the original behaviour). Pool deletion uses
+    deletion.drainTimeout instead."""
 
 
 class CellShapeSpec(KubeModel):
@@ -272,7 +275,8 @@ class AutoscalingSpec(KubeModel):
     """At most this many cells booting at once while no cell is Ready (boots not yet proven)
     or any cell is Failed; no in-flight limit while a Ready cell shows boots work."""
     disruption_budget: int = Field(default=1, ge=1, le=100)
-    """At most this many cells draining at once."""
+    """At most this many cells draining at once (scale-down, and cells leaving a cordoned or
+    drained infrastructure Node; applies with autoscaling disabled too)."""
     headroom_cells: int = Field(default=0, ge=0, le=100)
     """Keep this many empty cells beyond the demand (within maxReplicas)."""
     prewarm: Prewarm = Field(default_factory=Prewarm)

@@ -231,7 +231,9 @@ class DeletionSpec(KubeModel):
     """What deleting the pool does to its cells."""
 
     policy: Literal["Drain", "Force"] = "Drain"
-    """Drain waits for workloads (up to drainTimeout); Force tears down at once."""
+    """Drain empties each cell as autoscaling.drain.mode says (WaitForIdle waits for the HAMi
+    allocations to end; Evict evicts the pods, PodDisruptionBudgets respected) for up to
+    drainTimeout; Force deletes the cells' pods without eviction and tears down at once."""
     drain_timeout: Duration = Duration("10m")
     """After this long from the delete request, pool deletion proceeds anyway."""
 
