@@ -9,32 +9,11 @@ cluster are not rivals.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from tests.unit import test_loop
+from tests.unit.test_loop_fakes import pending_pod, pool_manifest
 
-import pytest
-
-from autoscaler.loop import Autoscaler, LoopSettings
-from tests.unit.test_loop_fakes import (
-    FakeWorkload,
-    FakeWriter,
-    VirtualClock,
-    pending_pod,
-    pool_manifest,
-)
-
-SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, memory_persist_s=30.0)
-
-
-@pytest.fixture
-async def world() -> AsyncIterator[tuple[Autoscaler, FakeWorkload, FakeWriter, VirtualClock]]:
-    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
-    scaler = Autoscaler(workload, writer, clock, settings=SETTINGS)
-    yield scaler, workload, writer, clock
-    await scaler.close()
-
-
-def last(writer: FakeWriter, name: str) -> dict[str, object]:
-    return writer.for_pool(name)[-1]["status"]["lastDecision"]  # type: ignore[no-any-return]
+world = test_loop.world  # the loop's fixture: an Autoscaler on fakes and a virtual clock
+last = test_loop.last_decision
 
 
 async def test_one_pod_two_pools_one_scale_up_explained_on_both(world) -> None:  # type: ignore[no-untyped-def]
