@@ -23,6 +23,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autoscaler.policy import provreq
@@ -31,6 +32,8 @@ from gpucellpool.kube.rest import RestClient
 from provisioner.clock import SystemClock
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret
+from tests.integration import chart_support
+from tests.integration.chart_support import one, render, rules
 from tests.integration.test_loop_expander import guests_by_pool
 from tests.integration.test_loop_helpers import (
     PoolWatch,
@@ -44,6 +47,7 @@ from tests.integration.test_loop_helpers import (
 )
 
 JSON = dict[str, Any]
+helm = chart_support.helm  # the fixture
 PROVREQS = "/apis/autoscaling.x-k8s.io/v1/namespaces/{ns}/provisioningrequests"
 
 
@@ -253,3 +257,20 @@ async def test_atomic_gang_that_cannot_be_met_adds_nothing_and_fails(
         assert state.last_decision is not None and state.last_decision.desired_replicas == 0
         assert await guests_by_pool(run.infra, namespace) == {}
         assert conditions(obj) == await run.answered("toobig", bool, 5)  # terminal: unchanged
+
+
+def test_workload_rbac_lets_the_operator_serve_requests(helm: Path, tmp_path: Path) -> None:
+    docs = render(helm, tmp_path, {"workloadObserverRBAC": {"enabled": True}})
+    role = one(docs, "ClusterRole", "gpucellpool-observer")
+    grants = {
+        (group, res, verb)
+        for r in rules(role)
+        for group in r["apiGroups"]
+        for res in r["resources"]
+        for verb in r["verbs"]
+    }
+    for verb in ("list", "watch"):
+        assert ("autoscaling.x-k8s.io", "provisioningrequests", verb) in grants
+        assert ("", "podtemplates", verb) in grants
+    assert ("autoscaling.x-k8s.io", "provisioningrequests/status", "patch") in grants
+    assert ("autoscaling.x-k8s.io", "provisioningrequests", "patch") not in grants  # spec: no
