@@ -55,7 +55,6 @@ CAPACITY_NOT_FOUND = "CapacityIsNotFound"
 CAPACITY_PROVISIONED = "CapacityIsProvisioned"
 RESERVATION_EXPIRED = "CapacityReservationTimeExpired"
 EXPIRED = "Expired"
-FAILED_TO_CREATE_PODS = "FailedToCreatePods"  # a pod template is missing or unreadable
 
 
 @dataclass(frozen=True, slots=True)
