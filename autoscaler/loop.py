@@ -255,11 +255,13 @@ class Autoscaler:
         snap = self.workload.snapshot(pool)
         state.synced = snap.synced
         obs = await self._observe(state, snap, now)
-        inputs = (obs, state.memory, pool.metadata.generation, self.is_leader(), state.share)
+        shape = pool_shape(pool)  # the provisioner's cellDeviceShape, the Ready cells, the spec
+        leader = self.is_leader()
+        inputs = (obs, state.memory, pool.metadata.generation, leader, state.share, shape)
         if skip_unchanged and self._unchanged(state, inputs, now):
             state.skipped += 1
             return state.last_decision
-        config = policy_config_from_spec(pool.spec, pool_shape(pool))
+        config = policy_config_from_spec(pool.spec, shape)
         decision = decide(obs, state.memory, config, now)
         state.decisions += 1
         state.last_decision = decision

@@ -167,3 +167,21 @@ async def test_loop_sets_and_clears_demand_free_since(world) -> None:  # type: i
     assert "demandFreeSince" not in status and status["demand"]["pendingRequests"] == 1
     cond = shape_condition(writer, "a")
     assert (cond["status"], cond["reason"]) == ("True", "Declared")
+
+
+async def test_loop_uses_a_shape_learned_meanwhile_at_once(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    workload.pods = {"p0": pending_pod("p0", mem_mib=6000)}
+    manifest = pool_manifest("a", cellShape=None)
+    scaler.pool_event("ADDED", manifest)
+    await clock.advance(0.2)
+    assert writer.for_pool("a")[-1]["status"]["lastDecision"]["reason"] == "CellShapeUnknown"
+    decisions = scaler.pools[("ns", "a")].decisions
+    # The provisioner writes the shape (the watch event); the decision inputs are otherwise
+    # the same, yet the pool decides again at once (not at the next tick) with the shape.
+    scaler.pool_event("MODIFIED", {**manifest, "status": {"cellDeviceShape": T4}})
+    await clock.advance(0.2)
+    assert scaler.pools[("ns", "a")].decisions == decisions + 1
+    last = writer.for_pool("a")[-1]["status"]["lastDecision"]
+    assert (last["reason"], last["desiredReplicas"]) == ("ScaledUp", 1)
+    assert shape_condition(writer, "a")["reason"] == "Remembered"
