@@ -21,7 +21,7 @@ from typing import Any
 
 from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.types import Decision, PolicyMemory, Reason
-from gpucellpool.api.conditions import ConditionType
+from gpucellpool.api.conditions import CellShapeReason, ConditionType
 from gpucellpool.api.pool import GPUCellPool
 
 JSON = dict[str, Any]
@@ -226,7 +226,7 @@ def _condition(pool: GPUCellPool, out: Outcome, now: float) -> JSON:
 def _conditions(pool: GPUCellPool, out: Outcome, now: float) -> list[JSON]:
     conds = [_condition(pool, out, now)]
     if out.shape_reason:
-        known = "False" if out.shape_reason == Reason.CELL_SHAPE_UNKNOWN.value else "True"
+        known = "False" if out.shape_reason == CellShapeReason.UNKNOWN.value else "True"
         kind = ConditionType.CELL_SHAPE_KNOWN
         conds.append(_entry(pool, kind, known, out.shape_reason, out.shape_message, now))
     return conds

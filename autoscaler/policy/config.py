@@ -18,7 +18,6 @@ and without a Ready cell behind it; the simulator passes its own shape.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 from autoscaler.policy.forecast import METHODS
 from autoscaler.policy.packing import HEURISTICS
@@ -33,6 +32,7 @@ from autoscaler.policy.types import (
     Taint,
 )
 from gpucellpool.api.autoscaling import DrainMode, EffectiveRules, ScaleDownSignal
+from gpucellpool.api.conditions import CellShapeReason
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.spec import GPUCellPoolSpec
 from gpucellpool.api.status import CellDeviceShape
@@ -102,26 +102,17 @@ def _rules(rules: EffectiveRules) -> ScalingRules:
     return ScalingRules(rules.stabilization_window_seconds, policies, str(rules.select_policy))
 
 
-class ShapeSource(StrEnum):
-    """Where the shape the policy packs with came from: the ``CellShapeKnown`` reasons."""
-
-    LEARNED = "Learned"
-    REMEMBERED = "Remembered"
-    DECLARED = "Declared"
-    UNKNOWN = "CellShapeUnknown"
-
-
 @dataclass(frozen=True, slots=True)
 class ShapeChoice:
     """The shape to pack with, where it came from, and that said in words."""
 
     shape: CellShape
-    source: ShapeSource
+    source: CellShapeReason
     message: str
 
     @property
     def known(self) -> bool:
-        return self.source is not ShapeSource.UNKNOWN
+        return self.source is not CellShapeReason.UNKNOWN
 
 
 def _describe(shape: CellShape) -> str:
@@ -150,20 +141,20 @@ def choose_shape(
         model = remembered.model or "unnamed model"
         if ready_cells > 0:
             why = f"learned from a Ready cell's HAMi registration ({model})"
-            return ShapeChoice(shape, ShapeSource.LEARNED, f"{_describe(shape)}: {why}")
+            return ShapeChoice(shape, CellShapeReason.LEARNED, f"{_describe(shape)}: {why}")
         why = f"remembered in status.cellDeviceShape ({model}); no cell is Ready"
-        return ShapeChoice(shape, ShapeSource.REMEMBERED, f"{_describe(shape)}: {why}")
+        return ShapeChoice(shape, CellShapeReason.REMEMBERED, f"{_describe(shape)}: {why}")
     if declared is not None:
         shape = CellShape(gpus, declared.gpu_memory_mib, declared.gpu_cores, declared.slots)
         why = "declared in spec.autoscaling.cellShape; no cell has reported one yet"
-        return ShapeChoice(shape, ShapeSource.DECLARED, f"{_describe(shape)}: {why}")
+        return ShapeChoice(shape, CellShapeReason.DECLARED, f"{_describe(shape)}: {why}")
     shape = CellShape(gpus=gpus)
     why = (
         "no cell has reported a shape and spec.autoscaling.cellShape is not set: no cell is "
         f"added above minReplicas until one does (HAMi's defaults, {_describe(shape)}, "
         "stand in for booting cells)"
     )
-    return ShapeChoice(shape, ShapeSource.UNKNOWN, why)
+    return ShapeChoice(shape, CellShapeReason.UNKNOWN, why)
 
 
 def pool_shape(pool: GPUCellPool) -> ShapeChoice:

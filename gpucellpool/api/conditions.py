@@ -46,6 +46,20 @@ class ConditionType(StrEnum):
     CellShapeUnknown (none of those: no cell is added above minReplicas)."""
 
 
+class CellShapeReason(StrEnum):
+    """Reasons of ``CellShapeKnown``: where the cell shape the autoscaler packs with came from,
+    first that applies (``autoscaler.policy.config.choose_shape``)."""
+
+    LEARNED = "Learned"
+    """A cell is Ready: the shape its HAMi capacity gave (status.cellDeviceShape)."""
+    REMEMBERED = "Remembered"
+    """No cell is Ready: the last shape a cell gave (status.cellDeviceShape, never cleared)."""
+    DECLARED = "Declared"
+    """No cell has ever given one: spec.autoscaling.cellShape."""
+    UNKNOWN = "CellShapeUnknown"
+    """None of those (status False): no cell is added above minReplicas."""
+
+
 class Condition(KubeModel):
     """One observation of an aspect of the pool (metav1.Condition)."""
 

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from autoscaler.policy.config import (
-    ShapeSource,
     choose_shape,
     policy_config_from_spec,
     pool_shape,
 )
 from autoscaler.policy.types import CellShape
+from gpucellpool.api.conditions import CellShapeReason
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import (
     CellDeviceShape,
@@ -46,14 +46,14 @@ def pool(status: JSON | None = None, **auto: Any) -> GPUCellPool:
 def test_a_ready_cell_reading_is_learned() -> None:
     spec = pool().spec  # declares 24576 MiB, 10 slots
     choice = choose_shape(spec, T4, ready_cells=1)
-    assert choice.source is ShapeSource.LEARNED and choice.known
+    assert choice.source is CellShapeReason.LEARNED and choice.known
     assert choice.shape == CellShape(gpus=1, memory_mib=15360, cores_percent=100, slots=10)
     assert "Tesla-T4" in choice.message and "Ready cell" in choice.message
 
 
 def test_with_no_ready_cell_the_remembered_shape_beats_the_declared_one() -> None:
     choice = choose_shape(pool().spec, T4, ready_cells=0)
-    assert (choice.source, choice.shape.memory_mib) == (ShapeSource.REMEMBERED, 15360)
+    assert (choice.source, choice.shape.memory_mib) == (CellShapeReason.REMEMBERED, 15360)
     assert "status.cellDeviceShape" in choice.message
 
 
@@ -61,7 +61,7 @@ def test_declared_until_a_cell_reports() -> None:
     spec = pool(cellShape={"gpuMemoryMiB": 40960, "gpuCores": 200, "slots": 4}).spec
     for remembered in (None, CellDeviceShape(model="x")):  # an incomplete one is no shape
         choice = choose_shape(spec, remembered, ready_cells=2)
-        assert choice.source is ShapeSource.DECLARED
+        assert choice.source is CellShapeReason.DECLARED
         assert choice.shape == CellShape(1, 40960, 200, 4)
     # slots come from the declaration even when the memory is learned (HAMi's split count)
     assert choose_shape(spec, T4, ready_cells=1).shape.slots == 4
@@ -70,7 +70,7 @@ def test_declared_until_a_cell_reports() -> None:
 def test_no_shape_anywhere_is_unknown_and_the_policy_is_told() -> None:
     spec = pool(cellShape=None).spec
     choice = choose_shape(spec, None, ready_cells=0)
-    assert (choice.source, choice.known) == (ShapeSource.UNKNOWN, False)
+    assert (choice.source, choice.known) == (CellShapeReason.UNKNOWN, False)
     assert choice.source.value == "CellShapeUnknown"
     assert "spec.autoscaling.cellShape" in choice.message and "minReplicas" in choice.message
     config = policy_config_from_spec(spec, choice)
@@ -83,10 +83,10 @@ def test_no_shape_anywhere_is_unknown_and_the_policy_is_told() -> None:
 
 def test_pool_shape_reads_the_stored_status() -> None:
     shape = {"model": "Tesla-T4", "memoryMiB": 15360, "corePercent": 100}
-    assert pool_shape(pool({"cellDeviceShape": shape})).source is ShapeSource.REMEMBERED
+    assert pool_shape(pool({"cellDeviceShape": shape})).source is CellShapeReason.REMEMBERED
     ready = {"cellDeviceShape": shape, "readyCells": 1}
-    assert pool_shape(pool(ready)).source is ShapeSource.LEARNED
-    assert pool_shape(pool({"readyCells": 1}, cellShape=None)).source is ShapeSource.UNKNOWN
+    assert pool_shape(pool(ready)).source is CellShapeReason.LEARNED
+    assert pool_shape(pool({"readyCells": 1}, cellShape=None)).source is CellShapeReason.UNKNOWN
 
 
 @pytest.mark.parametrize("n_bytes", [0, 1, 1023, 1024, 15360 * 2**20, 80 * 2**30, 3 * 2**40 + 1])
