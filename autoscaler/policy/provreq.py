@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
+from autoscaler.explain import parse_rfc3339, rfc3339
 from autoscaler.policy.demand import pending_pod_from_manifest
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.gang import GangPlan, PodSet
@@ -103,26 +103,12 @@ class Verdict:
     booked_until: float | None = None  # when the hold ends (BookingExpired)
 
 
-def parse_time(text: object) -> float | None:
-    """RFC 3339 (``2026-12-01T10:00:00Z``) to seconds since the epoch; None if unreadable."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def format_time(seconds: float) -> str:
-    return datetime.fromtimestamp(int(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _conditions(raw: object) -> tuple[Condition, ...]:
     out = []
     for item in raw if isinstance(raw, list) else []:
         if not isinstance(item, Mapping) or not item.get("type"):
             continue
-        since = parse_time(item.get("lastTransitionTime")) or 0.0
+        since = parse_rfc3339(item.get("lastTransitionTime")) or 0.0
         out.append(
             Condition(
                 str(item["type"]),
@@ -150,7 +136,7 @@ def parse_request(raw: Mapping[str, Any]) -> Request | AskError:
         sets.append((str(ref["name"]), count))
     if not sets:
         return AskError("spec.podSets", "at least one pod set is required")
-    created = parse_time(meta.get("creationTimestamp"))
+    created = parse_rfc3339(meta.get("creationTimestamp"))
     params = spec.get("parameters") or {}
     details = status.get("provisioningClassDetails") or {} if isinstance(status, Mapping) else {}
     return Request(
@@ -270,7 +256,7 @@ def status_body(request: Request, verdict: Verdict) -> dict[str, Any]:
             "status": c.status,
             "reason": c.reason,
             "message": c.message[:32768],
-            "lastTransitionTime": format_time(c.last_transition),
+            "lastTransitionTime": rfc3339(c.last_transition),
             "observedGeneration": request.generation,
         }
         for c in verdict.conditions

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.explain import rfc3339
 from autoscaler.gangs import Bookings, GangController
 from autoscaler.loop import Autoscaler
 from autoscaler.policy import provreq
@@ -67,7 +68,7 @@ def request(name: str, cls: str, count: int) -> JSON:
             "name": name,
             "namespace": "default",
             "generation": 1,
-            "creationTimestamp": provreq.format_time(T0),
+            "creationTimestamp": rfc3339(T0),
         },
         "spec": {
             "provisioningClassName": cls,

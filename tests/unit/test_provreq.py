@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.explain import rfc3339
 from autoscaler.gang_pods import Booking, placed_consumers, with_bookings
 from autoscaler.loop_ports import WorkloadSnapshot
 from autoscaler.policy import provreq
@@ -22,7 +23,7 @@ def raw_request(cls: str = provreq.ATOMIC, **params: str) -> dict[str, Any]:
             "namespace": "team",
             "name": "job-a",
             "generation": 1,
-            "creationTimestamp": provreq.format_time(T0),
+            "creationTimestamp": rfc3339(T0),
         },
         "spec": {
             "provisioningClassName": cls,
@@ -155,7 +156,7 @@ def test_status_body_is_an_apply_of_conditions_and_details() -> None:
     body = provreq.status_body(request(), verdict)
     assert body["apiVersion"] == "autoscaling.x-k8s.io/v1" and body["kind"] == "ProvisioningRequest"
     cond = body["status"]["conditions"][1]
-    assert cond["lastTransitionTime"] == provreq.format_time(T0) and cond["observedGeneration"] == 1
+    assert cond["lastTransitionTime"] == rfc3339(T0) and cond["observedGeneration"] == 1
 
 
 TEMPLATE: dict[str, Any] = {
