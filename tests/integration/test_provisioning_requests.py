@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from autoscaler.policy import provreq
 from gpucellpool.app import App
-from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.rest import ApiError, RestClient
 from provisioner.clock import SystemClock
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret
@@ -274,3 +276,21 @@ def test_workload_rbac_lets_the_operator_serve_requests(helm: Path, tmp_path: Pa
         assert ("", "podtemplates", verb) in grants
     assert ("autoscaling.x-k8s.io", "provisioningrequests/status", "patch") in grants
     assert ("autoscaling.x-k8s.io", "provisioningrequests", "patch") not in grants  # spec: no
+
+
+async def test_the_published_schema_is_enforced(workload: ClusterEndpoint, namespace: str) -> None:
+    api = await client_for(workload)
+    try:
+        path = PROVREQS.format(ns=namespace)
+        bad = request(namespace, "zero", provreq.ATOMIC, "t", 1)
+        bad["spec"]["podSets"][0]["count"] = 0
+        with pytest.raises(ApiError) as refused:
+            await api.create(path, bad)
+        assert refused.value.status == 422 and "count" in str(refused.value)
+        await api.create(path, request(namespace, "fixed", provreq.ATOMIC, "t", 1))
+        change = {"spec": {"provisioningClassName": provreq.CHECK_CAPACITY}}
+        with pytest.raises(ApiError) as immutable:
+            await api.merge_patch(f"{path}/fixed", change)
+        assert "Value is immutable" in str(immutable.value)
+    finally:
+        await api.close()
