@@ -129,6 +129,19 @@ def gpu_pod(namespace: str, name: str, node: str, labels: dict[str, str] | None 
     }
 
 
+PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+
+
+def pdb(namespace: str, min_available: int, labels: dict[str, str], name: str = "trainer") -> JSON:
+    """A PodDisruptionBudget over the pods with ``labels`` (the drain tests' trainers)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": labels}},
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     verb: str

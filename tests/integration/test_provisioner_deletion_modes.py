@@ -12,36 +12,28 @@ eviction call at all) and the pool goes at once.
 from __future__ import annotations
 
 from provisioner.events import EVENT
-from provisioner.kube import JSON, KINDS, Kind, KubeApi
+from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import poll_until, swiftguest_pool
 from tests.integration.provisioner_support import (
+    PDB,
     RecordingKubeApi,
     apis,  # noqa: F401  (fixture)
     cond,
     gpu_pod,
+    pdb,
     ready_with,
     recording_factory,
     running_pool,
 )
 
 APP = {"app": "trainer"}
-PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
-
-
-def _pdb(namespace: str, min_available: int) -> JSON:
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "trainer", "namespace": namespace},
-        "spec": {"minAvailable": min_available, "selector": {"matchLabels": APP}},
-    }
 
 
 async def _pod_with_pdb(workload_api: KubeApi, namespace: str, node: str) -> None:
     """One running trainer on ``node`` and a PDB (minAvailable 1) that allows no eviction,
     as counted by kube-controller-manager's disruption controller."""
-    await workload_api.create(_pdb(namespace, 1))
+    await workload_api.create(pdb(namespace, 1, APP))
     await workload_api.create(gpu_pod(namespace, "trainer", node, APP))
 
     async def counted() -> bool:

@@ -18,13 +18,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from provisioner.kube import JSON, KINDS, Kind, KubeApi
+from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import poll_until, swiftguest_pool
 from tests.integration.provisioner_support import (
+    PDB,
     RecordingKubeApi,
     apis,  # noqa: F401  (fixture)
     gpu_pod,
+    pdb,
     ready_with,
     recording_factory,
     row,
@@ -33,16 +35,6 @@ from tests.integration.provisioner_support import (
 )
 
 APP = {"app": "trainer"}
-PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
-
-
-def _pdb(namespace: str, min_available: int) -> JSON:
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "trainer", "namespace": namespace},
-        "spec": {"minAvailable": min_available, "selector": {"matchLabels": APP}},
-    }
 
 
 def _evict_pool(name: str, namespace: str, timeout: str) -> JSON:
@@ -127,7 +119,7 @@ async def test_evict_drain_honours_a_pdb_one_pod_at_a_time(
     ) as run:
         await run.converge(ready_with(2), timeout_s=40)
         # Three trainers, two on the leaving cell ev-1; minAvailable 2 allows one disruption.
-        await workload_api.create(_pdb(namespace, 2))
+        await workload_api.create(pdb(namespace, 2, APP))
         placement = {"trainer-a": "ev-1", "trainer-b": "ev-1", "trainer-c": "ev-0"}
         await _start_pods(workload_api, namespace, placement, allowed=1)
         async with _replica_set(workload_api, namespace, 3, "ev-0", replacements):
@@ -170,7 +162,7 @@ async def test_evict_drain_blocked_by_pdb_is_abandoned_at_timeout(
         apis, workload, pool_obj, run_pods=True, workload_factory=factory
     ) as run:
         await run.converge(ready_with(2), timeout_s=40)
-        await workload_api.create(_pdb(namespace, 2))  # two pods, both needed: none allowed
+        await workload_api.create(pdb(namespace, 2, APP))  # two pods, both needed: none allowed
         placement = {"trainer-a": "evb-1", "trainer-b": "evb-0"}
         await _start_pods(workload_api, namespace, placement, allowed=0)
         await run.scale(1)
