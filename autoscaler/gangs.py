@@ -34,7 +34,7 @@ from autoscaler.loop_ports import Clock, WorkloadSnapshot, WorkloadView
 from autoscaler.loop_state import PoolState
 from autoscaler.observe import selector_matches
 from autoscaler.policy import gang, provreq
-from autoscaler.policy.config import policy_config_from_spec
+from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.expander import assign
 from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
@@ -275,7 +275,7 @@ class GangController:
         obs = state.last_inputs[0] if state.last_inputs else None
         if not isinstance(obs, Observation):
             return None
-        config = policy_config_from_spec(state.pool.spec)
+        config = policy_config_from_spec(state.pool.spec, pool_shape(state.pool))
         memory = state.memory or PolicyMemory()
         room = gang.headroom(
             config.max_replicas,
