@@ -76,6 +76,7 @@ _KNOWN = [
     Kind("v1", "Pod", "pods"),
     Kind("v1", "Namespace", "namespaces", namespaced=False),
     Kind("coordination.k8s.io/v1", "Lease", "leases"),
+    Kind("resource.k8s.io/v1", "DeviceClass", "deviceclasses", namespaced=False),
     Kind("cells.kubeswift.io/v1alpha1", "GPUCellPool", "gpucellpools"),
     Kind("swift.kubeswift.io/v1alpha1", "SwiftGuest", "swiftguests"),
     Kind("seed.kubeswift.io/v1alpha1", "SwiftSeedProfile", "swiftseedprofiles"),

@@ -46,6 +46,23 @@ class ConditionType(StrEnum):
     CellShapeUnknown (none of those: no cell is added above minReplicas)."""
 
 
+class CapacityProviderReason(StrEnum):
+    """Reasons of ``CapacityProviderReady`` (the original's five, plus AwaitingRegistration)."""
+
+    HAMI_DETECTED = "HAMiDetected"
+    """HAMi registered devices on a Ready cell Node (annotation, or DRA ResourceSlice)."""
+    HAMI_NOT_DETECTED = "HAMiNotDetected"
+    """A Ready cell Node has carried no HAMi registration for longer than the grace."""
+    REGISTRATION_UNPARSEABLE = "RegistrationUnparseable"
+    """A cell Node's HAMi registration (annotation or slice devices) cannot be read."""
+    DRA_FEATURE_GATE_MISSING = "DRAFeatureGateMissing"
+    """DRA mode: the workload cluster does not serve resource.k8s.io/v1."""
+    DRA_DEVICE_CLASS_MISSING = "DRADeviceClassMissing"
+    """DRA mode: the pool's HAMi DeviceClass does not exist in the workload cluster."""
+    AWAITING_REGISTRATION = "AwaitingRegistration"
+    """Ours (status Unknown): no Ready cell Node yet, or one still inside the grace."""
+
+
 class CellShapeReason(StrEnum):
     """Reasons of ``CellShapeKnown``: where the cell shape the autoscaler packs with came from,
     first that applies (``autoscaler.policy.config.choose_shape``)."""
