@@ -11,10 +11,7 @@ with no shape anywhere holds at zero with reason ``CellShapeUnknown``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from autoscaler.explain import (
     demand_free_since,
@@ -25,16 +22,10 @@ from autoscaler.explain import (
     with_cell_shape,
     with_demand,
 )
-from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import Decision, PolicyMemory, Reason, Unschedulable
 from gpucellpool.api.pool import GPUCellPool
-from tests.unit.test_loop_fakes import (
-    FakeWorkload,
-    FakeWriter,
-    VirtualClock,
-    pending_pod,
-    pool_manifest,
-)
+from tests.unit import test_loop
+from tests.unit.test_loop_fakes import FakeWriter, pending_pod, pool_manifest
 
 JSON = dict[str, Any]
 NOW = 1_800_000_000.0
@@ -109,15 +100,7 @@ def test_shape_condition_is_published_with_scaling_active() -> None:
     assert "ScalingActive" in conds
 
 
-SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, memory_persist_s=30.0)
-
-
-@pytest.fixture
-async def world() -> AsyncIterator[tuple[Autoscaler, FakeWorkload, FakeWriter, VirtualClock]]:
-    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
-    scaler = Autoscaler(workload, writer, clock, settings=SETTINGS)
-    yield scaler, workload, writer, clock
-    await scaler.close()
+world = test_loop.world  # the loop's fixture: an Autoscaler on fakes and a virtual clock
 
 
 def shape_condition(writer: FakeWriter, name: str) -> JSON:
