@@ -31,7 +31,7 @@ from simulations.engine import hami
 from simulations.engine.gangs import GangBook, GangScaleUp, hostable_gangs
 from simulations.engine.metrics import Counters, Integrals, Sample, SimResult
 from simulations.engine.policy import ScalingPolicy
-from simulations.engine.world import Pending, Running, SimCell, World
+from simulations.engine.world import Pending, Running, SimCell, World, busy_until
 from simulations.traces.model import TracePod
 
 END, BOOT, DRAIN, DRAIN_TIMEOUT, ARRIVAL, TICK, REACT, SAMPLE = range(8)
@@ -85,6 +85,9 @@ class SimConfig:
     # Skip calls to ``decide`` that would repeat the last decision (same observation, before
     # its ``steady.until``); results are identical either way (tests/unit/test_sim_skip.py).
     skip_idle_ticks: bool = True
+    # With policy_config.scale_down_on_usage: how long a cell's pods must compute nothing
+    # (TracePod.usage) before the cell counts as idle (spec.autoscaling.usageIdleWindow).
+    usage_idle_window_seconds: float = 1800.0
 
 
 class Simulation:
@@ -118,6 +121,7 @@ class Simulation:
         self.last_decision: Decision | None = None
         self.last_observation: Observation | None = None
         self.skipped: list[float] = []  # tick times whose decide was skipped since the last call
+        self._idle_view: tuple[Observation, frozenset[str], Observation] | None = None
         self.advance = getattr(policy, "advance", advance)
         self.decide_calls = 0  # ticks that reached ``decide`` (the rest repeated a decision)
         self.desired = 0
@@ -307,8 +311,10 @@ class Simulation:
             for member, remaining in stopped:  # a started gang stops with any of its members
                 self.world.unbind(member)
                 del self.running[member.pod.key]
-                self.world.enqueue(member.pod, now, remaining)
                 self.counters.evictions += 1
+                if not member.pod.gang and now >= busy_until(member):
+                    continue  # its work was done: an idle pod evicted is not re-run
+                self.world.enqueue(member.pod, now, remaining)
         self.capacity_up = self.dirty = True
         if self.react:
             self._schedule_react(now)
@@ -352,7 +358,7 @@ class Simulation:
             self.react_at = None
         if self.book.waiting:
             self._admit_gangs(now)
-        observation = self.world.observation(self._free_physical())
+        observation = self._with_idle(self.world.observation(self._free_physical()), now)
         decision = self._repeat(observation, now)
         repeated = decision is not None
         if decision is None:
@@ -384,6 +390,19 @@ class Simulation:
                 if entry is not None:
                     self._try_place(entry, now)
             self.dirty = True
+
+    def _with_idle(self, observation: Observation, now: float) -> Observation:
+        """Usage mode: the observation with the cells measured idle now (the same object while
+        neither the world nor the idle set changed, so idle-tick skipping still applies)."""
+        if not self.cfg.policy_config.scale_down_on_usage:
+            return observation
+        idle = self.world.idle_cells(now, self.cfg.usage_idle_window_seconds)
+        cached = self._idle_view
+        if cached is not None and cached[0] is observation and cached[1] == idle:
+            return cached[2]
+        view = replace(observation, idle_cells=idle)
+        self._idle_view = (observation, idle, view)
+        return view
 
     def _repeat(self, observation: Observation, now: float) -> Decision | None:
         """The last decision when calling ``decide`` now would only repeat it, else None."""

@@ -36,6 +36,11 @@ class Running:
     token: int
 
 
+def busy_until(running: Running) -> float:
+    """When the pod stops computing: ``usage`` of its run from its start (1 = its end)."""
+    return running.started_at + running.pod.usage * (running.end_at - running.started_at)
+
+
 @dataclass(slots=True)
 class Pending:
     """A pod waiting for HAMi to place it; ``remaining_seconds`` shrinks after an eviction."""
@@ -204,6 +209,17 @@ class World:
             free_physical_gpus=free_physical_gpus,
         )
         return self._observation
+
+    def idle_cells(self, now: float, window_seconds: float) -> frozenset[str]:
+        """Ready or Draining cells whose every pod has computed nothing for ``window_seconds``
+        (``TracePod.usage``): what HAMi's monitor shows the live loop (``scaleDownOn: Usage``)."""
+        return frozenset(
+            cell.name
+            for cell in self.cells.values()
+            if cell.state in (CellState.READY, CellState.DRAINING)
+            and cell.pods
+            and all(now - busy_until(r) >= window_seconds for r in cell.pods.values())
+        )
 
     def utilisation_sum(self) -> tuple[float, int]:
         """(sum of Ready cells' utilisation, number of Ready cells)."""

@@ -12,6 +12,8 @@ Columns / keys (docs/simulation.md has the full table):
   an object.
 - ``gang`` (default none): a gang id; pods sharing one are a distributed job that starts only
   when all of them are placed (``gang_id`` checks it).
+- ``usage`` (default 1): the fraction of its run (0-1) the pod computes on its GPU, from its
+  start; it holds its allocation idle for the rest (what ``scaleDownOn: Usage`` reclaims).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ COLUMNS = (
     "node_selector",
     "labels",
     "gang",
+    "usage",
 )
 GANG_ID_MAX_CHARS = 253  # a Kubernetes object name's limit: gang ids name Jobs and workloads
 
@@ -124,7 +127,15 @@ def record_pod(record: Mapping[str, Any], line: int) -> TracePod:
         node_selector=_pairs(record.get("node_selector"), "node_selector"),
         labels=_pairs(record.get("labels"), "labels"),
         gang=gang_id(record.get("gang")),
+        usage=_usage(record),
     )
+
+
+def _usage(record: Mapping[str, Any]) -> float:
+    usage = _number(record, "usage", 1.0)
+    if usage is None or usage > 1:
+        raise ValueError(f"usage={record.get('usage')!r} must be a fraction from 0 to 1")
+    return usage
 
 
 def _collect(records: Iterable[tuple[int, Mapping[str, Any] | str]]) -> LoadResult:
@@ -214,6 +225,7 @@ def write_generic(pods: Iterable[TracePod], path: Path | str) -> int:
                     _join(pod.node_selector),
                     _join(pod.labels),
                     pod.gang,
+                    _seconds(pod.usage),
                 ]
             )
             count += 1

@@ -61,6 +61,9 @@ class TracePod:
     node_selector: tuple[tuple[str, str], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     gang: str = ""
+    # The fraction of its run the pod computes on its GPU, from its start; idle (allocated, no
+    # kernels) for the rest. 1 = busy to the end. Read by scaleDownOn: Usage (engine.usage).
+    usage: float = 1.0
 
     def constraints(self) -> PlacementConstraints:
         """The pod's placement constraints as the policy contract spells them."""
