@@ -128,7 +128,8 @@ class GangController:
         self.clock, self.tick_s = clock, tick_s
         self.woken = asyncio.Event()
         self.passes = 0
-        self._written: dict[tuple[str, str], provreq.Verdict] = {}
+        # Our last write per request (namespace, name), with the uid it was written for
+        self._written: dict[tuple[str, str], tuple[str, provreq.Verdict]] = {}
 
     def wake(self) -> None:
         self.woken.set()
@@ -149,12 +150,16 @@ class GangController:
     async def pass_once(self) -> None:
         """Judge every served request of every synced cluster once; write what changed."""
         now = self.clock.now()
+        listed: set[tuple[str, str]] = set()
         for cluster in self.source.clusters():
             booked: list[_Held] = []
             for raw in sorted(self.source.requests(cluster), key=_age):
+                listed.add(_name(raw))
                 await self._one(cluster, raw, booked, now)
             changed = self.bookings.set(cluster, [h.booking for h in booked])
             self.autoscaler.wake(changed)
+        for gone in self._written.keys() - listed:  # deleted requests: nothing to remember
+            del self._written[gone]
         self.passes += 1
 
     async def _one(self, cluster: object, raw: JSON, booked: list[_Held], now: float) -> None:
@@ -188,9 +193,10 @@ class GangController:
         await self._write(cluster, request, verdict)
 
     def _as_written(self, request: provreq.Request) -> provreq.Request:
-        """The request with what we wrote last, until the cache shows that write."""
-        mine = self._written.get((request.namespace, request.name))
-        if mine is None or provreq.unchanged(request, mine):
+        """The request with what we wrote last, until the cache shows that write (never for a
+        request recreated under the same name: its uid differs)."""
+        uid, mine = self._written.get((request.namespace, request.name), ("", None))
+        if mine is None or uid != request.uid or provreq.unchanged(request, mine):
             self._written.pop((request.namespace, request.name), None)
             return request
         return replace(request, conditions=mine.conditions, details=dict(mine.details))
@@ -209,7 +215,7 @@ class GangController:
                 extra={"request": request.key},
             )
             return
-        self._written[(request.namespace, request.name)] = verdict
+        self._written[(request.namespace, request.name)] = (request.uid, verdict)
 
     def _gang(self, cluster: object, request: provreq.Request) -> _Gang | str:
         """The request's pod sets from its PodTemplates, or why they cannot be read."""
@@ -304,6 +310,11 @@ def _expander_choice(found: _Gang, pools: Mapping[str, GPUCellPool]) -> str:
     options = {key: option_of(pool) for key, pool in pools.items()}
     shares = assign(wanted, options)
     return next((k for k in sorted(pools) if shares[k].kept), min(pools))
+
+
+def _name(raw: JSON) -> tuple[str, str]:
+    meta = raw.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
 def _age(raw: JSON) -> tuple[str, str, str]:

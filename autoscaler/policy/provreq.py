@@ -21,6 +21,7 @@ conditions to write, whether the request's capacity is booked now, and on which 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -79,6 +80,7 @@ class Request:
     parameters: Mapping[str, str] = field(default_factory=dict)
     conditions: tuple[Condition, ...] = ()
     details: Mapping[str, str] = field(default_factory=dict)
+    uid: str = ""  # tells a request from one recreated under the same name
 
     @property
     def key(self) -> str:
@@ -149,6 +151,7 @@ def parse_request(raw: Mapping[str, Any]) -> Request | AskError:
         parameters={str(k): str(v) for k, v in params.items()},
         conditions=_conditions(status.get("conditions") if isinstance(status, Mapping) else None),
         details={str(k): str(v) for k, v in details.items()},
+        uid=str(meta.get("uid") or ""),
     )
 
 
@@ -210,7 +213,10 @@ def judge(
 
     ``plan`` is None when no pool could take the gang (``why_not`` says why: no pool fits a
     member, a template is missing). Terminal requests (Failed or BookingExpired) stay as they are.
+    Times are whole seconds, as a condition's ``lastTransitionTime`` is stored, so the verdict
+    equals the request as it reads back once written.
     """
+    now = float(math.floor(now))
     if request.is_true(FAILED) or request.is_true(BOOKING_EXPIRED):
         return Verdict(request.conditions, False, request.details.get(POOL_DETAIL), request.details)
     conds = _set(request.conditions, ACCEPTED, "True", "Accepted", "served by gpucellpool", now)

@@ -4,7 +4,9 @@ What these prove: an atomic request is Provisioned and its gang's cells come in 
 a lagging cache (the write not seen yet) neither rewrites nor forgets the booking; ten minutes
 after Provisioned the request gets BookingExpired and the placeholders leave the loop's demand;
 a pending pod that consumes a booked request is not counted; requests of other classes are
-never touched; a standby writes nothing; a missing PodTemplate is reported and retried.
+never touched; a standby writes nothing; a missing PodTemplate is reported and retried; a write
+the cache shows is forgotten (conditions carry whole seconds) and a request deleted and
+recreated under the same name is judged afresh, not given the old one's conditions.
 """
 
 from __future__ import annotations
@@ -176,4 +178,32 @@ async def test_a_missing_template_is_reported_and_retried(gangs: World) -> None:
     source.templates["default/t"] = template("t", 20000)
     await controller.pass_once()  # no cell yet: check-capacity finds none and never scales
     assert conditions(source, "job")["Provisioned"] == ("False", "CapacityIsNotFound")
+    assert controller.bookings.by_cluster["wl"] == ()
+
+
+async def test_a_write_seen_in_the_cache_is_forgotten_at_a_fractional_time(gangs: World) -> None:
+    _, controller, source, _, _, clock = gangs
+    assert clock.now() != int(clock.now())  # the pass runs between two whole seconds
+    source.items["job"] = request("job", provreq.ATOMIC, 2)
+    await controller.pass_once()
+    assert conditions(source, "job")["Provisioned"] == ("True", "CapacityIsProvisioned")
+    await controller.pass_once()  # the cache shows the write (whole seconds, as Kubernetes)
+    assert controller._written == {}
+
+
+async def test_a_recreated_request_is_judged_afresh(gangs: World) -> None:
+    _, controller, source, *_ = gangs
+    source.lag = True  # our write is never seen: only the remembered verdict says Provisioned
+    source.items["job"] = request("job", provreq.ATOMIC, 2)
+    source.items["job"]["metadata"]["uid"] = "first"
+    await controller.pass_once()
+    assert source.written[-1]["status"]["provisioningClassDetails"][provreq.CELLS_DETAIL] == "2"
+    del source.items["job"]  # deleted; recreated under the same name for a bigger gang
+    await controller.pass_once()
+    assert controller._written == {}  # a deleted request's write is not remembered
+    source.items["job"] = request("job", provreq.ATOMIC, 6)  # maxReplicas is 5
+    source.items["job"]["metadata"]["uid"] = "second"
+    await controller.pass_once()
+    written = {c["type"]: c["reason"] for c in source.written[-1]["status"]["conditions"]}
+    assert written["Failed"] == "AtMaxReplicas" and "Provisioned" in written
     assert controller.bookings.by_cluster["wl"] == ()
