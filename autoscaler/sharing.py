@@ -108,15 +108,19 @@ def share_pending(
     options = {r.option.key: r.option for r in rivals}
     if eligible(pool, own_view=True):
         options[own] = option_of(pool)
+    counted: dict[str, list[PendingPod]] = {}  # per distinct demand selection: its pods
     for rival in rivals:
-        wanted[rival.option.key] = [
-            p
-            for p in pending
-            if p.key in manifests
-            and counts_as_demand(
-                manifests[p.key],
-                rival.selection,
-                namespace_labels.get(p.key.split("/", 1)[0]),
-            )
-        ]
+        selection = rival.selection.model_dump_json()
+        if selection not in counted:
+            counted[selection] = [
+                p
+                for p in pending
+                if p.key in manifests
+                and counts_as_demand(
+                    manifests[p.key],
+                    rival.selection,
+                    namespace_labels.get(p.key.split("/", 1)[0]),
+                )
+            ]
+        wanted[rival.option.key] = counted[selection]
     return assign(wanted, options)[own]

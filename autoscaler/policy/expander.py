@@ -9,7 +9,8 @@ is fixed and deterministic, so every pool's task computes the same answer on its
 coordination is needed:
 
 1. options: the pools whose demand selection counts the pod (the caller's match) and whose
-   fresh cell could host it (``fit.fits_fresh_cell``: constraints, then HAMi's resources);
+   fresh cell could host it (``fit.fits_fresh_cell``'s checks: ``constraints_fit``, then
+   HAMi's placement on an empty cell, ``place_asks``, which also gives the waste);
 2. the highest ``priority`` wins;
 3. then the least waste: the pod placed on an empty cell of the pool's shape (HAMi's spread
    placement, ``fit.place_asks``); waste = unused fraction of the cell's GPU memory + unused
@@ -21,19 +22,22 @@ A pod no option fits stays with every pool that matched it (each reports it unsc
 as before). The choice uses static facts only (spec priority, shape, Node template): the same
 pod keeps going to the same pool while it waits, so a pool that started a cell for it keeps
 counting it and packs it onto that booting cell; no other pool adds one meanwhile. Free Ready
-capacity needs no rule: a pod HAMi could place on a Ready cell would not be pending.
+capacity needs no rule: a pod HAMi could place on a Ready cell would not be pending. Pods
+with the same asks, constraints and matching pools share one verdict (a burst of pods from one
+template is judged once).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from autoscaler.policy.fit import fits_fresh_cell, place_asks
-from autoscaler.policy.types import CellShape, GPUUsage, NodeTemplate, PendingPod
+from autoscaler.policy.fit import constraints_fit, place_asks
+from autoscaler.policy.types import CellShape, GPUAsk, GPUUsage, NodeTemplate, PendingPod
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +90,22 @@ class PoolShare:
     taken: tuple[Taken, ...] = ()
 
 
-def waste(pod: PendingPod, shape: CellShape) -> Fraction | None:
-    """Unused memory fraction + unused cores fraction of a fresh cell holding only ``pod``
-    (0 = the pod fills the cell, 2 = it uses nothing); None when it does not fit one."""
-    empty = tuple(GPUUsage() for _ in range(shape.gpus))
-    usage, reason = place_asks(pod.asks(), empty, shape)
-    if reason is not None or shape.gpus <= 0:
+@functools.lru_cache(maxsize=4096)  # pure; a burst asks the same few (asks, shape) pairs
+def _waste_of(asks: tuple[GPUAsk, ...], shape: CellShape) -> Fraction | None:
+    if shape.gpus <= 0:
+        return None
+    usage, reason = place_asks(asks, tuple(GPUUsage() for _ in range(shape.gpus)), shape)
+    if reason is not None:
         return None
     memory = Fraction(sum(g.memory_mib for g in usage), shape.gpus * shape.memory_mib)
     cores = Fraction(sum(g.cores_percent for g in usage), shape.gpus * shape.cores_percent)
     return (1 - memory) + (1 - cores)
+
+
+def waste(pod: PendingPod, shape: CellShape) -> Fraction | None:
+    """Unused memory fraction + unused cores fraction of a fresh cell holding only ``pod``
+    (0 = the pod fills the cell, 2 = it uses nothing); None when it does not fit one."""
+    return _waste_of(pod.asks(), shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +118,11 @@ class _Scored:
 
 
 def _score(pod: PendingPod, option: PoolOption) -> _Scored | None:
-    if not fits_fresh_cell(pod, option.shape, option.template).ok:
+    """The option's rank for the pod: constraints first, then HAMi's placement on an empty
+    cell (``fit.fits_fresh_cell``'s two checks; the placement also gives the waste)."""
+    if not constraints_fit(pod.constraints, option.template).ok:
         return None
-    value = waste(pod, option.shape)
+    value = _waste_of(pod.asks(), option.shape)
     return None if value is None else _Scored(option, value)
 
 
@@ -146,6 +158,50 @@ def _matches(wanted: Mapping[str, Sequence[PendingPod]]) -> dict[str, dict[str, 
     return out
 
 
+def _signature(pod: PendingPod, pools: Sequence[str]) -> Hashable:
+    """What the verdict on a pod depends on: its asks, its constraints and who matched it.
+    A burst of pods from one template shares one signature, so one verdict."""
+    c = pod.constraints
+    return (
+        pod.asks(),
+        tuple(sorted(c.node_selector.items())),
+        c.required_terms,
+        c.tolerations,
+        (tuple(pools)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """The expander's answer for one pod (None as a verdict: no option fits it)."""
+
+    taker: str
+    given: tuple[tuple[str, Choice, str], ...]  # (loser pool, reason, message)
+    taken: tuple[tuple[str, ...], Choice, str] | None  # (losers, reason, message)
+
+
+def _judge(
+    pod: PendingPod, pools: Sequence[str], options: Mapping[str, PoolOption]
+) -> _Verdict | None:
+    scored = {pool: _score(pod, options[pool]) for pool in pools if pool in options}
+    fitting = [s for s in scored.values() if s is not None]
+    if not fitting:
+        return None
+    winner = min(fitting, key=_Scored.rank)
+    taker = winner.option.key
+    losers = tuple(pool for pool in pools if pool != taker)
+    given = tuple((pool, *_why(winner, scored.get(pool), pool, pool in options)) for pool in losers)
+    if not losers:
+        return _Verdict(taker, given, None)
+    rivals = [s for p, s in scored.items() if p != taker and s is not None]
+    if not rivals:
+        return _Verdict(
+            taker, given, (losers, Choice.FIT, f"no fresh cell of {', '.join(losers)} can host it")
+        )
+    runner_up = min(rivals, key=_Scored.rank)
+    return _Verdict(taker, given, (losers, *_why(winner, runner_up, runner_up.option.key)))
+
+
 def assign(
     wanted: Mapping[str, Sequence[PendingPod]], options: Mapping[str, PoolOption]
 ) -> dict[str, PoolShare]:
@@ -158,29 +214,23 @@ def assign(
     kept: dict[str, set[str]] = {pool: set() for pool in wanted}
     given: dict[str, list[GivenAway]] = defaultdict(list)
     taken: dict[str, list[Taken]] = defaultdict(list)
+    verdicts: dict[Hashable, _Verdict | None] = {}
     for pod_key, by_pool in sorted(_matches(wanted).items()):
-        scored = {
-            pool: _score(pod, options[pool]) for pool, pod in by_pool.items() if pool in options
-        }
-        fitting = [s for s in scored.values() if s is not None]
-        if not fitting:
-            for pool in by_pool:
+        pools = sorted(by_pool)
+        pod = by_pool[pools[0]]
+        signature = _signature(pod, pools)
+        if signature not in verdicts:
+            verdicts[signature] = _judge(pod, pools, options)
+        verdict = verdicts[signature]
+        if verdict is None:
+            for pool in pools:
                 kept[pool].add(pod_key)
             continue
-        winner = min(fitting, key=_Scored.rank)
-        taker = winner.option.key
-        kept[taker].add(pod_key)
-        losers = sorted(pool for pool in by_pool if pool != taker)
-        for pool in losers:
-            reason, message = _why(winner, scored.get(pool), pool, pool in options)
-            given[pool].append(GivenAway(pod_key, taker, reason, message))
-        if losers:
-            rivals = [s for p, s in scored.items() if p != taker and s is not None]
-            runner_up = min(rivals, key=_Scored.rank) if rivals else None
-            reason, message = _why(winner, runner_up, runner_up.option.key if runner_up else "")
-            if runner_up is None:
-                message = f"no fresh cell of {', '.join(losers)} can host it"
-            taken[taker].append(Taken(pod_key, tuple(losers), reason, message))
+        kept[verdict.taker].add(pod_key)
+        for pool, reason, message in verdict.given:
+            given[pool].append(GivenAway(pod_key, verdict.taker, reason, message))
+        if verdict.taken is not None:
+            taken[verdict.taker].append(Taken(pod_key, *verdict.taken))
     return {
         pool: PoolShare(
             tuple(p for p in pods if p.key in kept[pool]),
