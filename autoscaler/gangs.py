@@ -33,11 +33,11 @@ from autoscaler.loop import Autoscaler
 from autoscaler.loop_ports import Clock, WorkloadSnapshot, WorkloadView
 from autoscaler.loop_state import PoolState
 from autoscaler.observe import selector_matches
-from autoscaler.policy import gang, provreq
+from autoscaler.policy import gang, limits, provreq
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.expander import assign
-from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
+from autoscaler.policy.types import CellState, Observation, PendingPod, PolicyMemory
 from autoscaler.sharing import eligible, option_of
 from gpucellpool.api.pool import GPUCellPool
 
@@ -176,7 +176,7 @@ class GangController:
         elif request.is_true(provreq.PROVISIONED):
             verdict = provreq.judge(request, None, None, "", now)
         else:
-            plan, pool, why = self._plan(cluster, found, booked)
+            plan, pool, why = self._plan(cluster, found, booked, now)
             verdict = provreq.judge(request, plan, pool, why, now)
         if verdict.book and verdict.pool and not isinstance(found, str):
             namespace, _, name = verdict.pool.partition("/")
@@ -247,7 +247,7 @@ class GangController:
                 yield key, state
 
     def _plan(
-        self, cluster: object, found: _Gang, booked: Sequence[_Held]
+        self, cluster: object, found: _Gang, booked: Sequence[_Held], now: float
     ) -> tuple[gang.GangPlan | None, str | None, str]:
         """The plan on the pool the expander picks among those that fit every member, its key,
         or why no pool does."""
@@ -255,7 +255,7 @@ class GangController:
         plans: dict[str, tuple[gang.GangPlan, GPUCellPool]] = {}
         for key, state in self._candidates(cluster, found):
             plan = self._plan_on(
-                state, found, [m for h in booked if h.booking.pool == key for m in h.members]
+                state, found, [m for h in booked if h.booking.pool == key for m in h.members], now
             )
             name = f"{key[0]}/{key[1]}"
             if plan is None:
@@ -275,14 +275,16 @@ class GangController:
 
     @staticmethod
     def _plan_on(
-        state: PoolState, found: _Gang, held: Sequence[PendingPod]
+        state: PoolState, found: _Gang, held: Sequence[PendingPod], now: float
     ) -> gang.GangPlan | None:
-        """The gang's plan on one pool's cells as its loop last observed them."""
+        """The gang's plan on one pool's cells as its loop last observed them, within the
+        bounds ``decide`` will apply (the cells ``held`` for older requests count first)."""
         obs = state.last_inputs[0] if state.last_inputs else None
         if not isinstance(obs, Observation):
             return None
         config = policy_config_from_spec(state.pool.spec, pool_shape(state.pool))
         memory = state.memory or PolicyMemory()
+        current = sum(1 for c in obs.cells if c.state in (CellState.READY, CellState.BOOTING))
         room = gang.headroom(
             config.max_replicas,
             obs.cells,
@@ -290,7 +292,10 @@ class GangController:
             obs.free_physical_gpus,
             config.shape.gpus,
             memory.boots_proven,
+            limits.rate_allowance(config.scale_up, memory.scale_events, now, current, +1),
+            config.shape_known,
         )
+        room = gang.less(room, gang.promised_cells(obs.cells, held, config.shape))
         return gang.plan_gang(
             found.pod_sets,
             obs.cells,

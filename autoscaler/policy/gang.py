@@ -10,7 +10,9 @@ docs/concepts.md "Gangs"); this module answers such a request for one pool, pure
   requests;
 * ``cells_to_add`` (class ``best-effort-atomic-scale-up``): the new cells the whole gang needs,
   or 0 with a reason when some member fits no fresh cell or the headroom (max replicas, free
-  physical GPUs, the in-flight guard) is short of the whole gang. Never a part of a gang.
+  physical GPUs, the in-flight guard, the scale-up rate policies, a known cell shape: what
+  ``decide`` will apply, less the cells promised to older requests) is short of the whole
+  gang. Never a part of a gang: a plan the loop could only half carry out is no plan.
 
 Packing is ``packing.pack`` (HAMi's per-GPU rules), pool fit is ``fit.fits_fresh_cell``; the
 in-flight guard is ``limits.in_flight_limit``, the same bounds ``decide`` applies to a scale-up.
@@ -33,6 +35,8 @@ MEMBER_UNFIT = "MemberFitsNoCell"  # a member fits no fresh cell of this pool
 AT_MAX_REPLICAS = "AtMaxReplicas"
 INSUFFICIENT_PHYSICAL_GPU = "InsufficientPhysicalGPU"
 IN_FLIGHT_LIMIT = "InFlightLimit"
+RATE_LIMITED = "RateLimited"  # the scale-up rate policy (behavior.scaleUp) allows fewer now
+CELL_SHAPE_UNKNOWN = "CellShapeUnknown"  # decide adds no cell above the floor without a shape
 EMPTY_GANG = "EmptyGang"  # no member at all: nothing to provision
 
 
@@ -59,6 +63,8 @@ class Headroom:
     max_new_cells: int  # max replicas - Ready and Booting cells
     physical_gpu_cells: int | None = None  # free physical GPUs // GPUs per cell
     in_flight_cells: int | None = None  # in-flight limit - Booting cells (unproven boots only)
+    rate_cells: int | None = None  # what the scale-up rate policies allow now
+    shape_known: bool = True  # False: ``decide`` adds no cell above minReplicas (no shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +98,11 @@ def headroom(
     free_physical_gpus: int | None = None,
     gpus_per_cell: int = 1,
     boots_proven: bool = False,
+    rate_cells: int | None = None,
+    shape_known: bool = True,
 ) -> Headroom:
-    """The bounds ``decide`` puts on a scale-up, for this pool's cells now."""
+    """The bounds ``decide`` puts on a scale-up, for this pool's cells now (``rate_cells``:
+    ``limits.rate_allowance`` of the scale-up rules; ``shape_known``: the config's)."""
     count = {s: sum(1 for c in cells if c.state == s) for s in CellState}
     current = count[CellState.READY] + count[CellState.BOOTING]
     limit = limits.in_flight_limit(
@@ -105,7 +114,32 @@ def headroom(
             None if free_physical_gpus is None else free_physical_gpus // max(gpus_per_cell, 1)
         ),
         in_flight_cells=None if limit is None else max(0, limit - count[CellState.BOOTING]),
+        rate_cells=rate_cells,
+        shape_known=shape_known,
     )
+
+
+def less(room: Headroom, cells: int) -> Headroom:
+    """``room`` once ``cells`` new cells are already promised (booked by older requests, not
+    created yet): they count against every bound, as they will when the loop adds them."""
+
+    def minus(bound: int | None) -> int | None:
+        return None if bound is None else max(0, bound - cells)
+
+    return replace(
+        room,
+        max_new_cells=max(0, room.max_new_cells - cells),
+        physical_gpu_cells=minus(room.physical_gpu_cells),
+        in_flight_cells=minus(room.in_flight_cells),
+        rate_cells=minus(room.rate_cells),
+    )
+
+
+def promised_cells(
+    cells: Sequence[CellView], booked: Sequence[PendingPod], shape: CellShape
+) -> int:
+    """How many new cells ``booked`` pods need beyond ``cells`` (``booked_cells`` adds them)."""
+    return len(booked_cells(cells, booked, shape)) - len(cells)
 
 
 def booked_cells(
@@ -143,9 +177,11 @@ def _unfit(gang: Sequence[PodSet], shape: CellShape, template: NodeTemplate) -> 
 def _short(needed: int, room: Headroom) -> tuple[str, str] | None:
     """The first bound that cannot hold ``needed`` new cells, as (reason, detail)."""
     bounds = (
+        (CELL_SHAPE_UNKNOWN, None if room.shape_known else 0, "no cell shape is known: it allows"),
         (AT_MAX_REPLICAS, room.max_new_cells, "max replicas leave"),
         (INSUFFICIENT_PHYSICAL_GPU, room.physical_gpu_cells, "free physical GPUs allow"),
         (IN_FLIGHT_LIMIT, room.in_flight_cells, "the in-flight limit (unproven boots) allows"),
+        (RATE_LIMITED, room.rate_cells, "the scale-up rate policy allows"),
     )
     for reason, allowed, what in bounds:
         if allowed is not None and allowed < needed:

@@ -60,6 +60,8 @@ def test_atomic_adds_every_cell_the_gang_needs() -> None:
         (gang.Headroom(max_new_cells=1), gang.AT_MAX_REPLICAS),
         (gang.Headroom(10, physical_gpu_cells=1), gang.INSUFFICIENT_PHYSICAL_GPU),
         (gang.Headroom(10, None, in_flight_cells=1), gang.IN_FLIGHT_LIMIT),
+        (gang.Headroom(10, rate_cells=1), gang.RATE_LIMITED),
+        (gang.Headroom(10, shape_known=False), gang.CELL_SHAPE_UNKNOWN),
     ],
 )
 def test_short_headroom_adds_nothing(room: gang.Headroom, reason: str) -> None:
@@ -145,3 +147,12 @@ def test_short_while_cells_are_busy_is_not_permanent() -> None:
 def test_a_member_that_fits_no_cell_is_permanent() -> None:
     plan = gang.plan_gang([pod_set(1, gpus=4)], (), SHAPE, TEMPLATE, ROOMY)
     assert plan.permanent
+
+
+def test_cells_promised_to_older_requests_count_against_every_bound() -> None:
+    booked = gang.members([pod_set(8, key="ns/older")])  # 2 new cells beyond none
+    assert gang.promised_cells((), booked, SHAPE) == 2
+    room = gang.less(gang.Headroom(3, physical_gpu_cells=5, in_flight_cells=2, rate_cells=None), 2)
+    assert room == gang.Headroom(1, physical_gpu_cells=3, in_flight_cells=0, rate_cells=None)
+    plan = gang.plan_gang([pod_set(8)], (), SHAPE, TEMPLATE, room, booked)
+    assert (plan.cells_to_add, plan.cells_needed) == (0, 2)

@@ -207,3 +207,29 @@ async def test_a_recreated_request_is_judged_afresh(gangs: World) -> None:
     written = {c["type"]: c["reason"] for c in source.written[-1]["status"]["conditions"]}
     assert written["Failed"] == "AtMaxReplicas" and "Provisioned" in written
     assert controller.bookings.by_cluster["wl"] == ()
+
+
+async def test_cells_booked_by_an_older_request_count_against_max_replicas(gangs: World) -> None:
+    _, controller, source, _, writer, clock = gangs
+    source.items["first"] = request("first", provreq.ATOMIC, 3)
+    second = request("second", provreq.ATOMIC, 3)  # maxReplicas 5: 3 + 3 do not fit
+    second["metadata"]["creationTimestamp"] = rfc3339(T0 + 1)
+    source.items["second"] = second
+    await controller.pass_once()
+    assert conditions(source, "first")["Provisioned"] == ("True", "CapacityIsProvisioned")
+    assert conditions(source, "second")["Provisioned"] == ("False", "CapacityIsNotFound")
+    assert "Failed" not in conditions(source, "second")  # the first gang's cells may free up
+    await clock.advance(0.3)
+    assert writer.for_pool("a")[-1]["status"]["desiredReplicas"] == 3
+
+
+async def test_no_cell_is_promised_without_a_known_shape(gangs: World) -> None:
+    scaler, controller, source, *_, clock = gangs
+    scaler.pool_event("MODIFIED", pool_manifest("b", maxReplicas=5, cellShape=None))
+    await clock.advance(0.2)
+    scaler.pool_event("DELETED", pool_manifest("a", maxReplicas=5))
+    await clock.advance(0.2)
+    source.items["job"] = request("job", provreq.ATOMIC, 1)
+    await controller.pass_once()
+    assert conditions(source, "job")["Provisioned"] == ("False", "CapacityIsNotFound")
+    assert "no cell shape" in source.written[-1]["status"]["conditions"][-1]["message"]
