@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.explain import Outcome
+from autoscaler.gang_pods import PLACEHOLDER_UID_PREFIX
 from autoscaler.loop_ports import PoolRecorder
 from autoscaler.observe import utilisation
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
@@ -99,6 +101,21 @@ def pending_labels(pod: PendingPod) -> tuple[str, ...]:
     )
 
 
+def pending_series(
+    first_seen: Mapping[str, float], pending: Sequence[PendingPod]
+) -> dict[tuple[str, ...], float]:
+    """The pending-pod series (labels -> first seen) of ``pending``, less the placeholders of
+    booked ProvisioningRequests (``autoscaler.gang_pods``; known by their UIDs in
+    ``first_seen``): capacity held for a gang, not pods that asked, so a trace recorded from
+    the series must not replay them as demand."""
+    held = {
+        uid.removeprefix(PLACEHOLDER_UID_PREFIX)
+        for uid in first_seen
+        if uid.startswith(PLACEHOLDER_UID_PREFIX)
+    }
+    return {pending_labels(p): p.first_seen for p in pending if p.key not in held}
+
+
 def record_metrics(
     recorder: PoolRecorder, state: PoolState, decision: Decision, obs: Observation, now: float
 ) -> set[str]:
@@ -114,7 +131,7 @@ def record_metrics(
         oldest_pending_age_seconds=max(0.0, now - oldest),
         now=now,
     )
-    recorder.record_pending({pending_labels(p): p.first_seen for p in obs.pending})
+    recorder.record_pending(pending_series(state.first_seen, obs.pending))
     recorder.record_reachable(obs.workload_cluster_reachable)
     config = policy_config_from_spec(state.pool.spec, pool_shape(state.pool))
     recorder.record_limits(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
+from autoscaler.gang_pods import PLACEHOLDER_UID_PREFIX
 from autoscaler.loop import Autoscaler, LoopSettings
-from autoscaler.loop_state import pending_labels
+from autoscaler.loop_state import pending_labels, pending_series
 from autoscaler.policy.types import GPUAsk, PendingPod
 from gpucellpool.metric_catalogue import PENDING_LABELS, PENDING_SERIES_CAP
 from gpucellpool.metrics import OperatorMetrics, label_sets
@@ -117,3 +118,10 @@ async def test_the_loop_exports_each_pending_pod_from_first_seen_until_bound() -
         assert set(_series(reg)) == {"b"}
     finally:
         await scaler.close()
+
+
+def test_booked_gang_placeholders_are_not_exported_as_pending_pods() -> None:
+    real = PendingPod("ml/worker", GPUAsk(cores_percent=100), 10.0)
+    held = PendingPod("ml/job-0-0", GPUAsk(cores_percent=100), 11.0)  # gang_pods.placeholders
+    first_seen = {"uid-worker": 10.0, f"{PLACEHOLDER_UID_PREFIX}ml/job-0-0": 11.0}
+    assert pending_series(first_seen, [real, held]) == {pending_labels(real): 10.0}
