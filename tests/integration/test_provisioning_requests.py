@@ -276,6 +276,8 @@ def test_workload_rbac_lets_the_operator_serve_requests(helm: Path, tmp_path: Pa
         assert ("", "podtemplates", verb) in grants
     assert ("autoscaling.x-k8s.io", "provisioningrequests/status", "patch") in grants
     assert ("autoscaling.x-k8s.io", "provisioningrequests", "patch") not in grants  # spec: no
+    status = {verb for group, res, verb in grants if res == "provisioningrequests/status"}
+    assert status == {"patch"}  # server-side apply only (least privilege)
 
 
 async def test_the_published_schema_is_enforced(workload: ClusterEndpoint, namespace: str) -> None:
