@@ -61,7 +61,8 @@ class RequestSource(Protocol):
 
 
 class Bookings:
-    """Booked requests per workload cluster; the loop's view of them (``view``)."""
+    """Booked requests per workload cluster (by ``WorkloadView.identity``, so every Secret
+    reaching the cluster sees them); the loop's view of them (``view``)."""
 
     def __init__(self) -> None:
         self.by_cluster: dict[object, tuple[Booking, ...]] = {}
@@ -88,10 +89,14 @@ class BookedWorkloadView:
     def cluster_of(self, pool: GPUCellPool) -> object:
         return self.inner.cluster_of(pool)
 
+    def identity(self, cluster: object) -> object:
+        return self.inner.identity(cluster)
+
     def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot:
         snap = self.inner.snapshot(pool)
         now = self.clock.now()
-        held = [b for b in self.bookings.by_cluster.get(self.cluster_of(pool), ()) if now < b.until]
+        booked = self.bookings.by_cluster.get(self.identity(self.cluster_of(pool)), ())
+        held = [b for b in booked if now < b.until]
         scheduler = pool.spec.autoscaling.demand.scheduler_name
         labels = {b.pool: self.bookings.labels.get(b.pool, {}) for b in held}
         return with_bookings(snap, held, scheduler, labels)
@@ -151,16 +156,27 @@ class GangController:
         """Judge every served request of every synced cluster once; write what changed."""
         now = self.clock.now()
         listed: set[tuple[str, str]] = set()
-        for cluster in self.source.clusters():
+        for cluster in self._served():
             booked: list[_Held] = []
             for raw in sorted(self.source.requests(cluster), key=_age):
                 listed.add(_name(raw))
                 await self._one(cluster, raw, booked, now)
-            changed = self.bookings.set(cluster, [h.booking for h in booked])
+            identity = self.autoscaler.workload.identity(cluster)
+            changed = self.bookings.set(identity, [h.booking for h in booked])
             self.autoscaler.wake(changed)
         for gone in self._written.keys() - listed:  # deleted requests: nothing to remember
             del self._written[gone]
         self.passes += 1
+
+    def _served(self) -> list[object]:
+        """One synced connection per workload cluster: two Secrets reaching one cluster (one
+        identity) show the same requests, which must be judged and booked once. The first
+        Secret by key reads and writes them (its credential must be allowed to)."""
+        workload = self.autoscaler.workload
+        chosen: dict[object, object] = {}
+        for cluster in sorted(self.source.clusters(), key=repr):
+            chosen.setdefault(workload.identity(cluster), cluster)
+        return list(chosen.values())
 
     async def _one(self, cluster: object, raw: JSON, booked: list[_Held], now: float) -> None:
         request = provreq.parse_request(raw)
@@ -190,7 +206,16 @@ class GangController:
                 until,
             )
             booked.append(_Held(booking, gang.members(found.pod_sets)))
+            self._pin(booking.pool)
         await self._write(cluster, request, verdict)
+
+    def _pin(self, key: PoolKey) -> None:
+        """Record the booked pool's Node labels, which pin its placeholders to it; for every
+        booking, not only new ones: after a restart the bookings come from request status."""
+        state = self.autoscaler.pools.get(key)
+        if state is not None:
+            labels = policy_config_from_spec(state.pool.spec).node_template.labels
+            self.bookings.labels[key] = dict(labels)
 
     def _as_written(self, request: provreq.Request) -> provreq.Request:
         """The request with what we wrote last, until the cache shows that write (never for a
@@ -235,13 +260,15 @@ class GangController:
         return _Gang(request, tuple(sets), tuple(templates), labels)
 
     def _candidates(self, cluster: object, found: _Gang) -> Iterable[tuple[PoolKey, PoolState]]:
+        workload = self.autoscaler.workload
+        identity = workload.identity(cluster)
         for key in sorted(self.autoscaler.pools):
             state = self.autoscaler.pools[key]
             pool = state.pool
             if not eligible(pool) or state.last_inputs is None:
                 continue
-            if self.autoscaler.workload.cluster_of(pool) != cluster:
-                continue
+            if workload.identity(workload.cluster_of(pool)) != identity:
+                continue  # another workload cluster (any Secret reaching this one is fine)
             demand = pool.spec.autoscaling.demand
             if selector_matches(demand.pod_selector, found.labels):
                 yield key, state
@@ -267,10 +294,6 @@ class GangController:
         if not plans:
             return None, None, why
         chosen = _expander_choice(found, {k: p for k, (_, p) in plans.items()})
-        pool = plans[chosen][1]
-        self.bookings.labels[(pool.metadata.namespace, pool.metadata.name)] = dict(
-            policy_config_from_spec(pool.spec).node_template.labels
-        )
         return plans[chosen][0], chosen, ""
 
     @staticmethod

@@ -233,3 +233,26 @@ async def test_no_cell_is_promised_without_a_known_shape(gangs: World) -> None:
     await controller.pass_once()
     assert conditions(source, "job")["Provisioned"] == ("False", "CapacityIsNotFound")
     assert "no cell shape" in source.written[-1]["status"]["conditions"][-1]["message"]
+
+
+async def test_after_a_restart_placeholders_are_pinned_to_the_booked_pool(gangs: World) -> None:
+    scaler, _, source, _, _, clock = gangs
+    manifest = pool_manifest("a", maxReplicas=5)
+    manifest["spec"]["workloadCluster"]["node"] = {"labels": {"gpu-pool": "a"}}
+    scaler.pool_event("MODIFIED", manifest)
+    await clock.advance(0.2)
+    provisioned = request("job", provreq.ATOMIC, 1)  # booked by the operator before it restarted
+    provisioned["status"] = {
+        "conditions": [
+            {"type": "Provisioned", "status": "True", "reason": "CapacityIsProvisioned",
+             "message": "", "lastTransitionTime": rfc3339(clock.now())},
+        ],
+        "provisioningClassDetails": {provreq.POOL_DETAIL: "ns/a", provreq.CELLS_DETAIL: "1"},
+    }  # fmt: skip
+    source.items["job"] = provisioned
+    restarted = GangController(scaler, source, Bookings(), clock)
+    await restarted.pass_once()
+    snap = restarted.bookings.view(scaler.workload, clock).snapshot(scaler.pools[("ns", "a")].pool)
+    assert snap.pod_index is not None
+    [placeholder] = snap.pod_index.unbound
+    assert placeholder["spec"]["nodeSelector"] == {"gpu-pool": "a"}
