@@ -128,7 +128,7 @@ class Autoscaler:
             gone = self.pools.get(key)
             self._stop(key)
             if gone is not None:  # its pending pods may now belong to another pool
-                self.cluster_event(self.workload.cluster_of(gone.pool))
+                self.cluster_event(self._identity(gone.pool))
             return
         try:
             pool = GPUCellPool.model_validate(raw)
@@ -141,7 +141,7 @@ class Autoscaler:
             state.task = asyncio.create_task(
                 self._run_pool(key), name=f"autoscale:{key[0]}/{key[1]}"
             )
-            self.cluster_event(self.workload.cluster_of(pool))  # the expander's options grew
+            self.cluster_event(self._identity(pool))  # the expander's options grew
             return
         before = _relevant(state.pool, {"status": state.raw_status})
         expander_before = sharing_facts(state.pool)
@@ -151,18 +151,22 @@ class Autoscaler:
         if _relevant(pool, raw) != before:
             state.wake.set()
         if sharing_facts(pool) != expander_before:  # priority, selection, shape: re-share
-            self.cluster_event(self.workload.cluster_of(pool))
+            self.cluster_event(self._identity(pool))
         if state.published is not None and drifted(state.published, state.raw_status):
             # Someone (a concurrent whole-list status write, a human) changed what we
             # published: write it again on the next pass.
             state.published = None
             state.wake.set()
 
-    def cluster_event(self, cluster: object) -> None:
-        """Wake every pool of that workload cluster (cheap; no I/O)."""
+    def cluster_event(self, identity: object) -> None:
+        """Wake every pool of that workload cluster, whichever Secret reaches it (``identity``
+        as ``WorkloadView.identity`` gives it; cheap, no I/O)."""
         for state in self.pools.values():
-            if self.workload.cluster_of(state.pool) == cluster:
+            if self._identity(state.pool) == identity:
                 state.wake.set()
+
+    def _identity(self, pool: GPUCellPool) -> object:
+        return self.workload.identity(self.workload.cluster_of(pool))
 
     def wake(self, keys: Iterable[tuple[str, str]]) -> None:
         """Wake these pools: a workload event routed to them (``autoscaler.routing``)."""
@@ -356,9 +360,10 @@ class Autoscaler:
         return names, usage, health
 
     def _rivals(self, pool: GPUCellPool) -> tuple[Rival, ...]:
-        """The other pools of ``pool``'s workload cluster that may take its pending pods."""
-        cluster = self.workload.cluster_of(pool)
-        same = (s.pool for s in self.pools.values() if self.workload.cluster_of(s.pool) == cluster)
+        """The other pools of ``pool``'s workload cluster (through any Secret, once its identity
+        is known: ``WorkloadView.identity``) that may take its pending pods."""
+        identity = self._identity(pool)
+        same = (s.pool for s in self.pools.values() if self._identity(s.pool) == identity)
         return rivals_of(pool, same)
 
     @staticmethod

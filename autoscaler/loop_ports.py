@@ -44,6 +44,12 @@ class WorkloadView(Protocol):
         """A hashable key of the pool's workload cluster (pools sharing it share the key)."""
         ...
 
+    def identity(self, cluster: object) -> object:
+        """Which workload cluster a ``cluster_of`` key reaches: equal for keys (Secrets) that
+        reach the same cluster once that is known, the key itself until then. Pools are judged
+        together (the expander, gangs) by this."""
+        ...
+
     def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot: ...
 
 

@@ -39,7 +39,13 @@ from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.provreq import KubeProvisioningRequests
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig, client_in_cluster_or
 from gpucellpool.kube.reviews import KubeAccessReviewer
-from gpucellpool.kube.workload import ClientFactory, ClusterKey, WorkloadClusters
+from gpucellpool.kube.workload import (
+    IDENTITY_EVENT,
+    ClientFactory,
+    ClusterKey,
+    ClusterUID,
+    WorkloadClusters,
+)
 from gpucellpool.leader import ElectionSettings, LeaderElector
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
@@ -237,6 +243,9 @@ class App:
         """A workload watch event wakes only the pools it concerns (``autoscaler.routing``)."""
         wake = self.router.event(key, kind, obj)
         self.autoscaler.wake(wake.decide)
+        if kind == IDENTITY_EVENT:  # the pools of other Secrets to that cluster gain/lose rivals
+            self.autoscaler.cluster_event(ClusterUID(str(obj.get("uid") or "")))
+            self.gangs.wake()
         for pool in wake.act:
             self.driver.wake(pool)
 

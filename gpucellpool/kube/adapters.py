@@ -104,6 +104,13 @@ class CacheWorkloadView:
         wc = pool.spec.workload_cluster
         return ClusterKey(pool.metadata.namespace, wc.kubeconfig_secret_ref.name, wc.key)
 
+    def identity(self, cluster: object) -> object:
+        """The connection's ``WorkloadCluster.identity`` (its kube-system UID once learned)."""
+        if not isinstance(cluster, ClusterKey):
+            return cluster
+        connection = self.clusters.clusters.get(cluster)
+        return connection.identity if connection is not None else cluster
+
     def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot:
         key = self.cluster_of(pool)
         cluster = self.clusters.ensure(key)

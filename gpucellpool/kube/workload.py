@@ -7,6 +7,13 @@ one Secret (field selector on its name, so namespace-scoped RBAC suffices) and, 
 kubeconfig bytes change, closes the old client and caches and builds new ones: a rotated
 credential takes effect without a restart. Every change in any of its caches calls ``on_change``
 with the cluster key so the loop can wake exactly the pools of that cluster.
+
+Two Secrets (in two namespaces, say) may reach the same cluster. Once a connection's Pods, Nodes
+and Namespaces caches are synced it latches the cluster's identity, the UID of its
+``kube-system`` Namespace (taken from the Namespaces cache it already holds: no extra request,
+no extra right), and announces it with an ``IDENTITY`` wake; until then, and after every rebuild
+until it is learned again, the Secret key stands in for it (``identity``). Pools are judged
+together (expander, gangs) by that identity, not by the Secret that reached the cluster.
 """
 
 from __future__ import annotations
@@ -34,6 +41,23 @@ class ClusterKey:
     key: str = "value"
 
 
+IDENTITY_NAMESPACE = "kube-system"
+IDENTITY_EVENT = "IDENTITY"
+"""The wake kind when a connection learns (object ``{"uid": ...}``) or loses its identity."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUID:
+    """A workload cluster by its ``kube-system`` Namespace UID, whichever Secret reached it.
+
+    The de-facto cluster ID: the Namespace lives as long as the cluster, and its UID (a UUID)
+    never changes and differs between clusters; OpenTelemetry's ``k8s.cluster.uid`` resource
+    attribute is defined the same way. Never equal to a ``ClusterKey``.
+    """
+
+    uid: str
+
+
 class WorkloadClient(ListWatch, Protocol):
     async def close(self) -> None: ...
 
@@ -53,6 +77,7 @@ class WorkloadCluster:
         self.nodes: WatchCache | None = None
         self.namespaces: WatchCache | None = None
         self.error = "kubeconfig Secret not read yet"
+        self.uid = ""  # the cluster's kube-system Namespace UID, once this connection learned it
         self._digest = ""
         self._wanted: str | None = None  # the newest kubeconfig (base64) seen on the Secret
         self._client: WorkloadClient | None = None
@@ -74,6 +99,12 @@ class WorkloadCluster:
         credential change), for adapters that keep caches of their own on this cluster."""
         return self._client
 
+    @property
+    def identity(self) -> ClusterKey | ClusterUID:
+        """The workload cluster this connection reaches: its ``ClusterUID`` once learned on
+        the current connection, the Secret key until then."""
+        return ClusterUID(self.uid) if self.uid else self.key
+
     def synced(self) -> bool:
         caches = (self.pods, self.nodes, self.namespaces)
         return all(c is not None and c.synced.is_set() for c in caches)
@@ -93,9 +124,12 @@ class WorkloadCluster:
             if digest == self._built:
                 return  # a later rebuild already applied the newest Secret
             self._built = digest
+            lost, self.uid = self.uid, ""  # a new credential may reach another cluster
             await self._stop_caches()
             self.error = await self._connect(raw)
             self._wake(self.key, "SECRET", {})
+            if lost:  # the pools that judged with ours judge without them now
+                self._wake(self.key, IDENTITY_EVENT, {"uid": lost})
 
     async def _connect(self, raw: str | None) -> str:
         """Build the client and caches; the error text (never the credential) or ""."""
@@ -118,7 +152,24 @@ class WorkloadCluster:
         self._cache_tasks = [
             asyncio.create_task(c.run()) for c in (self.pods, self.nodes, self.namespaces)
         ]
+        self._cache_tasks.append(asyncio.create_task(self._learn_identity()))
         return ""
+
+    async def _learn_identity(self) -> None:
+        """Latch the cluster's identity once this connection's caches are synced (so a pool on
+        it only joins the pools of other Secrets when it sees every pod they see)."""
+        caches = [c for c in (self.pods, self.nodes, self.namespaces) if c is not None]
+        await asyncio.gather(*(c.synced.wait() for c in caches))
+        namespace = self.namespaces.get(IDENTITY_NAMESPACE) if self.namespaces else None
+        uid = str(((namespace or {}).get("metadata") or {}).get("uid") or "")
+        if not uid:
+            log.warning(
+                "workload cluster has no kube-system Namespace: its pools are judged per Secret",
+                extra={"secret": f"{self.key.namespace}/{self.key.secret}"},
+            )
+            return
+        self.uid = uid
+        self._wake(self.key, IDENTITY_EVENT, {"uid": uid})
 
     async def _stop_caches(self) -> None:
         for task in self._cache_tasks:

@@ -42,9 +42,10 @@ class FakeRequests:
         self.templates: dict[str, JSON] = {}
         self.written: list[JSON] = []
         self.lag = False
+        self.connections: list[object] = ["wl"]  # synced connections (Secrets) showing the items
 
     def clusters(self) -> Sequence[object]:
-        return ["wl"]
+        return self.connections
 
     def requests(self, cluster: object) -> Sequence[JSON]:
         del cluster
@@ -256,3 +257,21 @@ async def test_after_a_restart_placeholders_are_pinned_to_the_booked_pool(gangs:
     assert snap.pod_index is not None
     [placeholder] = snap.pod_index.unbound
     assert placeholder["spec"]["nodeSelector"] == {"gpu-pool": "a"}
+
+
+async def test_two_secrets_to_one_cluster_judge_and_book_a_request_once(gangs: World) -> None:
+    scaler, controller, source, workload, writer, clock = gangs
+    # A second Secret, in another namespace, reaches the same cluster: both show the request.
+    workload.same_cluster = {"wl": "uid-1", "wl-b": "uid-1"}
+    source.connections = ["wl-b", "wl"]
+    scaler.pool_event("ADDED", pool_manifest("b", ns="team-b", secret="wl-b", priority=10))
+    await clock.advance(0.2)
+    source.items["job"] = request("job", provreq.ATOMIC, 2)
+    await controller.pass_once()
+    assert len(source.written) == 1  # judged once, through one of the two Secrets
+    details = source.items["job"]["status"]["provisioningClassDetails"]
+    assert details[provreq.POOL_DETAIL] == "team-b/b"  # a pool of the other Secret: a candidate
+    assert list(controller.bookings.by_cluster) == ["uid-1"]
+    await clock.advance(0.3)
+    assert last_decision(writer, "b")["desiredReplicas"] == 2
+    assert last_decision(writer, "a")["desiredReplicas"] == 0  # the placeholders went to b

@@ -4,7 +4,9 @@ What these prove: two Active pools matching one pending pod publish one scale-up
 (the higher priority), and both explain it in lastDecision.message; a priority change on one
 pool re-shares at once (the other pool is woken); a Shadow pool never takes a pod from an
 Active one, yet shows in its own decision what it would take; pools of another workload
-cluster are not rivals.
+cluster are not rivals; pools reaching one cluster through two Secrets (two namespaces) are
+rivals once the cluster's identity is known, each Secret its own cluster until then, and the
+identity wake re-shares at once.
 """
 
 from __future__ import annotations
@@ -71,3 +73,30 @@ async def test_pools_of_another_workload_cluster_are_not_rivals(world) -> None: 
     await clock.advance(0.2)
     here = last(writer, "here")
     assert here["reason"] == "ScaledUp" and "matched" not in str(here["message"])
+
+
+async def test_pools_on_two_secrets_to_one_cluster_share_its_pods(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    workload.same_cluster = {"wl-a": "uid-1", "wl-b": "uid-1"}  # both kube-system UIDs known
+    scaler.pool_event("ADDED", pool_manifest("here", ns="team-a", secret="wl-a"))
+    scaler.pool_event("ADDED", pool_manifest("there", ns="team-b", secret="wl-b", priority=10))
+    workload.pods["p"] = pending_pod("p")
+    await clock.advance(0.2)
+    here, there = last(writer, "here"), last(writer, "there")
+    assert (there["reason"], there["desiredReplicas"]) == ("ScaledUp", 1)
+    assert (here["reason"], here["desiredReplicas"], here["pendingAsks"]) == ("Idle", 0, 0)
+    assert "went to team-b/there (priority)" in str(here["message"])
+
+
+async def test_until_the_identity_is_known_each_secret_is_its_own_cluster(world) -> None:  # type: ignore[no-untyped-def]
+    scaler, workload, writer, clock = world
+    scaler.pool_event("ADDED", pool_manifest("here", ns="team-a", secret="wl-a"))
+    scaler.pool_event("ADDED", pool_manifest("there", ns="team-b", secret="wl-b", priority=10))
+    workload.pods["p"] = pending_pod("p")
+    await clock.advance(0.2)
+    assert last(writer, "here")["reason"] == "ScaledUp"  # the documented fallback: per Secret
+    assert "matched" not in str(last(writer, "here")["message"])
+    workload.same_cluster = {"wl-a": "uid-1", "wl-b": "uid-1"}
+    scaler.cluster_event("uid-1")  # what the app does on an IDENTITY wake
+    await clock.advance(0.2)  # far less than the tick: the wake re-shared both pools
+    assert "went to team-b/there (priority)" in str(last(writer, "here")["message"])

@@ -54,9 +54,15 @@ class FakeWorkload:
         self.pods: dict[str, JSON] = {}
         self.nodes: list[JSON] = []
         self.synced = True
+        self.same_cluster: dict[str, object] = {}  # Secret name -> the cluster it reaches
 
     def cluster_of(self, pool: GPUCellPool) -> object:
         return pool.spec.workload_cluster.kubeconfig_secret_ref.name
+
+    def identity(self, cluster: object) -> object:
+        """Secrets named in ``same_cluster`` reach one cluster (as their kube-system UID would
+        tell); any other Secret is its own cluster."""
+        return self.same_cluster.get(str(cluster), cluster)
 
     def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot:
         return WorkloadSnapshot(self.synced, list(self.pods.values()), self.nodes, {})
