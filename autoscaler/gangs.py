@@ -277,8 +277,9 @@ class GangController:
         self, cluster: object, found: _Gang, booked: Sequence[_Held], now: float
     ) -> tuple[gang.GangPlan | None, str | None, str]:
         """The plan on the pool the expander picks among those that fit every member, its key,
-        or why no pool does."""
+        or why no pool does (with a permanent plan when a member fits no selecting pool)."""
         why = "no autoscaled pool of this workload cluster selects the pod templates' pods"
+        unfit: gang.GangPlan | None = None
         plans: dict[str, tuple[gang.GangPlan, GPUCellPool]] = {}
         for key, state in self._candidates(cluster, found):
             plan = self._plan_on(
@@ -289,10 +290,11 @@ class GangController:
                 continue
             if plan.reason == gang.MEMBER_UNFIT:
                 why = f"no pool fits every member (pool {name}: {plan.message})"
+                unfit = replace(plan, message=why)
                 continue
             plans[name] = (plan, state.pool)
         if not plans:
-            return None, None, why
+            return unfit, None, why
         chosen = _expander_choice(found, {k: p for k, (_, p) in plans.items()})
         return plans[chosen][0], chosen, ""
 

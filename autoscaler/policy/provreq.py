@@ -211,10 +211,12 @@ def judge(
 ) -> Verdict:
     """The conditions after one look at ``request`` with ``plan`` on ``pool``.
 
-    ``plan`` is None when no pool could take the gang (``why_not`` says why: no pool fits a
-    member, a template is missing). Terminal requests (Failed or BookingExpired) stay as they are.
-    Times are whole seconds, as a condition's ``lastTransitionTime`` is stored, so the verdict
-    equals the request as it reads back once written.
+    ``plan`` is None when no pool could take the gang (``why_not`` says why: no pool selects
+    the pods, a template is missing); with ``pool`` None it is a plan no pool could carry out
+    (a member fits no selecting pool: permanent, so an atomic request fails). Terminal
+    requests (Failed or BookingExpired) stay as they are. Times are whole seconds, as a
+    condition's ``lastTransitionTime`` is stored, so the verdict equals the request as it
+    reads back once written.
     """
     now = float(math.floor(now))
     if request.is_true(FAILED) or request.is_true(BOOKING_EXPIRED):
@@ -233,7 +235,8 @@ def judge(
         conds = _set(conds, PROVISIONED, "True", reason, f"pool {pool}: {plan.message}", now)
         return Verdict(conds, True, pool, details, now + BOOKING_SECONDS)
     permanent = plan.reason if plan.permanent and request.class_name == ATOMIC else None
-    return _not_found(request, conds, f"pool {pool}: {plan.message}", now, pool, permanent)
+    where = f"pool {pool}: " if pool else ""  # no pool: the plan says why none could
+    return _not_found(request, conds, f"{where}{plan.message}", now, pool, permanent)
 
 
 def _not_found(
