@@ -51,6 +51,7 @@ from autoscaler.measured_use import published
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
+    claim_inputs,
     counts_as_demand,
     index_pods,
     live_cell_names,
@@ -315,7 +316,9 @@ class Autoscaler:
             if counts_as_demand(p, selection, ns_labels.get(_meta(p, "namespace")))
         ]
         state.first_seen = remember_first_seen(state.first_seen, uids, now)
-        pending, bad = pending_for_pool(pool, index.unbound, ns_labels, state.first_seen)
+        shape = pool_shape(pool).shape
+        claims, claim_use = claim_inputs(pool, snap.claims, snap.slices, shape.gpus)
+        pending, bad = pending_for_pool(pool, index.unbound, ns_labels, state.first_seen, claims)
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         # One pending pod, one pool: the others of this cluster compute the same answer.
@@ -323,9 +326,8 @@ class Autoscaler:
         pending = state.share.kept
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
         names, prom_usage, health = await self._read_usage(pool, nodes, now)
-        shape = pool_shape(pool).shape
         asked = frozenset(names) if prom_usage is not None else None
-        inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked)
+        inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked, claim_use)
         cells, unknown = cells_for_pool(pool, inputs, now)
         since = state.memory.last_scale_up_at if state.memory else None
         victims = self._victims(state)

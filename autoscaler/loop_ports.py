@@ -37,6 +37,10 @@ class WorkloadSnapshot:
     error: str = ""
     pod_index: PodIndex | None = None
     """``pods`` already indexed (shared by the cluster's pools); None: the loop indexes."""
+    claims: Sequence[JSON] = ()
+    """ResourceClaims (watched while a pool of the cluster uses HAMi's DRA mode)."""
+    slices: Sequence[JSON] = ()
+    """ResourceSlices (likewise)."""
 
 
 class WorkloadView(Protocol):

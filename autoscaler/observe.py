@@ -22,7 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.policy.demand import is_pending_hami_pod, pending_pod_from_manifest
+from autoscaler.policy.dra_demand import dra_scheduler_name, pending_claim_pod, waits_on_claims
 from autoscaler.policy.errors import AskError
+from autoscaler.policy.hami_dra import claim_usage
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -93,7 +95,26 @@ def counts_as_demand(
         return False
     spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
     scheduler = selection.scheduler_name or str((spec or {}).get("schedulerName", ""))
-    return is_pending_hami_pod(pod, scheduler)
+    if is_pending_hami_pod(pod, scheduler):
+        return True
+    return waits_on_claims(pod, dra_scheduler_name(selection.scheduler_name))  # HAMi DRA
+
+
+def _pending_pod(
+    pool: GPUCellPool, pod: JSON, seen: float, claims: Mapping[str, JSON] | None
+) -> PendingPod | AskError | None:
+    """Device-plugin pods by their resources; in DRA mode, pods waiting on HAMi claims by the
+    claims' requests (``claims`` by ``namespace/name``); None: not this pool's kind of pod."""
+    hami = pool.spec.capacity.hami
+    if hami is not None and hami.mode == "DRA":
+        spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+        if claims is None or not (spec or {}).get("resourceClaims"):
+            return None
+        return pending_claim_pod(pod, claims, hami.device_class_name or "", seen)
+    parsed = pending_pod_from_manifest(pod, seen)
+    if isinstance(parsed, AskError) and waits_on_claims(pod, ""):
+        return None  # a pod of HAMi DRA (no device-plugin resources): not this pool's demand
+    return parsed
 
 
 def pending_for_pool(
@@ -101,8 +122,11 @@ def pending_for_pool(
     pods: Iterable[JSON],
     namespace_labels: Mapping[str, Mapping[str, str]],
     first_seen: Mapping[str, float],
+    claims: Mapping[str, JSON] | None = None,
 ) -> tuple[tuple[PendingPod, ...], tuple[tuple[str, AskError], ...]]:
-    """The pool's pending pods (with remembered first-seen times) and the malformed ones."""
+    """The pool's pending pods (with remembered first-seen times) and the malformed ones.
+
+    ``claims``: the workload cluster's ResourceClaims by ``namespace/name`` (DRA mode)."""
     selection = pool.spec.autoscaling.demand
     out: list[PendingPod] = []
     bad: list[tuple[str, AskError]] = []
@@ -114,13 +138,27 @@ def pending_for_pool(
         seen = first_seen.get(str(meta.get("uid", "")))
         if seen is None:
             continue  # the caller records first_seen before building; never guess "now"
-        parsed = pending_pod_from_manifest(pod, seen)
+        parsed = _pending_pod(pool, pod, seen, claims)
+        if parsed is None:
+            continue
         if isinstance(parsed, AskError):
             bad.append((f"{meta.get('namespace')}/{meta.get('name')}", parsed))
         else:
             out.append(parsed)
     out.sort(key=lambda p: (p.first_seen, p.key))
     return tuple(out), tuple(bad)
+
+
+def claim_inputs(
+    pool: GPUCellPool, claims: Sequence[JSON], slices: Sequence[JSON], gpus: int
+) -> tuple[dict[str, JSON] | None, dict[str, tuple[GPUUsage, ...]] | None]:
+    """HAMi DRA mode: the claims by ``namespace/name`` (for ``pending_for_pool``) and the usage
+    they hold per Node (for ``CellInputs.claim_usage``); (None, None) in device-plugin mode."""
+    hami = pool.spec.capacity.hami
+    if hami is None or hami.mode != "DRA":
+        return None, None
+    by_key = {f"{_meta(c).get('namespace')}/{_meta(c).get('name')}": c for c in claims}
+    return by_key, claim_usage(slices, claims, hami.device_class_name or "", gpus)
 
 
 def remember_first_seen(
@@ -217,6 +255,9 @@ class CellInputs:
     prometheus_usage: Mapping[str, tuple[GPUUsage, ...]] | None = None  # None: not configured
     prometheus_asked: frozenset[str] | None = None
     """The Nodes Prometheus was asked about (``nodes_to_read``); None: every Node."""
+    claim_usage: Mapping[str, tuple[GPUUsage, ...]] | None = None
+    """HAMi DRA mode: per Node, what its allocated ResourceClaims hold (``claim_inputs``), read
+    instead of the pods' allocation annotations; None: device-plugin mode."""
 
 
 def _state(phase: CellPhase) -> CellState:
@@ -263,6 +304,8 @@ def ready_cell_usage(
     an empty one.
     """
     annotated = usage_from_pods(pods, inputs.shape.gpus) if node_name in inputs.nodes else None
+    if inputs.claim_usage is not None and annotated is not None:
+        annotated = inputs.claim_usage.get(node_name) or (GPUUsage(),) * inputs.shape.gpus
     if inputs.prometheus_usage is None:
         return annotated or (), annotated is not None
     reported = inputs.prometheus_usage.get(node_name)

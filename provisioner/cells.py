@@ -27,6 +27,7 @@ from provisioner.fsm.cell_state import (
     NodeStatus,
     decide_cell,
 )
+from provisioner.fsm.dra_capacity import dra_devices
 from provisioner.fsm.identity import (
     INSTANCE_LABEL,
     POOL_ID_LABEL,
@@ -41,7 +42,8 @@ from provisioner.fsm.identity import (
 from provisioner.fsm.observations import observe_node, parse_time_s
 from provisioner.fsm.rows import cell_row, to_time, updated_status
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES
-from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.inventory import RESOURCE_SLICE
+from provisioner.kube import JSON, KINDS, KubeApi, KubeError
 from provisioner.workload import NODE_LEASE_NAMESPACE, read_node
 
 
@@ -140,8 +142,19 @@ async def _node_status(
         now,
         device_plugin_mode=device_plugin,
         expected_provider_id=provider_id,
+        dra_devices=None if device_plugin or view.node is None else await _dra(api, cell.name),
     )
     return status, view.node
+
+
+async def _dra(api: KubeApi, node: str) -> int | None:
+    """HAMi devices the Node's ResourceSlices publish; None when none or unreadable (the
+    cell waits in AwaitingGPUCapacity; ``CapacityProviderReady`` says why)."""
+    try:
+        slices = await api.list(RESOURCE_SLICE, None, field_selector=f"spec.nodeName={node}")
+    except KubeError:
+        return None
+    return dra_devices(slices, node)
 
 
 async def _reap_if_still_stale(

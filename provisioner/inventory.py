@@ -5,7 +5,9 @@ physical GPUs. Native pools read the cluster-scoped ``SwiftGPUNode`` objects; DR
 ``ResourceSlices`` and ``ResourceClaims`` (resource.k8s.io/v1). A missing API (404) or any read
 failure is "unknown" (None), which never blocks creation and is reported as such. The HAMi
 side reads each Ready cell's Node registration and its GPU pods (``fsm.capacity`` judges,
-``fsm.pool_capacity`` turns the same readings into ``status.workloadCapacity``).
+``fsm.pool_capacity`` turns the same readings into ``status.workloadCapacity``) - in HAMi's
+DRA mode the ResourceSlices and ResourceClaims instead (``fsm.dra_capacity``) - and, over every
+joined cell, HAMi's health for ``CapacityProviderReady`` (``fsm.provider_health``).
 
 A read that *failed* (the apiserver answered with an error or not at all) is counted on the
 pool's ``gpucell_capacity_scrape_errors_total`` (``inventory`` / ``capacity``); an API that is
@@ -23,9 +25,17 @@ from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.spec import GPUBackend
 from gpucellpool.api.status import CellPhase, CellStatus, WorkloadCapacity
 from provisioner.fsm.capacity import CellCapacity, capacity_condition, cell_capacity
+from provisioner.fsm.dra_capacity import DraReading, dra_cell_capacity, dra_registration, read_dra
 from provisioner.fsm.inventory import dra_free, native_free
 from provisioner.fsm.observations import HAMI_REGISTER_ANNOTATION
 from provisioner.fsm.pool_capacity import workload_capacity
+from provisioner.fsm.provider_health import (
+    DraCluster,
+    NodeRegistration,
+    Registration,
+    annotation_registration,
+    provider_condition,
+)
 from provisioner.kube import KINDS, Kind, KubeApi, KubeError, NotFound
 from provisioner.metrics_port import (
     NULL_RECORDER,
@@ -38,6 +48,7 @@ from provisioner.workload import gpu_pods_on_node
 SWIFT_GPU_NODE = Kind("gpu.kubeswift.io/v1alpha1", "SwiftGPUNode", "swiftgpunodes", False)
 RESOURCE_SLICE = Kind("resource.k8s.io/v1", "ResourceSlice", "resourceslices", False)
 RESOURCE_CLAIM = Kind("resource.k8s.io/v1", "ResourceClaim", "resourceclaims")
+DEVICE_CLASS = KINDS["DeviceClass"]
 ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
 
 
@@ -61,21 +72,61 @@ async def free_physical_gpus(
 @dataclass(frozen=True, slots=True)
 class HamiReading:
     """``condition``: ``CapacityAvailable``; ``capacity``: ``status.workloadCapacity`` of this
-    pass, None when it could not be read (the stored one is kept)."""
+    pass, None when it could not be read (the stored one is kept); ``provider``:
+    ``CapacityProviderReady``, None when not judged (workload cluster unreachable)."""
 
     condition: tuple[str, str, str]
     capacity: WorkloadCapacity | None
+    provider: tuple[str, str, str] | None = None
 
 
-async def _cell_capacity(workload: KubeApi, node_name: str) -> CellCapacity | None:
-    """None: the Node or its pods could not be read."""
+def _is_dra(pool: GPUCellPool) -> bool:
+    return pool.spec.capacity.hami is not None and pool.spec.capacity.hami.mode == "DRA"
+
+
+def _joined(rows: Iterable[CellStatus]) -> list[CellStatus]:
+    """Cells whose Node joined and is Ready: HAMi should register there."""
+    return [
+        r
+        for r in rows
+        if r.phase is CellPhase.READY
+        or (r.phase is CellPhase.AWAITING_GPU_CAPACITY and r.node_ready)
+    ]
+
+
+async def _node_reading(
+    workload: KubeApi, row: CellStatus, dra: DraReading | None
+) -> tuple[CellCapacity | None, Registration, str]:
+    """A joined cell's capacity (None: unreadable) and what HAMi registered on its Node."""
+    name = row.node_name or row.name
     try:
-        node = await workload.get(KINDS["Node"], None, node_name)
-        pods = await gpu_pods_on_node(workload, node_name)
+        node = await workload.get(KINDS["Node"], None, name)
+        pods = await gpu_pods_on_node(workload, name) if dra is None else []
     except KubeError:
-        return None
-    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
-    return cell_capacity(annotations.get(HAMI_REGISTER_ANNOTATION), pods, ALLOCATED_ANNOTATION)
+        return None, Registration.MISSING, ""
+    if dra is not None:
+        return dra_cell_capacity(dra, name), *dra_registration(dra, name)
+    register = (((node or {}).get("metadata") or {}).get("annotations") or {}).get(
+        HAMI_REGISTER_ANNOTATION
+    )
+    registration = annotation_registration(register)
+    return cell_capacity(register, pods, ALLOCATED_ANNOTATION), registration, ""
+
+
+async def _dra_cluster(
+    workload: KubeApi, device_class: str, recorder: ProvisionerRecorder
+) -> tuple[DraReading | None, DraCluster]:
+    """HAMi's slices and claims, and whether the DRA API and the DeviceClass are there."""
+    try:
+        slices = await workload.list(RESOURCE_SLICE)
+        claims = await workload.list(RESOURCE_CLAIM)
+        present = await workload.get(DEVICE_CLASS, None, device_class) is not None
+    except NotFound:
+        return None, DraCluster(False, device_class, None)
+    except KubeError:
+        recorder.scrape_error(SCRAPE_CAPACITY)
+        return None, DraCluster(None, device_class, None)
+    return read_dra(slices, claims, device_class), DraCluster(True, device_class, present)
 
 
 async def read_capacity(
@@ -86,14 +137,37 @@ async def read_capacity(
     now: float,
     recorder: ProvisionerRecorder = NULL_RECORDER,
 ) -> HamiReading:
-    """HAMi capacity of the Ready cells: the condition and the status object."""
+    """HAMi capacity of the Ready cells (the condition and the status object) and the
+    provider's health over every joined cell."""
+    rows = list(rows)
     ready = [r for r in rows if r.phase is CellPhase.READY]
-    if workload is None and ready:
-        return HamiReading(("Unknown", "Unknown", "workload cluster unreachable"), None)
-    read = [await _cell_capacity(workload, r.node_name or r.name) for r in ready if workload]
-    if any(c is None for c in read):
+    if workload is None:
+        if ready:
+            return HamiReading(("Unknown", "Unknown", "workload cluster unreachable"), None)
+        return HamiReading(capacity_condition([], desired), workload_capacity([], _mode(pool), now))
+    hami = pool.spec.capacity.hami
+    dra, cluster = None, None
+    if hami is not None and _is_dra(pool):
+        dra, cluster = await _dra_cluster(workload, hami.device_class_name or "", recorder)
+    joined = {r.name: (r, await _node_reading(workload, r, dra)) for r in _joined(rows)}
+    unreadable = cluster is not None and dra is None  # DRA objects not read (counted above)
+    read = [None if unreadable else joined[r.name][1][0] for r in ready]
+    if not unreadable and any(c is None for c in read):
         recorder.scrape_error(SCRAPE_CAPACITY)
     cells = [c if c is not None else CellCapacity(None) for c in read]
-    hami = pool.spec.capacity.hami
-    mode = hami.mode if hami is not None else "DevicePlugin"
-    return HamiReading(capacity_condition(cells, desired), workload_capacity(cells, mode, now))
+    nodes = [
+        NodeRegistration(r.node_name or r.name, reg, _since(r, now), why)
+        for r, (_, reg, why) in joined.values()
+    ]
+    grace = pool.spec.capacity.ready_timeout.seconds
+    provider = provider_condition(nodes, now, grace, cluster)
+    capacity = workload_capacity(cells, _mode(pool), now)
+    return HamiReading(capacity_condition(cells, desired), capacity, provider)
+
+
+def _mode(pool: GPUCellPool) -> str:
+    return "DRA" if _is_dra(pool) else "DevicePlugin"
+
+
+def _since(row: CellStatus, now: float) -> float:
+    return row.last_transition_time.timestamp() if row.last_transition_time else now

@@ -243,6 +243,7 @@ class Reconciler:
             free,
             hami.capacity,
             drain_requested=outer.condition,
+            provider=hami.provider,
         )
         return await self._publish(pool, rows, prev, summary, now)
 

@@ -46,6 +46,7 @@ PROVISIONER_CONDITIONS = frozenset(
         ConditionType.UPDATED,
         ConditionType.PHYSICAL_GPUS_AVAILABLE,
         ConditionType.CAPACITY_AVAILABLE,
+        ConditionType.CAPACITY_PROVIDER_READY,
         ConditionType.READY,
         ConditionType.DEGRADED,
         ConditionType.CELL_DRAIN_REQUESTED,
@@ -115,6 +116,7 @@ class PassSummary:
     capacity: tuple[str, str, str] | None = None
     free_gpus: int | None = None
     workload: WorkloadCapacity | None = None
+    provider: tuple[str, str, str] | None = None  # CapacityProviderReady (fsm.provider_health)
     drain_requested: tuple[str, str, str] | None = None  # CellDrainRequested (fsm.drain_outer)
 
 
@@ -154,19 +156,28 @@ def conditions(
         )
     if summary.capacity is not None:
         raw = set_condition(raw, ConditionType.CAPACITY_AVAILABLE, *summary.capacity, now, gen)
-    if not reach.reachable:
-        ready = (False, "Unreachable", reach.message)
-    elif summary.desired == 0 and c.ready == 0:
-        ready = (True, "ScaledToZero", "")
-    elif c.ready >= summary.desired:
-        ready = (True, "AllCellsReady", f"{c.ready} of {summary.desired} cells Ready")
-    else:
-        ready = (False, "CellsNotReady", f"{c.ready} of {summary.desired} cells Ready")
+    if summary.provider is not None:
+        raw = set_condition(raw, ConditionType.CAPACITY_PROVIDER_READY, *summary.provider, now, gen)
+    ready = _ready(summary, c.ready)
     if summary.drain_requested is not None:
         raw = set_condition(
             raw, ConditionType.CELL_DRAIN_REQUESTED, *summary.drain_requested, now, gen
         )
     return set_condition(raw, ConditionType.READY, *ready, now, gen)
+
+
+def _ready(summary: PassSummary, ready_cells: int) -> tuple[bool, str, str]:
+    """``Ready``: the cells' count, forced False while unreachable or the provider is not."""
+    desired, provider = summary.desired, summary.provider
+    if not summary.reach.reachable:
+        return False, "Unreachable", summary.reach.message
+    if provider is not None and provider[0] == "False" and desired:
+        return False, provider[1], provider[2]
+    if desired == 0 and ready_cells == 0:
+        return True, "ScaledToZero", ""
+    if ready_cells >= desired:
+        return True, "AllCellsReady", f"{ready_cells} of {desired} cells Ready"
+    return False, "CellsNotReady", f"{ready_cells} of {desired} cells Ready"
 
 
 def own_conditions(conds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

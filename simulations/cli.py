@@ -27,6 +27,8 @@ from simulations.report.compare import Comparison, compare
 from simulations.report.render import gang_rich_table
 from simulations.traces import LoadResult, RescaleSpec, TracePod, rescale
 from simulations.traces.detect import FORMATS, load_trace, require_well_formed
+from simulations.traces.dra import MODES as DRA_MODES
+from simulations.traces.dra import in_mode
 from simulations.traces.model import HORIZON_SECONDS, TraceError
 
 DAY = 86400.0
@@ -70,6 +72,13 @@ def add_world_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--cell-gpus", type=count(1, 1024), default=1, help="GPUs per cell")
     g.add_argument("--cell-memory-mib", type=count(1), default=24576, help="memory per GPU")
     g.add_argument("--cell-slots", type=count(1, 1024), default=10, help="HAMi slots per GPU")
+    g.add_argument(
+        "--hami-mode",
+        choices=DRA_MODES,
+        default="DevicePlugin",
+        help="HAMi's accounting: DRA reads every ask through the ResourceClaim HAMi's webhook "
+        "makes (memory percentages become MiB of --cell-memory-mib)",
+    )
     g.add_argument("--max-cells", type=count(0, 10**6), default=1000, help="maxReplicas")
     g.add_argument("--min-cells", type=count(0, 10**6), default=0, help="minReplicas")
     g.add_argument(
@@ -159,7 +168,7 @@ def trace_pods(args: argparse.Namespace) -> tuple[tuple[TracePod, ...], LoadResu
         jitter_seconds=args.jitter_seconds,
         seed=args.seed,
     )
-    pods = rescale(loaded.pods, spec)
+    pods = in_mode(rescale(loaded.pods, spec), args.hami_mode, args.cell_memory_mib)
     end = max((p.arrival_seconds + p.duration_seconds for p in pods), default=0.0)
     if end > HORIZON_SECONDS:
         raise TraceError(

@@ -114,6 +114,9 @@ class CacheWorkloadView:
     def snapshot(self, pool: GPUCellPool) -> WorkloadSnapshot:
         key = self.cluster_of(pool)
         cluster = self.clusters.ensure(key)
+        hami = pool.spec.capacity.hami
+        if hami is not None and hami.mode == "DRA":
+            cluster.watch_dra()
         if not cluster.synced() or cluster.pods is None or cluster.nodes is None:
             self._indexes.pop(key, None)
             return WorkloadSnapshot(False, error=cluster.error or "workload caches syncing")
@@ -123,7 +126,13 @@ class CacheWorkloadView:
         }
         index = self.pod_index(key, cluster.pods)
         return WorkloadSnapshot(
-            True, cluster.pods.items(), cluster.nodes.items(), labels, pod_index=index
+            True,
+            cluster.pods.items(),
+            cluster.nodes.items(),
+            labels,
+            pod_index=index,
+            claims=cluster.claims.items() if cluster.claims else (),
+            slices=cluster.slices.items() if cluster.slices else (),
         )
 
 

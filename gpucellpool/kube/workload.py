@@ -6,7 +6,8 @@ apiserver. A ``WorkloadCluster`` is keyed by the Secret (namespace, name, key). 
 one Secret (field selector on its name, so namespace-scoped RBAC suffices) and, whenever the
 kubeconfig bytes change, closes the old client and caches and builds new ones: a rotated
 credential takes effect without a restart. Every change in any of its caches calls ``on_change``
-with the cluster key so the loop can wake exactly the pools of that cluster.
+with the cluster key so the loop can wake exactly the pools of that cluster. ResourceClaims and
+ResourceSlices are mirrored too once a pool of the cluster uses HAMi's DRA mode (``watch_dra``).
 
 Two Secrets (in two namespaces, say) may reach the same cluster. Once a connection's Pods, Nodes
 and Namespaces caches are synced it latches the cluster's identity, the UID of its
@@ -32,6 +33,7 @@ import yaml
 from gpucellpool.kube.cache import JSON, ListWatch, Query, WatchCache
 
 log = logging.getLogger(__name__)
+RESOURCE_API = "/apis/resource.k8s.io/v1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,9 @@ class WorkloadCluster:
         self.pods: WatchCache | None = None
         self.nodes: WatchCache | None = None
         self.namespaces: WatchCache | None = None
+        self.claims: WatchCache | None = None
+        self.slices: WatchCache | None = None
+        self.dra = False  # a pool of this cluster uses HAMi's DRA mode: watch claims and slices
         self.error = "kubeconfig Secret not read yet"
         self.uid = ""  # the cluster's kube-system Namespace UID, once this connection learned it
         self._digest = ""
@@ -106,8 +111,26 @@ class WorkloadCluster:
         return ClusterUID(self.uid) if self.uid else self.key
 
     def synced(self) -> bool:
-        caches = (self.pods, self.nodes, self.namespaces)
+        caches = [self.pods, self.nodes, self.namespaces]
+        caches += [self.claims, self.slices] if self.dra else []
         return all(c is not None and c.synced.is_set() for c in caches)
+
+    def watch_dra(self) -> None:
+        """Also mirror ResourceClaims and ResourceSlices (resource.k8s.io/v1), from now on and
+        after every rebuild: HAMi's DRA mode keeps capacity and asks there (hami-facts §5)."""
+        if self.dra:
+            return
+        self.dra = True
+        if self._client is not None:
+            self._start_dra(self._client)
+
+    def _start_dra(self, client: WorkloadClient) -> None:
+        self.claims = WatchCache(client, Query(f"{RESOURCE_API}/resourceclaims"), self._changed)
+        self.slices = WatchCache(client, Query(f"{RESOURCE_API}/resourceslices"), self._changed)
+        self._cache_tasks += [asyncio.create_task(c.run()) for c in (self.claims, self.slices)]
+
+    def _changed(self, kind: str, obj: JSON) -> None:
+        self._wake(self.key, kind, obj)
 
     def _secret_changed(self, kind: str, secret: JSON) -> None:
         raw = None if kind == "DELETED" else (secret.get("data") or {}).get(self.key.key)
@@ -153,6 +176,8 @@ class WorkloadCluster:
             asyncio.create_task(c.run()) for c in (self.pods, self.nodes, self.namespaces)
         ]
         self._cache_tasks.append(asyncio.create_task(self._learn_identity()))
+        if self.dra:
+            self._start_dra(client)
         return ""
 
     async def _learn_identity(self) -> None:
@@ -178,7 +203,7 @@ class WorkloadCluster:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._cache_tasks = []
-        self.pods = self.nodes = self.namespaces = None
+        self.pods = self.nodes = self.namespaces = self.claims = self.slices = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()

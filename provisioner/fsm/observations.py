@@ -18,7 +18,8 @@ Judgements made here:
   reports IPs only for the primary NIC);
 * a Machine ``Failed`` is terminal (Cluster API's meaning);
 * HAMi's third layer reads the ``hami.io/node-nvidia-register`` annotation (JSON from v2.8, the
-  colon-separated records before), allocatable ``nvidia.com/gpu`` and the ``gpu=on`` gate.
+  colon-separated records before), allocatable ``nvidia.com/gpu`` and the ``gpu=on`` gate; in
+  DRA mode the devices of the Node's ResourceSlices instead (counted by the caller).
 """
 
 from __future__ import annotations
@@ -210,13 +211,16 @@ def observe_node(
     gate_labels: Mapping[str, str] | None = None,
     device_plugin_mode: bool = True,
     expected_provider_id: str = "",
+    dra_devices: int | None = None,
 ) -> NodeStatus:
     """The workload Node named after the cell (None = not found) and its kubelet Lease.
 
     ``gate_labels``: labels HAMi's device plugin needs (default ``gpu=on``);
     ``device_plugin_mode`` False (HAMi DRA) skips the allocatable check and the gate;
     ``expected_provider_id``: the cell's providerID (``OuterStatus.provider_id``), a second
-    proof of ownership for a Node that registered without this pool's labels.
+    proof of ownership for a Node that registered without this pool's labels;
+    ``dra_devices``: HAMi devices in the Node's ResourceSlices (``fsm.dra_capacity``), the
+    advertised count in DRA mode, where the register annotation is not written.
     """
     if node is None:
         return NodeStatus()
@@ -232,7 +236,9 @@ def observe_node(
     gate = {"gpu": "on"} if gate_labels is None else gate_labels
     capacity = GPUCapacity(
         gate_label_on=not device_plugin_mode or all(labels.get(k) == v for k, v in gate.items()),
-        healthy_devices=healthy_hami_devices(annotations.get(HAMI_REGISTER_ANNOTATION)),
+        healthy_devices=healthy_hami_devices(annotations.get(HAMI_REGISTER_ANNOTATION))
+        if device_plugin_mode
+        else dra_devices,
         allocatable_gpus=_allocatable_gpus(node) if device_plugin_mode else None,
         preflight=annotations.get(GPU_PREFLIGHT_ANNOTATION, ""),
     )

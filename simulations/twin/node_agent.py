@@ -12,7 +12,8 @@ inside the VM:
   the guest goes away; a Node that was deleted also loses its Lease (the Lease has the Node as
   owner; the harness runs no garbage collector, so the agent plays it);
 * HAMi device plugin: after a delay sets ``gpu=on``, the ``hami.io/node-nvidia-register``
-  annotation (v2.8+ JSON) and allocatable ``nvidia.com/gpu = gpus x split count``.
+  annotation (v2.8+ JSON) and allocatable ``nvidia.com/gpu = gpus x split count``; with ``dra``
+  HAMi's kubelet plugin instead: the Node's ResourceSlice (``twin.hami_dra``).
 
 * kubelet, pods: a pod bound to one of its Nodes that carries a deletionTimestamp (an eviction
   or a graceful delete) is finished off (deleted with grace 0, as the kubelet does once the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import json
 import re
@@ -36,8 +38,9 @@ from typing import Any
 import yaml
 
 from provisioner.clock import Clock
-from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.kube import JSON, KINDS, Conflict, KubeApi
 from simulations.twin.common import PollingController, micro_time, rfc3339
+from simulations.twin.hami_dra import hami_slice
 
 LEASE_NAMESPACE = "kube-node-lease"
 REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
@@ -103,6 +106,9 @@ class SimulatedNodeAgent(PollingController):
     poll_s: float = 0.1
     concurrency: int = 16
     run_pods: bool = False
+    dra: bool = False
+    """HAMi DRA mode: publish a ResourceSlice per Node (``hami_dra.hami_slice``) instead of the
+    register annotation, ``gpu=on`` and allocatable ``nvidia.com/gpu``."""
     _booted_at: dict[str, float] = field(default_factory=dict)
     _nodes: dict[str, _Registered] = field(default_factory=dict)
 
@@ -216,7 +222,8 @@ class SimulatedNodeAgent(PollingController):
         }
         status: dict[str, Any] = {"conditions": [cond]}
         base = {"cpu": "8", "memory": "32Gi", "pods": "110"}
-        gpu = {"nvidia.com/gpu": str(reg.gpus * self.split_count)} if reg.advertised else {}
+        plugin = reg.advertised and not self.dra
+        gpu = {"nvidia.com/gpu": str(reg.gpus * self.split_count)} if plugin else {}
         status["capacity"] = {**base, **gpu}
         status["allocatable"] = {**base, **gpu}
         if ip:
@@ -274,6 +281,14 @@ class SimulatedNodeAgent(PollingController):
             await self._renew(reg, now)
 
     async def _advertise(self, reg: _Registered) -> None:
+        if self.dra:
+            body = hami_slice(
+                reg.node, reg.node_uid, reg.gpus, self.device_memory_mib, reg.guest_uid[:8]
+            )
+            with contextlib.suppress(Conflict):  # published by this incarnation already
+                await self.workload.create(body)
+            reg.advertised = True
+            return
         devices = [
             {
                 "id": f"GPU-{reg.guest_uid[:8]}-{i}",
