@@ -36,9 +36,11 @@ from autoscaler.policy.hami_dra import (
     is_allocated,
     slice_devices,
 )
+from autoscaler.policy.types import GPUAsk
 from provisioner.clock import Clock
 from provisioner.inventory import RESOURCE_CLAIM, RESOURCE_SLICE
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound
+from simulations.traces.dra import webhook_claim
 from simulations.twin.common import PollingController, condition
 
 MIB = 2**20
@@ -126,36 +128,7 @@ def webhook_pod(
     ``<ns>-<pod>-<container>`` (request ``gpu``) and the pod referring to it, labelled
     ``hami.io/dra=true``, with its GPU resources removed."""
     claim_name = f"{namespace}-{name}-main"
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": claim_name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpu",
-                        "exactly": {
-                            "deviceClassName": DEVICE_CLASS,
-                            "allocationMode": "ExactCount",
-                            "count": gpus,
-                            "selectors": [
-                                {
-                                    "cel": {
-                                        "expression": f'device.attributes["{DRIVER}"].type'
-                                        f' == "{DEVICE_TYPE}"'
-                                    }
-                                }
-                            ],
-                            "capacity": {
-                                "requests": {"cores": str(cores), "memory": f"{memory_mib}Mi"}
-                            },
-                        },
-                    }
-                ]
-            }
-        },
-    }
+    claim = webhook_claim(GPUAsk(gpus, memory_mib, None, cores), memory_mib, namespace, claim_name)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

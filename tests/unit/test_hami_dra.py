@@ -28,6 +28,8 @@ from provisioner.fsm.provider_health import (
     annotation_registration,
     provider_condition,
 )
+from simulations.traces.dra import claim_ask, in_mode
+from simulations.traces.model import TracePod
 from simulations.twin.hami_dra import fit_on_node, hami_slice, webhook_pod
 
 JSON = dict[str, Any]
@@ -283,3 +285,21 @@ def test_twin_allocator_fits_every_request_on_one_node() -> None:
     free["hami-gpu-1"] = [20000, 100]
     shares = fit_on_node([("c", "gpu", ask[0])], free, whole)
     assert shares is not None and sorted(s.device for s in shares) == ["hami-gpu-0", "hami-gpu-1"]
+
+
+@pytest.mark.parametrize(
+    ("ask", "read"),
+    [
+        (GPUAsk(1, 6000, None, 30), GPUAsk(1, 6000, None, 30)),
+        (GPUAsk(2, None, 50, 50), GPUAsk(2, 12288, None, 50)),  # percent -> MiB of the card
+        (GPUAsk(1, None, 100, 100), GPUAsk(1, None, None, 100)),  # whole card stays whole
+        (GPUAsk(4, None, None, 100), GPUAsk(4, None, None, 100)),
+    ],
+)
+def test_simulator_reads_trace_asks_through_the_webhook_claim(ask: GPUAsk, read: GPUAsk) -> None:
+    assert claim_ask(ask, 24576) == read
+    pods = (TracePod("a", 0.0, 60.0, ask), TracePod("b", 5.0, 60.0, ask))
+    assert [p.ask for p in in_mode(pods, "DRA", 24576)] == [read, read]
+    assert in_mode(pods, "DevicePlugin", 24576) == pods
+    with pytest.raises(ValueError, match="unknown HAMi mode"):
+        in_mode(pods, "Other", 24576)
