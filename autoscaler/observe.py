@@ -78,10 +78,22 @@ def _requirement(op: str, key: str, values: set[str], labels: Mapping[str, str])
     )
 
 
+def hami_mode(pool: GPUCellPool) -> str:
+    """``DRA`` or ``DevicePlugin``: where the pool's HAMi keeps capacity and asks."""
+    hami = pool.spec.capacity.hami
+    return "DRA" if hami is not None and hami.mode == "DRA" else "DevicePlugin"
+
+
 def counts_as_demand(
-    pod: Mapping[str, Any], selection: DemandSelection, namespace_labels: Mapping[str, str] | None
+    pod: Mapping[str, Any],
+    selection: DemandSelection,
+    namespace_labels: Mapping[str, str] | None,
+    mode: str | None = None,
 ) -> bool:
     """Pending for HAMi and inside the pool's demand selection.
+
+    ``mode`` (``hami_mode``): only device-plugin pods, or only pods waiting on claims (DRA);
+    None: either (routing, which may wake a pool too many).
 
     The selectors are checked first: they are cheap, and with many pools sharing a cluster
     most pods belong to another pool (the HAMi predicate costs ~10x a label match).
@@ -95,9 +107,10 @@ def counts_as_demand(
         return False
     spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
     scheduler = selection.scheduler_name or str((spec or {}).get("schedulerName", ""))
-    if is_pending_hami_pod(pod, scheduler):
+    if mode != "DRA" and is_pending_hami_pod(pod, scheduler):
         return True
-    return waits_on_claims(pod, dra_scheduler_name(selection.scheduler_name))  # HAMi DRA
+    dra_scheduler = dra_scheduler_name(selection.scheduler_name)
+    return mode != "DevicePlugin" and waits_on_claims(pod, dra_scheduler)
 
 
 def _pending_pod(

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.observe import counts_as_demand
+from autoscaler.observe import counts_as_demand, hami_mode
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.demand import pod_key
 from autoscaler.policy.expander import PoolOption, PoolShare, assign
@@ -36,6 +36,8 @@ class Rival:
 
     option: PoolOption
     selection: DemandSelection
+    mode: str = "DevicePlugin"
+    """Its HAMi mode (``observe.hami_mode``): a DRA pool wants only pods waiting on claims."""
 
 
 def pool_key(pool: GPUCellPool) -> str:
@@ -72,7 +74,8 @@ def _rival(pool: GPUCellPool) -> Rival | None:
     key = pool_key(pool)
     memo = _RIVALS.get(key)
     if memo is None or memo[0] is not pool:
-        rival = Rival(option_of(pool), pool.spec.autoscaling.demand) if eligible(pool) else None
+        demand, mode = pool.spec.autoscaling.demand, hami_mode(pool)
+        rival = Rival(option_of(pool), demand, mode) if eligible(pool) else None
         memo = _RIVALS[key] = (pool, rival)
     return memo[1]
 
@@ -110,7 +113,7 @@ def share_pending(
         options[own] = option_of(pool)
     counted: dict[str, list[PendingPod]] = {}  # per distinct demand selection: its pods
     for rival in rivals:
-        selection = rival.selection.model_dump_json()
+        selection = rival.mode + rival.selection.model_dump_json()
         if selection not in counted:
             counted[selection] = [
                 p
@@ -120,6 +123,7 @@ def share_pending(
                     manifests[p.key],
                     rival.selection,
                     namespace_labels.get(p.key.split("/", 1)[0]),
+                    rival.mode,
                 )
             ]
         wanted[rival.option.key] = counted[selection]

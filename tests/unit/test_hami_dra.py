@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.observe import counts_as_demand
 from autoscaler.policy.dra_demand import dra_scheduler_name, pending_claim_pod, waits_on_claims
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.fit import fits_fresh_cell
@@ -19,6 +20,7 @@ from autoscaler.policy.hami_dra import (
     slice_devices,
 )
 from autoscaler.policy.types import CellShape, GPUAsk, GPUUsage, NodeTemplate
+from gpucellpool.api.autoscaling import DemandSelection
 from provisioner.fsm.dra_capacity import dra_cell_capacity, dra_devices, dra_registration, read_dra
 from provisioner.fsm.pool_capacity import workload_capacity
 from provisioner.fsm.provider_health import (
@@ -303,3 +305,23 @@ def test_simulator_reads_trace_asks_through_the_webhook_claim(ask: GPUAsk, read:
     assert in_mode(pods, "DevicePlugin", 24576) == pods
     with pytest.raises(ValueError, match="unknown HAMi mode"):
         in_mode(pods, "Other", 24576)
+
+
+def test_demand_of_each_mode_is_only_its_own_kind_of_pod() -> None:
+    selection = DemandSelection()  # schedulerName hami-scheduler: kube-scheduler in DRA mode
+    claim_pod = _pending(webhook_pod("ns", "p", 6000)[1])
+    plugin_pod = _pending(
+        {
+            "metadata": {"name": "q", "namespace": "ns"},
+            "spec": {
+                "schedulerName": "hami-scheduler",
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+        }
+    )
+    assert counts_as_demand(claim_pod, selection, None, "DRA")
+    assert not counts_as_demand(claim_pod, selection, None, "DevicePlugin")
+    assert counts_as_demand(plugin_pod, selection, None, "DevicePlugin")
+    assert not counts_as_demand(plugin_pod, selection, None, "DRA")
+    assert counts_as_demand(claim_pod, selection, None)  # routing: either
+    assert counts_as_demand(plugin_pod, selection, None)
