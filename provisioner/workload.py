@@ -31,6 +31,7 @@ from provisioner.kube import (
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 GPU_RESOURCE = "nvidia.com/gpu"
 HAMI_POD_ANNOTATION_PREFIX = "hami.io/"
+HAMI_DRA_LABEL = "hami.io/dra"
 
 ApiFactory = Callable[[Mapping[str, Any]], Awaitable[KubeApi]]
 
@@ -166,8 +167,15 @@ async def read_node(api: KubeApi, name: str) -> NodeView:
 
 
 def _uses_gpu(pod: Mapping[str, Any]) -> bool:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    """HAMi's annotations or ``nvidia.com/gpu`` (device plugin); HAMi-DRA's ``hami.io/dra``
+    label or any ResourceClaim (DRA mode: the webhook moved the GPU into a claim)."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
     if any(k.startswith(HAMI_POD_ANNOTATION_PREFIX) for k in annotations):
+        return True
+    if (meta.get("labels") or {}).get(HAMI_DRA_LABEL) == "true":
+        return True
+    if (pod.get("spec") or {}).get("resourceClaims"):
         return True
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}

@@ -30,6 +30,7 @@ from provisioner.fsm.provider_health import (
     annotation_registration,
     provider_condition,
 )
+from provisioner.workload import gpu_pods_on_node
 from simulations.traces.dra import claim_ask, in_mode
 from simulations.traces.model import TracePod
 from simulations.twin.hami_dra import fit_on_node, hami_slice, webhook_pod
@@ -325,3 +326,23 @@ def test_demand_of_each_mode_is_only_its_own_kind_of_pod() -> None:
     assert not counts_as_demand(plugin_pod, selection, None, "DRA")
     assert counts_as_demand(claim_pod, selection, None)  # routing: either
     assert counts_as_demand(plugin_pod, selection, None)
+
+
+class _PodsOnNode:
+    """A KubeApi stand-in that lists fixed pods (only ``list`` is called)."""
+
+    def __init__(self, pods: list[JSON]) -> None:
+        self.pods = pods
+
+    async def list(self, kind: Any, namespace: Any = None, **selectors: str) -> list[JSON]:
+        return self.pods
+
+
+async def test_pods_holding_hami_claims_count_as_gpu_pods_for_drains() -> None:
+    _, claim_pod = webhook_pod("ns", "p", 6000)
+    unlabelled = {"metadata": {"name": "u"}, "spec": {"resourceClaims": [{"name": "x"}]}}
+    plain = {"metadata": {"name": "cpu"}, "spec": {"containers": [{"name": "c"}]}}
+    done = {**claim_pod, "status": {"phase": "Succeeded"}}
+    api = _PodsOnNode([claim_pod, unlabelled, plain, done])
+    got = await gpu_pods_on_node(api, "c-0")  # type: ignore[arg-type]
+    assert [p["metadata"]["name"] for p in got] == ["p", "u"]
