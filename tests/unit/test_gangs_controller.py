@@ -275,3 +275,21 @@ async def test_two_secrets_to_one_cluster_judge_and_book_a_request_once(gangs: W
     await clock.advance(0.3)
     assert last_decision(writer, "b")["desiredReplicas"] == 2
     assert last_decision(writer, "a")["desiredReplicas"] == 0  # the placeholders went to b
+
+
+@pytest.mark.parametrize(
+    ("cls", "failed"), [(provreq.ATOMIC, True), (provreq.CHECK_CAPACITY, False)]
+)
+async def test_a_member_no_pool_fits_fails_an_atomic_request(
+    gangs: World, cls: str, failed: bool
+) -> None:
+    _, controller, source, *_ = gangs
+    source.templates["default/t"] = template("t", 30000)  # more than a 24576 MiB GPU
+    source.items["job"] = request("job", cls, 2)
+    await controller.pass_once()
+    found = conditions(source, "job")
+    assert found["Provisioned"] == ("False", "CapacityIsNotFound")
+    assert (found.get("Failed") == ("True", "MemberFitsNoCell")) is failed
+    written = source.written[-1]["status"]["conditions"]
+    message = next(c["message"] for c in written if c["type"] == "Provisioned")
+    assert message.startswith("no pool fits every member (pool ns/a: ")
