@@ -36,6 +36,7 @@ from provisioner.fsm.provider_health import (
     annotation_registration,
     provider_condition,
 )
+from provisioner.fsm.vocabulary import CellReason
 from provisioner.kube import KINDS, Kind, KubeApi, KubeError, NotFound
 from provisioner.metrics_port import (
     NULL_RECORDER,
@@ -50,6 +51,9 @@ RESOURCE_SLICE = Kind("resource.k8s.io/v1", "ResourceSlice", "resourceslices", F
 RESOURCE_CLAIM = Kind("resource.k8s.io/v1", "ResourceClaim", "resourceclaims")
 DEVICE_CLASS = KINDS["DeviceClass"]
 ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
+REGISTRATION_GRACE_SHARE = 0.5
+"""``HAMiNotDetected`` after this share of ``capacity.readyTimeout``: a warning while the cell
+still has the rest of its budget (the cell fails with ``GPUNotAdvertised`` at the end of it)."""
 
 
 async def free_physical_gpus(
@@ -85,13 +89,19 @@ def _is_dra(pool: GPUCellPool) -> bool:
 
 
 def _joined(rows: Iterable[CellStatus]) -> list[CellStatus]:
-    """Cells whose Node joined and is Ready: HAMi should register there."""
+    """Cells whose Node joined and is Ready: HAMi should register there (also a cell that
+    failed for want of it, while its Node is still there)."""
     return [
         r
         for r in rows
         if r.phase is CellPhase.READY
         or (r.phase is CellPhase.AWAITING_GPU_CAPACITY and r.node_ready)
+        or (_gave_up(r) and r.node_ready)
     ]
+
+
+def _gave_up(row: CellStatus) -> bool:
+    return row.phase is CellPhase.FAILED and row.reason == CellReason.GPU_NOT_ADVERTISED
 
 
 async def _node_reading(
@@ -159,7 +169,7 @@ async def read_capacity(
         NodeRegistration(r.node_name or r.name, reg, _since(r, now), why)
         for r, (_, reg, why) in joined.values()
     ]
-    grace = pool.spec.capacity.ready_timeout.seconds
+    grace = pool.spec.capacity.ready_timeout.seconds * REGISTRATION_GRACE_SHARE
     provider = provider_condition(nodes, now, grace, cluster)
     capacity = workload_capacity(cells, _mode(pool), now)
     return HamiReading(capacity_condition(cells, desired), capacity, provider)
@@ -170,4 +180,7 @@ def _mode(pool: GPUCellPool) -> str:
 
 
 def _since(row: CellStatus, now: float) -> float:
+    """Since when the cell's Node has waited for HAMi (a cell that gave up: long enough)."""
+    if _gave_up(row):
+        return float("-inf")
     return row.last_transition_time.timestamp() if row.last_transition_time else now

@@ -186,3 +186,26 @@ async def test_device_plugin_reasons_detected_then_unparseable(
         assert provider["status"] == "False"
         assert "reg-1" in provider["message"]
         assert cond(done, "Ready")["status"] == "False"
+
+
+async def test_hami_not_detected_after_half_the_capacity_budget(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    pool = swiftguest_pool("nohami", namespace, replicas=1, capacity_timeout="20s")
+    seen: list[str] = []
+
+    def not_detected(p: JSON | None) -> bool:
+        reason = cond(p, "CapacityProviderReady").get("reason")
+        if reason and (not seen or seen[-1] != reason):
+            seen.append(reason)
+        return reason == "HAMiNotDetected"
+
+    async with running_pool(apis, workload, pool) as scene:
+        scene.twin.nodes.faults["nohami-0"] = NodeFault(never_advertise=True)
+        done = await scene.converge(not_detected, timeout_s=90)
+        provider = cond(done, "CapacityProviderReady")
+        assert provider["status"] == "False"
+        assert "nohami-0" in provider["message"]
+        assert seen[0] == "AwaitingRegistration"  # inside the grace nothing is known wrong
