@@ -74,9 +74,8 @@ def judge(
     if pool.spec.autoscaling.prometheus is None or reading is None:
         msg = "spec.autoscaling.prometheus is not set: allocation from pod annotations only"
         return MeasuredUse(False, NOT_CONFIGURED, msg)
-    window = pool.spec.autoscaling.usage_idle_window.seconds
-    ready = {c.name for c in pool.status.cells or [] if c.phase is CellPhase.READY}
-    verdict = idle_cells({k: v for k, v in by_cell.items() if k in ready}, reading, window)
+    # Draining cells too: their idle pods then need no new home while they are evicted.
+    verdict = idle_cells(by_cell, reading, pool.spec.autoscaling.usage_idle_window.seconds)
     if not allocation.fresh:
         reason = Verdict.UNREACHABLE if allocation.read_failed else Verdict.STALE
         msg = f"HAMi allocation metrics not fresh ({allocation.detail}): scale-down frozen"

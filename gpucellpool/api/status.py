@@ -171,7 +171,8 @@ class Utilization(KubeModel):
     """Of those, pods none of whose containers launched a GPU kernel within
     spec.autoscaling.usageIdleWindow."""
     idle_cells: list[CellName] | None = Field(default=None, max_length=MAX_CELLS)
-    """Ready cells whose every pod is idle (scale-down candidates when scaleDownOn is Usage)."""
+    """Ready or Draining cells whose every pod is idle (with scaleDownOn Usage the Ready ones
+    are scale-down candidates, and the Draining ones' pods are not re-homed)."""
     last_observed: Timestamp | None = None
     """When the reading was taken."""
 
