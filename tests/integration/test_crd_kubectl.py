@@ -148,6 +148,12 @@ REJECTIONS: list[tuple[str, dict[str, Any], Mutation, tuple[str, ...]]] = [
      ("spec.autoscaling.prometheus", "mutually exclusive")),
     ("cel-pool-name", BASE, _set("metadata.name", "p" * 58),
      ("metadata.name must be at most 57 characters",)),
+    ("cel-usage-needs-prometheus", BASE, _set("spec.autoscaling", {**AUTO, "scaleDownOn": "Usage"}),
+     ("spec.autoscaling.scaleDownOn", "scaleDownOn Usage needs prometheus")),
+    ("cel-usage-idle-window", BASE, _set("spec.autoscaling", {**AUTO, "usageIdleWindow": "30s"}),
+     ("spec.autoscaling.usageIdleWindow", "usageIdleWindow must be at least 1m")),
+    ("usage-signal-enum", BASE, _set("spec.autoscaling", {**AUTO, "scaleDownOn": "Utilisation"}),
+     ("spec.autoscaling.scaleDownOn", "Unsupported value")),
 ]  # fmt: skip
 
 
@@ -186,6 +192,9 @@ def test_the_same_rules_accept_their_valid_counterparts(
             _delete("spec.cell.clusterAPI.bootstrapConfigTemplateRef"),
             _set("spec.bootstrap", {"joinSecretRef": {"name": "cell-join"}}))),
         variant(BASE, "p" * 57, lambda o: None),
+        variant(BASE, "usage-with-prometheus", _set("spec.autoscaling", {
+            **AUTO, "scaleDownOn": "Usage", "usageIdleWindow": "1m",
+            "prometheus": {"url": "http://prometheus.monitoring:9090"}})),
     ]  # fmt: skip
     for obj in valid:
         proc = apply(infra, namespace, obj)
