@@ -22,8 +22,10 @@ Semantics (docs/simulation.md "Gangs"):
   ProvisioningRequest, says it fits the pool's Ready and Booting cells or may add all the cells
   it needs. Then its members become pending pods in the same observation, so one ``decide``
   call scales up for the whole gang ("booked" capacity, as the live operator does); a gang that
-  cannot be met waits and is asked again at the next tick. Gangs are tried in arrival order,
-  and one that waits does not block a later one that fits (Kueue's BestEffortFIFO).
+  cannot be met waits and is asked again at the next tick; one that never can (a member fits
+  no cell, or it needs more cells than maxReplicas) is never admitted. Gangs are tried in
+  arrival order, and one that waits does not block a later one that fits (Kueue's
+  BestEffortFIFO).
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.policy import gang as gang_policy
-from autoscaler.policy.types import Observation, PendingPod, PolicyConfig, PolicyMemory
+from autoscaler.policy import limits
+from autoscaler.policy.types import (
+    CellState,
+    Observation,
+    PendingPod,
+    PolicyConfig,
+    PolicyMemory,
+)
 from simulations.engine.metrics import GangStats
 from simulations.engine.world import Running
 from simulations.traces.model import TracePod
@@ -82,11 +91,13 @@ class GangBook:
         sizes = Counter(p.gang for p in pods if p.gang)
         self.gangs = {gid: Gang(gid, size) for gid, size in sizes.items()}
         self.waiting: list[Gang] = []  # atomic: complete gangs not admitted yet, arrival order
+        self.rejected: list[Gang] = []  # atomic: gangs the pool can never hold (never admitted)
         self.partial_gpus = 0  # GPUs held now by members of gangs not running
         self.partial_gpu_seconds = 0.0
         self.last_time = 0.0
         self.reasons: Counter[str] = Counter()
         self.admitted_keys: set[str] = set()  # atomic: members whose pods exist
+        self._last_tried: tuple[object, ...] | None = None  # inputs of the last admission try
 
     @property
     def atomic(self) -> bool:
@@ -155,19 +166,33 @@ class GangBook:
         observation: Observation,
         memory: PolicyMemory,
         config: PolicyConfig,
+        now: float,
     ) -> list[Gang]:
         """Atomic mode: the waiting gangs ``plan_gang`` lets in now, in arrival order."""
+        seen = (observation, memory.boots_proven, memory.scale_events, len(self.waiting))
+        last = self._last_tried
+        if (
+            last is not None
+            and last[0] is observation
+            and last[1:] == seen[1:]
+            and not config.scale_up.policies
+        ):
+            return []  # the very inputs of the last try (no rate clock runs): the same answers
         booked = [p for p in observation.pending if p.key in self.admitted_keys]
         admitted: list[Gang] = []
         for gang in list(self.waiting):
-            plan = self._plan(gang, observation, memory, config, booked)
+            plan = self._plan(gang, observation, memory, config, booked, now)
             self.reasons[plan.reason] += 1
-            if plan.fits_now or plan.cells_to_add > 0:
+            if plan.permanent:  # waiting cannot help (the request fails): never admitted
+                self.waiting.remove(gang)
+                self.rejected.append(gang)
+            elif plan.fits_now or plan.cells_to_add > 0:
                 gang.admitted = True
                 self.waiting.remove(gang)
                 admitted.append(gang)
                 booked += [_pending_view(p.key, p) for p in gang.arrived]
                 self.admitted_keys.update(p.key for p in gang.arrived)
+        self._last_tried = (*seen[:3], len(self.waiting))
         return admitted
 
     def _plan(
@@ -177,24 +202,25 @@ class GangBook:
         memory: PolicyMemory,
         config: PolicyConfig,
         booked: Sequence[PendingPod],
+        now: float,
     ) -> gang_policy.GangPlan:
-        shape = config.shape
-        promised = gang_policy.booked_cells(observation.cells, booked, shape)
-        free_physical = observation.free_physical_gpus
-        if free_physical is not None:
-            extra_cells = max(0, len(promised) - len(observation.cells))
-            free_physical = max(0, free_physical - extra_cells * shape.gpus)
+        """The live operator's plan for one gang (``autoscaler.gangs``: the bounds ``decide``
+        will apply, less the cells promised to gangs booked before it)."""
+        cells, shape = observation.cells, config.shape
+        current = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
         room = gang_policy.headroom(
             config.max_replicas,
-            promised,
+            cells,
             config.max_cells_in_flight,
-            free_physical,
+            observation.free_physical_gpus,
             shape.gpus,
             memory.boots_proven,
+            limits.rate_allowance(config.scale_up, memory.scale_events, now, current, +1),
+            config.shape_known,
         )
-        pod_sets = _pod_sets(gang)
+        room = gang_policy.less(room, gang_policy.promised_cells(cells, booked, shape))
         return gang_policy.plan_gang(
-            pod_sets, observation.cells, shape, config.node_template, room, booked
+            _pod_sets(gang), cells, shape, config.node_template, room, booked, config.max_replicas
         )
 
     def stats(self, end: float, waits: Mapping[str, float]) -> GangStats:

@@ -381,7 +381,7 @@ class Simulation:
         """Atomic mode: gangs ``autoscaler.policy.gang`` lets in become pending pods now, so
         the ``decide`` call that follows scales up for all of each one (booked capacity)."""
         observation = self.world.observation(self._free_physical())
-        for gang in self.book.admit(observation, self.memory, self.cfg.policy_config):
+        for gang in self.book.admit(observation, self.memory, self.cfg.policy_config, now):
             for pod in gang.arrived:
                 self.waits[pod.key] += now - pod.arrival_seconds  # held since it arrived
                 self.world.enqueue(pod, now, pod.duration_seconds)
