@@ -9,6 +9,7 @@ The per-GPU check (``gpu_fit``) is also what packing uses, so both speak HAMi's 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -165,8 +166,12 @@ def _gpu_score(used: GPUUsage, shape: CellShape) -> float:
     )
 
 
-def resources_fit(asks: Sequence[GPUAsk], shape: CellShape) -> FitResult:
-    """Whether the asks fit one empty cell of ``shape``, with HAMi's reason when not."""
+@functools.lru_cache(maxsize=4096)
+def resources_fit(asks: tuple[GPUAsk, ...], shape: CellShape) -> FitResult:
+    """Whether the asks fit one empty cell of ``shape``, with HAMi's reason when not.
+
+    Memoised: ``decide`` asks it of every pending pod on every call, over a few distinct asks.
+    """
     empty = tuple(GPUUsage() for _ in range(shape.gpus))
     for ask in asks:
         if ask.gpu_count > shape.gpus:

@@ -18,6 +18,7 @@ docs/benchmarks.md):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,10 +49,27 @@ class PackingResult:
     unplaced: tuple[str, ...]
     usage: Mapping[str, tuple[GPUUsage, ...]] = field(default_factory=dict)
     utilisation: Mapping[str, float] = field(default_factory=dict)
+    # ``cells_used()`` as ``pack`` counted it (None: count it from ``usage`` on each call)
+    used_cells: int | None = None
 
     def cells_used(self) -> int:
         """Cells (existing or new) that hold anything after packing."""
-        return sum(1 for u in self.usage.values() if any(g.slots for g in u))
+        if self.used_cells is not None:
+            return self.used_cells
+        return sum(1 for u in self.usage.values() if _holds_anything(u))
+
+
+def _holds_anything(gpus: Sequence[GPUUsage]) -> bool:
+    return any(g.slots for g in gpus)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _facts(gpus: tuple[GPUUsage, ...], shape: CellShape) -> tuple[float, int, bool]:
+    """(utilisation, most free MiB on a GPU with a free slot or -1, holds anything) of one
+    usage. A pool's cells repeat the same few usages on every call, so this is memoised."""
+    open_gpus = [g for g in gpus if g.slots < shape.slots]
+    max_free_mib = max((shape.memory_mib - g.memory_mib for g in open_gpus), default=-1)
+    return cell_utilisation(gpus, shape), max_free_mib, _holds_anything(gpus)
 
 
 @dataclass(slots=True)
@@ -64,8 +82,7 @@ class _Bin:
 
     def update(self, gpus: tuple[GPUUsage, ...], shape: CellShape) -> None:
         self.gpus = gpus
-        open_gpus = [g for g in gpus if g.slots < shape.slots]
-        self.max_free_mib = max((shape.memory_mib - g.memory_mib for g in open_gpus), default=-1)
+        self.max_free_mib = _facts(gpus, shape)[1]
 
 
 def cell_utilisation(gpus: Sequence[GPUUsage], shape: CellShape) -> float:
@@ -90,7 +107,14 @@ def ask_size(asks: Iterable[GPUAsk], shape: CellShape) -> float:
 def padded_usage(cell: CellView, shape: CellShape) -> tuple[GPUUsage, ...]:
     """A cell's per-GPU usage, padded with empty GPUs up to ``shape.gpus`` (Booting: empty)."""
     known = cell.gpus[: shape.gpus] if cell.state == CellState.READY else ()
-    return tuple(known) + tuple(GPUUsage() for _ in range(shape.gpus - len(known)))
+    if len(known) == shape.gpus:
+        return tuple(known)
+    return tuple(known) + _empty_gpus(shape.gpus - len(known))
+
+
+@functools.lru_cache(maxsize=64)
+def _empty_gpus(count: int) -> tuple[GPUUsage, ...]:
+    return tuple(GPUUsage() for _ in range(count))
 
 
 def _bins(cells: Sequence[CellView], shape: CellShape) -> list[_Bin]:
@@ -109,6 +133,10 @@ def _order(pods: Sequence[PendingPod], heuristic: str, shape: CellShape) -> list
     return sorted(pods, key=lambda p: (-ask_size(p.asks(), shape), p.first_seen, p.key))
 
 
+# Pure and asked the same (asks, usage) again and again across calls: memoised.
+_place = functools.lru_cache(maxsize=1 << 16)(place_asks)
+
+
 def _choose(
     bins: Sequence[_Bin],
     asks: Sequence[GPUAsk],
@@ -125,7 +153,7 @@ def _choose(
             break  # an earlier tier already fits: never spill into a later one
         if b.max_free_mib < need_mib or b.name in excluded:
             continue  # no GPU with a free slot has the memory, or the pod may not go there
-        after, reason = place_asks(asks, b.gpus, shape)
+        after, reason = _place(asks, b.gpus, shape)
         if reason is not None:
             continue
         if heuristic != BEST_FIT:
@@ -163,18 +191,20 @@ def pack(
             if not can_open or not resources_fit(asks, shape).ok:
                 unplaced.append(pod.key)
                 continue
-            empty = tuple(GPUUsage() for _ in range(shape.gpus))
+            empty = _empty_gpus(shape.gpus)
             fresh = _Bin(f"{NEW_CELL_PREFIX}{new_count}", TIER_NEW, len(bins), empty)
             fresh.update(empty, shape)
             bins.append(fresh)
             new_count += 1
-            chosen = (fresh, place_asks(asks, empty, shape)[0])
+            chosen = (fresh, _place(asks, empty, shape)[0])
         target, after = chosen
         target.update(after, shape)
         placements.append((pod.key, target.name))
     usage = {b.name: b.gpus for b in bins}
-    util = {name: cell_utilisation(g, shape) for name, g in usage.items()}
-    return PackingResult(tuple(placements), new_count, tuple(unplaced), usage, util)
+    facts = {name: _facts(g, shape) for name, g in usage.items()}
+    util = {name: f[0] for name, f in facts.items()}
+    used = sum(1 for f in facts.values() if f[2])
+    return PackingResult(tuple(placements), new_count, tuple(unplaced), usage, util, used)
 
 
 def lower_bound_cells(pods: Sequence[PendingPod], shape: CellShape) -> int:

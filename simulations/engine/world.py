@@ -121,6 +121,8 @@ class World:
         self.next_index = 0
         self._pending_views: tuple[PendingPod, ...] | None = None
         self._observation: Observation | None = None
+        # Ready cells in HAMi's node order (best score first, then index); None: re-sort
+        self._ready_order: list[SimCell] | None = None
 
     # ----- cells -----------------------------------------------------------------------------
 
@@ -132,11 +134,11 @@ class World:
         if state is CellState.READY:
             cell.ready_at = now
         self.cells[cell.name] = cell
-        self._observation = None
+        self._changed()
         return cell
 
     def remove_cell(self, name: str) -> SimCell | None:
-        self._observation = None
+        self._changed()
         return self.cells.pop(name, None)
 
     def set_state(self, cell: SimCell, state: CellState, now: float) -> None:
@@ -144,7 +146,12 @@ class World:
         if state is CellState.READY:
             cell.ready_at = now
         cell.touch()
+        self._changed()
+
+    def _changed(self) -> None:
+        """A cell's state or usage changed: the observation and node order are stale."""
         self._observation = None
+        self._ready_order = None
 
     def count(self, state: CellState) -> int:
         return sum(1 for c in self.cells.values() if c.state is state)
@@ -158,19 +165,20 @@ class World:
         self._observation = None
 
     def find_cell(self, ask: GPUAsk) -> tuple[SimCell, tuple[int, ...]] | None:
-        """The Ready cell and GPUs HAMi would choose for ``ask``, or None."""
-        best: tuple[float, int, SimCell, tuple[int, ...]] | None = None
-        sign = -1.0 if self.node_policy == hami.BINPACK else 1.0
-        for cell in self.cells.values():
-            if cell.state is not CellState.READY:
-                continue
+        """The Ready cell and GPUs HAMi would choose for ``ask``, or None: the first cell in
+        node order (``binpack``: highest score first; ``spread``: lowest; then lowest index)
+        that fits. The order is kept until a cell changes, so most calls stop early."""
+        order = self._ready_order
+        if order is None:
+            sign = -1.0 if self.node_policy == hami.BINPACK else 1.0
+            ready = [c for c in self.cells.values() if c.state is CellState.READY]
+            order = sorted(ready, key=lambda c: (sign * c.score(self.shape), c.index))
+            self._ready_order = order
+        for cell in order:
             chosen = cell.choice(ask, self.shape, self.gpu_policy)
-            if chosen is None:
-                continue
-            key = (sign * cell.score(self.shape), cell.index)
-            if best is None or key < best[:2]:
-                best = (key[0], key[1], cell, chosen)
-        return None if best is None else (best[2], best[3])
+            if chosen is not None:
+                return cell, chosen
+        return None
 
     def bind(
         self, entry: Pending, cell: SimCell, gpus: tuple[int, ...], now: float, token: int
@@ -181,7 +189,7 @@ class World:
         cell.touch()
         del self.pending[entry.pod.key]
         self._pending_views = None
-        self._observation = None
+        self._changed()
         return running
 
     def unbind(self, running: Running) -> SimCell:
@@ -189,7 +197,7 @@ class World:
         hami.release(cell.gpus, self.shape, running.pod.ask, running.gpus)
         del cell.pods[running.pod.key]
         cell.touch()
-        self._observation = None
+        self._changed()
         return cell
 
     # ----- what the policy sees --------------------------------------------------------------
