@@ -26,10 +26,13 @@ pytestmark = pytest.mark.bench
 SEEDS = range(5)
 MAX_CELLS = 32  # the pool's maxReplicas: a GPU quota the gangs compete for
 TRACE_SEED, DAYS, GANGS_PER_HOUR = 15, 2.0, 1.0
+UNCAPPED = 1000
+# row name -> (policy, maxReplicas); the last row is the pool without the quota, for scale
 POLICIES = {
-    "gpucellpool (per-pod)": ProductionPolicy,
-    "gpucellpool-atomic": atomic_gang_policy,
-    "cluster-autoscaler (per-pod)": PEERS["cluster-autoscaler"],
+    "gpucellpool (per-pod)": (ProductionPolicy, MAX_CELLS),
+    "gpucellpool-atomic": (atomic_gang_policy, MAX_CELLS),
+    "cluster-autoscaler (per-pod)": (PEERS["cluster-autoscaler"], MAX_CELLS),
+    f"gpucellpool (per-pod), maxReplicas {UNCAPPED}": (ProductionPolicy, UNCAPPED),
 }
 # (column, summary field, unit divisor); lower is better for each
 FIGURES = (
@@ -93,10 +96,10 @@ def _verdict(atomic: dict[str, Interval], per_pod: dict[str, Interval]) -> tuple
 def test_gang_atomic_vs_per_pod() -> None:
     pods = synthetic_gangs(DAYS, gangs_per_hour=GANGS_PER_HOUR, seed=TRACE_SEED)
     members = [p for p in pods if p.gang]
-    config = PolicyConfig(max_replicas=MAX_CELLS)
     cpu = time.process_time()
     stats: dict[str, dict[str, Interval]] = {}
-    for name, factory in POLICIES.items():
+    for name, (factory, max_cells) in POLICIES.items():
+        config = PolicyConfig(max_replicas=max_cells)
         runs = [
             summarise(simulate(pods, factory(), SimConfig(policy_config=config, seed=s)), 1.0, 300)
             for s in SEEDS
@@ -118,5 +121,18 @@ def test_gang_atomic_vs_per_pod() -> None:
         cpu=time.process_time() - cpu,
     )
     table = "\n".join(head + [_row(name, s) for name, s in stats.items()])
-    write_section("gangs", note + table + f"\n\n{verdict}\n")
+    atomic, per_pod = stats["gpucellpool-atomic"], stats["gpucellpool (per-pod)"]
+    saved = per_pod["cost_cell_hours"].mean - atomic["cost_cell_hours"].mean
+    idle = per_pod["partial_gang_gpu_hours"].mean - atomic["partial_gang_gpu_hours"].mean
+    why = (
+        f"Where it comes from: atomic saves {saved:,.1f} cell-hours and its members hold "
+        f"{idle:,.1f} fewer GPU-hours idle waiting for the rest of their job (1-GPU cells: a "
+        "GPU is a cell). Per pod, once the quota binds, members are seated one by one as GPUs "
+        "free up and idle until their last one lands; atomically a job takes GPUs only once "
+        "all of it can run. The last row is the pool without the quota, for scale: there the "
+        "longest gang waits are far shorter (no job queues behind the quota), and atomic "
+        "scale-up costs the same as per-pod (its gangs start at most the 1 s react delay "
+        "later; docs/simulation.md, Gangs)."
+    )
+    write_section("gangs", note + table + f"\n\n{verdict} {why}\n")
     assert ok, verdict
