@@ -4,9 +4,10 @@
 ``SimResult``; the same seed always gives the same result.
 """
 
+from simulations.engine.config import BootModel, DrainMode, SimConfig
 from simulations.engine.metrics import Sample, SimResult
 from simulations.engine.policy import ProductionPolicy, ScalingPolicy
-from simulations.engine.sim import BootModel, DrainMode, SimConfig, simulate
+from simulations.engine.sim import simulate
 
 __all__ = [
     "BootModel",

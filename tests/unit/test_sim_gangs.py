@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 
 from autoscaler.policy import gang as gang_policy
 from autoscaler.policy.types import CellShape, GPUAsk, PolicyConfig
-from simulations.engine import BootModel, DrainMode, ProductionPolicy, SimConfig, simulate
+from simulations.engine import (
+    BootModel,
+    DrainMode,
+    ProductionPolicy,
+    ScalingPolicy,
+    SimConfig,
+    simulate,
+)
 from simulations.engine.gangs import GangBook, GangScaleUp
 from simulations.engine.policy import atomic_gang_policy
 from simulations.engine.world import Running
@@ -170,9 +178,9 @@ def test_without_a_binding_bound_atomic_and_per_pod_are_the_same_run() -> None:
 
 
 @pytest.mark.parametrize("factory", [ProductionPolicy, atomic_gang_policy])
-def test_gang_runs_are_deterministic_per_seed(factory: object) -> None:
+def test_gang_runs_are_deterministic_per_seed(factory: Callable[[], ScalingPolicy]) -> None:
     pods = synthetic_gangs(0.1, gangs_per_hour=3.0, seed=6)
-    make = factory  # type: ignore[assignment]
+    make = factory
     config = PolicyConfig(max_replicas=16)
     runs = [
         simulate(pods, make(), SimConfig(policy_config=config, seed=s, tail_seconds=3600.0))
