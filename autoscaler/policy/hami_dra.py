@@ -193,6 +193,19 @@ def claim_asks(claim: Mapping[str, Any], device_class: str) -> tuple[DeviceAsk, 
     return tuple(asks)
 
 
+def _asks_by_request(claim: Mapping[str, Any], device_class: str) -> dict[str, DeviceAsk]:
+    """The readable HAMi requests of a claim by request name (for allocation defaults)."""
+    out: dict[str, DeviceAsk] = {}
+    requests = _map(claim, "spec", "devices").get("requests")
+    for i, request in enumerate(requests if isinstance(requests, list) else []):
+        exactly = _map(request, "exactly")
+        if exactly.get("deviceClassName") == device_class:
+            ask = _request_ask(i, request)
+            if isinstance(ask, DeviceAsk):
+                out[str(request.get("name"))] = ask
+    return out
+
+
 def is_allocated(claim: Mapping[str, Any]) -> bool:
     return bool(_map(claim, "status", "allocation"))
 
@@ -219,14 +232,13 @@ def claim_allocations(
     found: dict[str, list[DraAllocation]] = {}
     for claim in claims:
         results = _map(claim, "status", "allocation", "devices").get("results") or []
-        asks = claim_asks(claim, device_class)
-        first = asks[0] if isinstance(asks, tuple) and asks else None
+        asks = _asks_by_request(claim, device_class)
         for result in results if isinstance(results, list) else []:
             if not isinstance(result, Mapping) or result.get("driver") != DRIVER:
                 continue
             node, name = str(result.get("pool") or ""), str(result.get("device") or "")
             device = next((d for d in devices.get(node, ()) if d.name == name), None)
-            memory, cores = _consumed(result, first, device)
+            memory, cores = _consumed(result, asks.get(str(result.get("request"))), device)
             found.setdefault(node, []).append(DraAllocation(node, name, memory, cores))
     return {k: tuple(v) for k, v in found.items()}
 

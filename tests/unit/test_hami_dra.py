@@ -346,3 +346,16 @@ async def test_pods_holding_hami_claims_count_as_gpu_pods_for_drains() -> None:
     api = _PodsOnNode([claim_pod, unlabelled, plain, done])
     got = await gpu_pods_on_node(api, "c-0")  # type: ignore[arg-type]
     assert [p["metadata"]["name"] for p in got] == ["p", "u"]
+
+
+def test_allocation_defaults_come_from_the_result_s_own_request() -> None:
+    claim = _claim("2Gi", "10")
+    first = claim["spec"]["devices"]["requests"][0]
+    second = {"name": "big", "exactly": {**first["exactly"], "capacity": {"requests": {}}}}
+    second["exactly"]["capacity"]["requests"] = {"memory": "6Gi", "cores": "20"}
+    claim["spec"]["devices"]["requests"].append(second)
+    result = {"request": "big", "driver": DRIVER, "pool": "c-0", "device": "hami-gpu-1"}
+    claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+    devices, _ = slice_devices([_slice()])
+    held = claim_allocations([claim], devices, DEVICE_CLASS)
+    assert [(a.device, a.memory_mib, a.cores) for a in held["c-0"]] == [("hami-gpu-1", 6144, 20)]
