@@ -72,6 +72,23 @@ def _facts(gpus: tuple[GPUUsage, ...], shape: CellShape) -> tuple[float, int, bo
     return cell_utilisation(gpus, shape), max_free_mib, _holds_anything(gpus)
 
 
+# ``_facts`` by the identity of the usage tuple: a cell's usage is the very same tuple from call
+# to call while the cell is unchanged, and hashing eight GPUs' usage costs more than the facts.
+_FACTS_BY_ID: dict[int, tuple[tuple[GPUUsage, ...], CellShape, tuple[float, int, bool]]] = {}
+_FACTS_BY_ID_MAX = 1 << 16
+
+
+def _facts_of(gpus: tuple[GPUUsage, ...], shape: CellShape) -> tuple[float, int, bool]:
+    hit = _FACTS_BY_ID.get(id(gpus))
+    if hit is not None and hit[0] is gpus and hit[1] is shape:
+        return hit[2]
+    facts = _facts(gpus, shape)
+    if len(_FACTS_BY_ID) >= _FACTS_BY_ID_MAX:
+        _FACTS_BY_ID.clear()
+    _FACTS_BY_ID[id(gpus)] = (gpus, shape, facts)  # holds gpus: its id is not reused
+    return facts
+
+
 @dataclass(slots=True)
 class _Bin:
     name: str
@@ -82,7 +99,7 @@ class _Bin:
 
     def update(self, gpus: tuple[GPUUsage, ...], shape: CellShape) -> None:
         self.gpus = gpus
-        self.max_free_mib = _facts(gpus, shape)[1]
+        self.max_free_mib = _facts_of(gpus, shape)[1]
 
 
 def cell_utilisation(gpus: Sequence[GPUUsage], shape: CellShape) -> float:
@@ -201,7 +218,7 @@ def pack(
         target.update(after, shape)
         placements.append((pod.key, target.name))
     usage = {b.name: b.gpus for b in bins}
-    facts = {name: _facts(g, shape) for name, g in usage.items()}
+    facts = {name: _facts_of(g, shape) for name, g in usage.items()}
     util = {name: f[0] for name, f in facts.items()}
     used = sum(1 for f in facts.values() if f[2])
     return PackingResult(tuple(placements), new_count, tuple(unplaced), usage, util, used)
