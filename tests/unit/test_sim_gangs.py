@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from autoscaler.policy import gang as gang_policy
 from autoscaler.policy.types import CellShape, GPUAsk, PolicyConfig
+from gpucellpool.cli import main
 from simulations.engine import (
     BootModel,
     DrainMode,
@@ -242,3 +244,20 @@ def test_atomic_runs_are_the_same_with_and_without_idle_tick_skipping() -> None:
     assert skipped.cost_cell_hours == every.cost_cell_hours
     assert skipped.gangs.waits_seconds == every.gangs.waits_seconds
     assert skipped.waits_seconds == every.waits_seconds
+
+
+def test_simulate_cli_compares_per_pod_and_atomic_on_a_gang_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "gangs.csv"
+    write_generic((*_gang("g", 3, 0.0), *_gang("h", 3, 100.0)), trace)
+    out = tmp_path / "o.json"
+    args = ["simulate", "--trace", str(trace), "--max-cells", "4", "--format", "md"]
+    policies = ["--policy", "gpucellpool", "--policy", "gpucellpool-atomic"]
+    assert main([*args, *policies, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| policy | gangs | gang start p50 |" in printed
+    rows = {p["policy"]: p for p in json.loads(out.read_text())["policies"]}
+    assert rows["gpucellpool"]["partial_gang_gpu_hours"] > 0  # h's members seated one by one
+    assert rows["gpucellpool-atomic"]["partial_gang_gpu_hours"] == 0
+    assert rows["gpucellpool-atomic"]["gangs"] == 2
