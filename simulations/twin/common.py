@@ -13,7 +13,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from provisioner.kube import KubeError
+from provisioner.kube import KINDS, KubeApi, KubeError, NotFound
 
 log = logging.getLogger("simulations.twin")
 
@@ -63,3 +63,30 @@ class PollingController:
             except KubeError as exc:
                 log.debug("%s pass failed: %s", type(self).__name__, exc)
             await asyncio.sleep(self.poll_s)
+
+
+async def mark_unschedulable(api: KubeApi, pod: dict[str, Any], message: str, now: float) -> None:
+    """A scheduler's verdict on ``pod``: PodScheduled=False/Unschedulable with ``message``,
+    written only when it changed (a pod deleted meanwhile is left alone)."""
+    conditions = list((pod.get("status") or {}).get("conditions") or [])
+    current: dict[str, Any] = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if (current.get("status"), current.get("reason"), current.get("message")) == (
+        "False",
+        "Unschedulable",
+        message,
+    ):
+        return
+    kept = [c for c in conditions if c.get("type") != "PodScheduled"]
+    cond = condition("PodScheduled", False, "Unschedulable", message, now)
+    cond["lastProbeTime"] = None
+    meta = pod.get("metadata") or {}
+    try:
+        await api.patch(
+            KINDS["Pod"],
+            meta["namespace"],
+            meta["name"],
+            {"status": {"conditions": [*kept, cond]}},
+            status=True,
+        )
+    except NotFound:
+        return

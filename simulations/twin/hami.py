@@ -49,7 +49,7 @@ from autoscaler.policy.types import GPUAsk, PlacementConstraints
 from provisioner.clock import Clock
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound, kind_of
 from simulations.engine.hami import allocate
-from simulations.twin.common import PollingController, condition
+from simulations.twin.common import PollingController, mark_unschedulable
 from simulations.twin.hami_codec import (
     ALLOCATED,
     BIND_PHASE,
@@ -342,31 +342,7 @@ class SimulatedHAMi(PollingController):
             return
 
     async def _unschedulable(self, pod: JSON, message: str, now: float) -> None:
-        """PodScheduled=False/Unschedulable, written only when the message changed."""
-        conditions = list((pod.get("status") or {}).get("conditions") or [])
-        current: dict[str, Any] = next(
-            (c for c in conditions if c.get("type") == "PodScheduled"), {}
-        )
-        if (current.get("status"), current.get("reason"), current.get("message")) == (
-            "False",
-            "Unschedulable",
-            message,
-        ):
-            return
-        kept = [c for c in conditions if c.get("type") != "PodScheduled"]
-        cond = condition("PodScheduled", False, "Unschedulable", message, now)
-        cond["lastProbeTime"] = None
-        meta = _meta(pod)
-        try:
-            await self.workload.patch(
-                KINDS["Pod"],
-                meta["namespace"],
-                meta["name"],
-                {"status": {"conditions": [*kept, cond]}},
-                status=True,
-            )
-        except NotFound:
-            return
+        await mark_unschedulable(self.workload, pod, message, now)
 
 
 def _age_key(pod: Mapping[str, Any]) -> tuple[str, tuple[object, ...]]:

@@ -41,7 +41,7 @@ from provisioner.clock import Clock
 from provisioner.inventory import RESOURCE_CLAIM, RESOURCE_SLICE
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound
 from simulations.traces.dra import webhook_claim
-from simulations.twin.common import PollingController, condition
+from simulations.twin.common import PollingController, mark_unschedulable
 
 MIB = 2**20
 MODEL = "NVIDIA GeForce GTX 1080"
@@ -270,7 +270,7 @@ class SimulatedDRAScheduler(PollingController):
                 if shares is not None:
                     return await self._allocate(pod, node, shares, claims)
         message = f"0/{total} nodes are available: {total} cannot allocate all claims."
-        await self._unschedulable(pod, message)
+        await mark_unschedulable(self.workload, pod, message, self.clock.now())
         return claims
 
     async def _allocate(
@@ -312,24 +312,3 @@ class SimulatedDRAScheduler(PollingController):
         with contextlib.suppress(Conflict, NotFound):  # bound or gone meanwhile
             await self.workload.create(binding)
         return updated
-
-    async def _unschedulable(self, pod: JSON, message: str) -> None:
-        conditions = list((pod.get("status") or {}).get("conditions") or [])
-        current: dict[str, Any] = next(
-            (c for c in conditions if c.get("type") == "PodScheduled"), {}
-        )
-        if (current.get("status"), current.get("message")) == ("False", message):
-            return
-        kept = [c for c in conditions if c.get("type") != "PodScheduled"]
-        cond = condition("PodScheduled", False, "Unschedulable", message, self.clock.now())
-        meta = pod["metadata"]
-        try:
-            await self.workload.patch(
-                KINDS["Pod"],
-                meta["namespace"],
-                meta["name"],
-                {"status": {"conditions": [*kept, cond]}},
-                status=True,
-            )
-        except NotFound:
-            return

@@ -27,6 +27,7 @@ from simulations.twin.hami_dra import SimulatedDRAScheduler, install_device_clas
 from simulations.twin.node_agent import NodeFault
 from simulations.twin.scenario import Twin, api_for, join_secret, poll_until, swiftguest_pool
 from tests.integration.provisioner_support import (
+    RunningPool,
     apis,  # noqa: F401  (fixture)
     cond,
     running_pool,
@@ -119,6 +120,7 @@ async def test_dra_pool_is_ready_from_slices_and_scales_on_a_pending_claim(
             await poll_until(lambda: _is(twin_workload, namespace, "second", "dra-1"), 60)
             print(f"pending claim -> hosted on a new cell: {time.monotonic() - pending_at:.1f}s")
             claim = await twin_workload.get(RESOURCE_CLAIM, namespace, f"{namespace}-second-main")
+            assert claim is not None
             results = claim["status"]["allocation"]["devices"]["results"]
             assert [(r["pool"], r["device"]) for r in results] == [("dra-1", "hami-gpu-0")]
             _, settled = await watch.until(
@@ -140,6 +142,15 @@ async def _is(api: KubeApi, namespace: str, pod: str, node: str) -> bool:
     return await _bound_to(api, namespace, pod) == node
 
 
+async def _provider_until(scene: RunningPool, reason: str, timeout_s: float) -> tuple[JSON, JSON]:
+    """Reconcile until ``CapacityProviderReady`` has ``reason``: the pool and the condition."""
+    done = await scene.converge(
+        lambda p: cond(p, "CapacityProviderReady").get("reason") == reason, timeout_s=timeout_s
+    )
+    assert done is not None
+    return done, cond(done, "CapacityProviderReady")
+
+
 async def test_dra_pool_without_the_device_class_says_so(
     apis: tuple[KubeApi, KubeApi],  # noqa: F811
     workload: ClusterEndpoint,
@@ -148,11 +159,7 @@ async def test_dra_pool_without_the_device_class_says_so(
     pool = dra_capacity(swiftguest_pool("nodc", namespace, replicas=1), "absent.example.com")
     async with running_pool(apis, workload, pool) as scene:
         scene.twin.nodes.dra = True
-        done = await scene.converge(
-            lambda p: cond(p, "CapacityProviderReady").get("reason") == "DRADeviceClassMissing",
-            timeout_s=60,
-        )
-        provider = cond(done, "CapacityProviderReady")
+        done, provider = await _provider_until(scene, "DRADeviceClassMissing", 60)
         assert provider["status"] == "False"
         assert "absent.example.com" in provider["message"]
         assert cond(done, "Ready")["reason"] == "DRADeviceClassMissing"
@@ -178,11 +185,7 @@ async def test_device_plugin_reasons_detected_then_unparseable(
         assert cond(done, "CapacityProviderReady")["status"] == "True"
         garbage = {"metadata": {"annotations": {"hami.io/node-nvidia-register": "not,a:record"}}}
         await scene.workload.patch(KINDS["Node"], None, "reg-1", garbage)
-        done = await scene.converge(
-            lambda p: cond(p, "CapacityProviderReady").get("reason") == "RegistrationUnparseable",
-            timeout_s=60,
-        )
-        provider = cond(done, "CapacityProviderReady")
+        done, provider = await _provider_until(scene, "RegistrationUnparseable", 60)
         assert provider["status"] == "False"
         assert "reg-1" in provider["message"]
         assert cond(done, "Ready")["status"] == "False"
