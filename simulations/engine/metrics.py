@@ -33,7 +33,8 @@ class GangStats:
     unstarted: int = 0  # gangs that never started
     # GPU-hours held by members of gangs not (yet) started: paid for, used by nothing
     partial_gpu_hours: float = 0.0
-    admissions: tuple[tuple[str, int], ...] = ()  # atomic: plan_gang reasons seen, counted
+    # atomic: plan_gang's reasons, counted once per admission try with new inputs
+    admissions: tuple[tuple[str, int], ...] = ()
     solo_waits_seconds: tuple[float, ...] = ()  # waits of the pods outside gangs
 
     @property
