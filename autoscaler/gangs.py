@@ -10,7 +10,9 @@ autoscalers) for the pools of that workload cluster:
 2. A request not yet Provisioned goes to the first pool, by ``namespace/name``, whose demand
    selection matches the template's pods and whose fresh cell fits every member (a pool that
    fits no member is skipped); ``policy.gang.plan_gang`` plans it on that pool's cells as the
-   loop last observed them, after the capacity already booked by older requests.
+   loop last observed them, after the capacity already booked by older requests. While a
+   selecting pool has not observed its cells yet (just created, or the operator just
+   started) the request waits for a later pass rather than being told no pool selects it.
 3. ``policy.provreq.judge`` sets the conditions as Cluster Autoscaler does; a Provisioned
    request is *booked* until BookingExpired: ``Bookings`` hands the loop placeholder pods for
    it (``autoscaler.gang_pods``) so one decision adds all of an atomic gang's cells.
@@ -193,6 +195,8 @@ class GangController:
             verdict = provreq.judge(request, None, None, "", now)
         else:
             plan, pool, why = self._plan(cluster, found, booked, now)
+            if plan is None and why == _UNDECIDED:
+                return  # answered once that pool has looked at its cells (a later pass)
             verdict = provreq.judge(request, plan, pool, why, now)
         if verdict.book and verdict.pool and not isinstance(found, str):
             namespace, _, name = verdict.pool.partition("/")
@@ -265,7 +269,7 @@ class GangController:
         for key in sorted(self.autoscaler.pools):
             state = self.autoscaler.pools[key]
             pool = state.pool
-            if not eligible(pool) or state.last_inputs is None:
+            if not eligible(pool):
                 continue
             if workload.identity(workload.cluster_of(pool)) != identity:
                 continue  # another workload cluster (any Secret reaching this one is fine)
@@ -280,13 +284,15 @@ class GangController:
         or why no pool does (with a permanent plan when a member fits no selecting pool)."""
         why = "no autoscaled pool of this workload cluster selects the pod templates' pods"
         unfit: gang.GangPlan | None = None
+        undecided = False
         plans: dict[str, tuple[gang.GangPlan, GPUCellPool]] = {}
         for key, state in self._candidates(cluster, found):
             plan = self._plan_on(
                 state, found, [m for h in booked if h.booking.pool == key for m in h.members], now
             )
             name = f"{key[0]}/{key[1]}"
-            if plan is None:
+            if plan is None:  # the pool has not observed its cells yet
+                undecided = True
                 continue
             if plan.reason == gang.MEMBER_UNFIT:
                 why = f"no pool fits every member (pool {name}: {plan.message})"
@@ -294,7 +300,7 @@ class GangController:
                 continue
             plans[name] = (plan, state.pool)
         if not plans:
-            return unfit, None, why
+            return (None, None, _UNDECIDED) if undecided else (unfit, None, why)
         chosen = _expander_choice(found, {k: p for k, (_, p) in plans.items()})
         return plans[chosen][0], chosen, ""
 
@@ -340,6 +346,9 @@ def _expander_choice(found: _Gang, pools: Mapping[str, GPUCellPool]) -> str:
     options = {key: option_of(pool) for key, pool in pools.items()}
     shares = assign(wanted, options)
     return next((k for k in sorted(pools) if shares[k].kept), min(pools))
+
+
+_UNDECIDED = "a pool that selects the pods has not observed its cells yet"
 
 
 def _name(raw: JSON) -> tuple[str, str]:

@@ -191,7 +191,7 @@ async def test_atomic_gang_adds_all_its_cells_in_one_decision(
         targets = {s.get("desiredReplicas", 0) for _, s in run.watch.seen[mark:]}
         assert targets <= {0, 3}, targets  # never 1 or 2: one decision
         deadline = time.monotonic() + 60
-        while (guests := await guests_by_pool(run.infra, namespace)) != {"gangs": 3}:
+        while (guests := await guests_by_pool(run.infra, [namespace])) != {"gangs": 3}:
             assert time.monotonic() < deadline, guests
             await asyncio.sleep(0.2)  # polling the apiserver with a deadline
 
@@ -257,7 +257,7 @@ async def test_atomic_gang_that_cannot_be_met_adds_nothing_and_fails(
             assert time.monotonic() < deadline, "no decision"
             await asyncio.sleep(0.05)  # polling an in-process counter with a deadline
         assert state.last_decision is not None and state.last_decision.desired_replicas == 0
-        assert await guests_by_pool(run.infra, namespace) == {}
+        assert await guests_by_pool(run.infra, [namespace]) == {}
         assert conditions(obj) == await run.answered("toobig", bool, 5)  # terminal: unchanged
 
 

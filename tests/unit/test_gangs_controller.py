@@ -293,3 +293,15 @@ async def test_a_member_no_pool_fits_fails_an_atomic_request(
     written = source.written[-1]["status"]["conditions"]
     message = next(c["message"] for c in written if c["type"] == "Provisioned")
     assert message.startswith("no pool fits every member (pool ns/a: ")
+
+
+async def test_a_request_waits_for_a_selecting_pool_to_observe_its_cells(gangs: World) -> None:
+    scaler, controller, source, *_ = gangs
+    state = scaler.pools[("ns", "a")]
+    observed, state.last_inputs = state.last_inputs, None  # as before the pool's first decision
+    source.items["job"] = request("job", provreq.ATOMIC, 2)
+    await controller.pass_once()
+    assert source.written == []  # not "no pool selects the pods": that pool will answer
+    state.last_inputs = observed
+    await controller.pass_once()
+    assert conditions(source, "job")["Provisioned"] == ("True", "CapacityIsProvisioned")
