@@ -30,16 +30,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from autoscaler.gang_pods import Booking, with_bookings
+from autoscaler.gang_pods import Booking, placed_consumers, with_bookings
 from autoscaler.loop import Autoscaler
 from autoscaler.loop_ports import Clock, WorkloadSnapshot, WorkloadView
 from autoscaler.loop_state import PoolState
-from autoscaler.observe import selector_matches
-from autoscaler.policy import gang, limits, provreq
+from autoscaler.observe import index_pods, selector_matches
+from autoscaler.policy import gang, provreq
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.expander import assign
-from autoscaler.policy.types import CellState, Observation, PendingPod, PolicyMemory
+from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
 from autoscaler.sharing import eligible, option_of
 from gpucellpool.api.pool import GPUCellPool
 
@@ -209,9 +209,20 @@ class GangController:
                 found.templates,
                 until,
             )
-            booked.append(_Held(booking, gang.members(found.pod_sets)))
+            placed = self._placed(booking)  # their use is on the cells already
+            booked.append(_Held(booking, gang.members(found.pod_sets)[placed:]))
             self._pin(booking.pool)
         await self._write(cluster, request, verdict)
+
+    def _placed(self, booking: Booking) -> int:
+        """How many of the booking's members run already (bound pods consuming the request),
+        as ``gang_pods.placeholders`` counts them: the rest are what the booking still holds."""
+        state = self.autoscaler.pools.get(booking.pool)
+        if state is None:
+            return 0
+        snap = self.autoscaler.workload.snapshot(state.pool)
+        index = snap.pod_index or index_pods(snap.pods)
+        return placed_consumers(index.by_node).get(booking.key, 0)
 
     def _pin(self, key: PoolKey) -> None:
         """Record the booked pool's Node labels, which pin its placeholders to it; for every
@@ -315,27 +326,7 @@ class GangController:
             return None
         config = policy_config_from_spec(state.pool.spec, pool_shape(state.pool))
         memory = state.memory or PolicyMemory()
-        current = sum(1 for c in obs.cells if c.state in (CellState.READY, CellState.BOOTING))
-        room = gang.headroom(
-            config.max_replicas,
-            obs.cells,
-            config.max_cells_in_flight,
-            obs.free_physical_gpus,
-            config.shape.gpus,
-            memory.boots_proven,
-            limits.rate_allowance(config.scale_up, memory.scale_events, now, current, +1),
-            config.shape_known,
-        )
-        room = gang.less(room, gang.promised_cells(obs.cells, held, config.shape))
-        return gang.plan_gang(
-            found.pod_sets,
-            obs.cells,
-            config.shape,
-            config.node_template,
-            room,
-            held,
-            config.max_replicas,
-        )
+        return gang.plan_on_pool(found.pod_sets, obs, memory, config, held, now)
 
 
 def _expander_choice(found: _Gang, pools: Mapping[str, GPUCellPool]) -> str:

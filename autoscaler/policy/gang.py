@@ -26,7 +26,16 @@ from dataclasses import dataclass, replace
 from autoscaler.policy import limits
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.packing import pack
-from autoscaler.policy.types import CellShape, CellState, CellView, NodeTemplate, PendingPod
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    CellView,
+    NodeTemplate,
+    Observation,
+    PendingPod,
+    PolicyConfig,
+    PolicyMemory,
+)
 
 # Reasons (ours; the shell maps them to the ProvisioningRequest's condition reasons)
 FITS_NOW = "CapacityAvailable"  # every member packs onto Ready/Booting cells
@@ -231,3 +240,33 @@ def plan_gang(
         return GangPlan(False, 0, reason, msg, len(pods), needed)
     msg = f"{len(pods)} member(s) need {needed} new cell(s), added together"
     return GangPlan(False, needed, SCALE_UP, msg, len(pods), needed)
+
+
+def plan_on_pool(
+    gang: Sequence[PodSet],
+    observation: Observation,
+    memory: PolicyMemory,
+    config: PolicyConfig,
+    booked: Sequence[PendingPod],
+    now: float,
+) -> GangPlan:
+    """``plan_gang`` on one pool as its decision sees it, within every bound ``decide`` will
+    apply to the scale-up (max replicas, in-flight guard, free physical GPUs, the rate policies,
+    a known shape) less the cells promised to the requests ``booked`` before this one.
+
+    The one way to plan a gang: the live controller and the simulator both call it, so an
+    atomic scale-up means the same in both worlds."""
+    cells, shape = observation.cells, config.shape
+    current = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
+    room = headroom(
+        config.max_replicas,
+        cells,
+        config.max_cells_in_flight,
+        observation.free_physical_gpus,
+        shape.gpus,
+        memory.boots_proven,
+        limits.rate_allowance(config.scale_up, memory.scale_events, now, current, +1),
+        config.shape_known,
+    )
+    room = less(room, promised_cells(cells, booked, shape))
+    return plan_gang(gang, cells, shape, config.node_template, room, booked, config.max_replicas)

@@ -36,9 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.policy import gang as gang_policy
-from autoscaler.policy import limits
 from autoscaler.policy.types import (
-    CellState,
     Observation,
     PendingPod,
     PolicyConfig,
@@ -206,22 +204,7 @@ class GangBook:
     ) -> gang_policy.GangPlan:
         """The live operator's plan for one gang (``autoscaler.gangs``: the bounds ``decide``
         will apply, less the cells promised to gangs booked before it)."""
-        cells, shape = observation.cells, config.shape
-        current = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
-        room = gang_policy.headroom(
-            config.max_replicas,
-            cells,
-            config.max_cells_in_flight,
-            observation.free_physical_gpus,
-            shape.gpus,
-            memory.boots_proven,
-            limits.rate_allowance(config.scale_up, memory.scale_events, now, current, +1),
-            config.shape_known,
-        )
-        room = gang_policy.less(room, gang_policy.promised_cells(cells, booked, shape))
-        return gang_policy.plan_gang(
-            _pod_sets(gang), cells, shape, config.node_template, room, booked, config.max_replicas
-        )
+        return gang_policy.plan_on_pool(_pod_sets(gang), observation, memory, config, booked, now)
 
     def stats(self, end: float, waits: Mapping[str, float]) -> GangStats:
         """The gang figures of a run that ended at ``end``; ``waits`` are every pod's."""
