@@ -305,3 +305,34 @@ async def test_a_request_waits_for_a_selecting_pool_to_observe_its_cells(gangs: 
     state.last_inputs = observed
     await controller.pass_once()
     assert conditions(source, "job")["Provisioned"] == ("True", "CapacityIsProvisioned")
+
+
+async def test_a_booked_member_already_running_is_not_counted_twice(gangs: World) -> None:
+    scaler, controller, source, workload, _, clock = gangs
+    source.templates["default/t"] = template("t", 8000)
+    manifest = pool_manifest("a", maxReplicas=5)
+    manifest["status"] = {
+        "cells": [{"name": "a-0", "index": 0, "phase": "Ready", "nodeName": "a-0"}]
+    }
+    workload.nodes = [{"metadata": {"name": "a-0"}}]
+    scaler.pool_event("MODIFIED", manifest)
+    source.items["first"] = request("first", provreq.CHECK_CAPACITY, 1)
+    await clock.advance(0.3)
+    await controller.pass_once()
+    assert conditions(source, "first")["Provisioned"] == ("True", "CapacityIsFound")
+    # The member runs on a-0 (8000 of 24576 MiB): its booking needs nothing more.
+    member = pending_pod("first-member", 8000)
+    member["metadata"]["annotations"] = {
+        provreq.CONSUME_ANNOTATION: "first",
+        "hami.io/vgpu-devices-allocated": "GPU-0,NVIDIA,8000,0:;",
+    }
+    member["spec"]["nodeName"] = "a-0"
+    member["status"] = {"phase": "Running"}
+    workload.pods["first-member"] = member
+    scaler.cluster_event("wl")
+    await clock.advance(0.3)
+    second = request("second", provreq.CHECK_CAPACITY, 2)  # 2 x 8000 fit the 16576 MiB left
+    second["metadata"]["creationTimestamp"] = rfc3339(T0 + 1)
+    source.items["second"] = second
+    await controller.pass_once()
+    assert conditions(source, "second")["Provisioned"] == ("True", "CapacityIsFound")
