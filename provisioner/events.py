@@ -10,15 +10,17 @@ silence it. ``KubeEventSink`` writes ``events.k8s.io/v1`` Events about the pool
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import CellStatus
 from provisioner.clock import Clock
-from provisioner.fsm.events import PoolEvent
+from provisioner.fsm.events import PoolEvent, pass_events
 from provisioner.kube import JSON, Kind, KubeApi, KubeError
+from provisioner.status import own_conditions
 
 EVENT = Kind("events.k8s.io/v1", "Event", "events")
 REPORTING_CONTROLLER = "gpucellpool"
@@ -84,3 +86,16 @@ class KubeEventSink:
 async def emit_all(sink: EventSink, pool: GPUCellPool, events: Iterable[PoolEvent]) -> None:
     for event in events:
         await sink.emit(pool, event)
+
+
+async def announce_pass(
+    sink: EventSink,
+    pool: GPUCellPool,
+    prev: Mapping[str, CellStatus],
+    final: Sequence[CellStatus],
+    conds: list[dict[str, Any]],
+) -> None:
+    """Events for what a (successfully published) pass changed: its cells and its own
+    conditions (another writer's condition that moved meanwhile is that writer's news)."""
+    before = own_conditions(c.to_api() for c in pool.status.conditions or [])
+    await emit_all(sink, pool, pass_events(prev, final, before, own_conditions(conds)))
