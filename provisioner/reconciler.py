@@ -7,7 +7,7 @@ simply calling it again: cells are rediscovered from live objects (the outer obj
 drain mark), creation is idempotent server-side apply of deterministic names, and dependents a
 crash left behind are swept. Order of a pass:
 
-1. read the pool; deletion -> drain every cell, then release the pool finalizer;
+1. read the pool; deletion -> ``pool_deletion`` (drain every cell, release the finalizer);
 2. add the pool finalizer; connect to and probe the workload cluster (failure is state);
 3. list the cells through the backend and run the cell state machine on each;
 4. plan membership (pure); scale-down victims in drain back-off are swapped or held
@@ -26,22 +26,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.spec import Provisioner
 from gpucellpool.api.status import CellPhase, CellStatus
-from provisioner.backends.base import CellBackend, CellObjects, mark_draining, remove_finalizer
+from provisioner.backends.base import CellBackend, CellObjects, mark_draining
 from provisioner.backends.clusterapi import ClusterAPIBackend
 from provisioner.backends.swiftguest import SwiftGuestBackend
 from provisioner.cells import identity, observe_cell, sweep_orphan_nodes
 from provisioner.clock import Clock
 from provisioner.drain_holds import hold_scale_down
 from provisioner.drainer import drained_row, drive_drain
-from provisioner.events import EventSink, KubeEventSink, emit_all
+from provisioner.events import EventSink, KubeEventSink, announce_pass
 from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
-from provisioner.fsm.drain import DrainCause, eviction_hold
-from provisioner.fsm.events import pass_events
+from provisioner.fsm.drain import DrainCause
 from provisioner.fsm.identity import POOL_FINALIZER
 from provisioner.fsm.inventory import physical_condition
 from provisioner.fsm.manifests import owner_reference
@@ -63,13 +61,13 @@ from provisioner.planning import (
     spend_release_guard,
 )
 from provisioner.planning import plan as plan_cells
+from provisioner.pool_deletion import DeletionShell, delete_pool
 from provisioner.rollout_shell import rollout_plan, updated_condition
 from provisioner.rule_gate import PoolRules, RuleGate
 from provisioner.status import (
     PassSummary,
     capacity_status,
     conditions,
-    own_conditions,
     status_patch,
     write_status,
 )
@@ -155,7 +153,11 @@ class Reconciler:
         backend = self.backends[pool.spec.cell.provisioner]
         now = self.clock.now()
         if pool.metadata.deletion_timestamp is not None:
-            return await self._delete_pool(pool, backend, now, recorder)
+            shell = DeletionShell(self.infra, self.clients, self.events)
+            link = await self._workload(pool)
+            if await delete_pool(shell, pool, backend, link, now, recorder):
+                return ReconcileResult(gone=True)
+            return ReconcileResult(requeue_after_s=BUSY_REQUEUE_S)
         if breaches := await self.gate.breaches(raw):  # the webhook may have been bypassed
             await self.gate.refuse(self.infra, self.events, pool, breaches, now)
             return ReconcileResult(requeue_after_s=IDLE_REQUEUE_S)
@@ -264,25 +266,13 @@ class Reconciler:
         patch = status_patch(
             pool, final, conds, summary.desired, capacity_status(pool, final, summary)
         )
-        await self._announce(pool, prev, final, await write_status(self.infra, pool, patch))
+        written = await write_status(self.infra, pool, patch)
+        await announce_pass(self.events, pool, prev, final, written)
         ready = sum(1 for r in final if r.phase is CellPhase.READY)
         busy = summary.created > 0 or ready != summary.desired
         busy = busy or any(r.phase is not CellPhase.READY for r in final)
         delay = BUSY_REQUEUE_S if busy else IDLE_REQUEUE_S
         return ReconcileResult(requeue_after_s=delay, ready=ready)
-
-    async def _announce(
-        self,
-        pool: GPUCellPool,
-        prev: dict[str, CellStatus],
-        final: list[CellStatus],
-        conds: list[dict[str, Any]],
-    ) -> None:
-        """Events for what this (successfully published) pass changed: its cells and its own
-        conditions (another writer's condition that moved meanwhile is that writer's news)."""
-        before = own_conditions(c.to_api() for c in pool.status.conditions or [])
-        events = pass_events(prev, final, before, own_conditions(conds))
-        await emit_all(self.events, pool, events)
 
     def _desired(self, pool: GPUCellPool) -> int:
         scaling = pool.spec.autoscaling
@@ -378,41 +368,6 @@ class Reconciler:
                 last_transition_time=to_time(now),
             )
         return created
-
-    async def _delete_pool(
-        self, pool: GPUCellPool, backend: CellBackend, now: float, recorder: ProvisionerRecorder
-    ) -> ReconcileResult:
-        """Drain every cell (the window runs from the deletionTimestamp), then let the pool go."""
-        workload, reach = await self._workload(pool)
-        cells = await backend.list_cells(pool)
-        prev = {r.name: r for r in pool.status.cells or []}
-        rows: dict[str, CellStatus] = {}
-        refused: list[str] = []  # evictions a PodDisruptionBudget refused (drain.mode Evict)
-        for cell in cells.values():
-            await mark_draining(
-                backend.api, backend.outer_kind, cell, str(DrainCause.POOL_DELETION), now
-            )
-            step = await drive_drain(pool, cell, backend, workload, now, recorder)
-            rows[cell.name] = drained_row(pool, cell, prev.get(cell.name), step, now)
-            refused += [f"{pod} (cell {cell.name})" for pod in step.refused]
-        deleted = await backend.sweep(pool, set(cells))
-        meta = pool.metadata
-        if not cells and not deleted:
-            await self.clients.release(
-                meta.namespace, pool.spec.workload_cluster.kubeconfig_secret_ref.name, meta.name
-            )
-            raw = await self.infra.get(KINDS["GPUCellPool"], meta.namespace, meta.name)
-            if raw is not None:
-                await remove_finalizer(self.infra, KINDS["GPUCellPool"], raw, POOL_FINALIZER)
-            return ReconcileResult(gone=True)
-        final = list(rows.values())
-        started = meta.deletion_timestamp.timestamp() if meta.deletion_timestamp else now
-        left_s = started + pool.spec.deletion.drain_timeout.seconds - now
-        summary = PassSummary(reach, 0, *eviction_hold(tuple(refused), left_s), 0)
-        conds = conditions(pool, final, summary, now)
-        written = await write_status(self.infra, pool, status_patch(pool, final, conds, 0))
-        await self._announce(pool, prev, final, written)
-        return ReconcileResult(requeue_after_s=BUSY_REQUEUE_S)
 
 
 __all__ = ["PoolKey", "ReconcileResult", "Reconciler", "membership_limits"]
