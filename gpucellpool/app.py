@@ -28,6 +28,7 @@ from autoscaler.observe import PodIndex
 from autoscaler.routing import WorkloadRouter, pool_route
 from gpucellpool import crdcheck
 from gpucellpool.health import HealthServer
+from gpucellpool.infra_nodes import InfraNodes
 from gpucellpool.kube.adapters import (
     POOLS_PATH,
     CacheWorkloadView,
@@ -52,6 +53,7 @@ from gpucellpool.provisioning import ProvisionerDriver, owner_pool
 from gpucellpool.secure_metrics import MetricsOptions, secure_site
 from gpucellpool.status_metrics import StatusMetrics
 from provisioner.kube import RestKubeApi
+from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
 from provisioner.rule_gate import PoolRules
 from webhook.kube import KubeCrdReader, KubeEventSink
@@ -148,11 +150,16 @@ class App:
         self.requests = KubeProvisioningRequests(self.clusters)
         self.gangs = GangController(self.autoscaler, self.requests, self.bookings, self.clock)
         self.requests.wake = self.gangs.wake
+        operator_api = RestKubeApi(infra.api_client, settings.api_timeout_s)
+        # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
+        # (through the driver, built below from the reconciler that reads them).
+        self.nodes = InfraNodes(infra, NodeGets(operator_api), self._wake_provisioner)
         self.reconciler = Reconciler(
-            RestKubeApi(infra.api_client, settings.api_timeout_s),
+            operator_api,
             self.clock,
             metrics=self.metrics,
             rules=pool_rules(settings.rules),
+            hosts=self.nodes,
         )
         self.driver = ProvisionerDriver(self.reconciler, self.clock, lambda: self.elector.is_leader)
         self.status_metrics = StatusMetrics(self.metrics, lambda: self.elector.is_leader)
@@ -194,9 +201,12 @@ class App:
             for ns in namespaces
         ]
         outer = [
-            WatchCache(self.infra, Query(_path(ns, path)), self._outer_changed)
+            WatchCache(self.infra, Query(_path(ns, path)), on_change)
             for ns in namespaces
-            for path in (SWIFTGUESTS_PATH, MACHINES_PATH)
+            for path, on_change in (
+                (SWIFTGUESTS_PATH, self._guest_changed),
+                (MACHINES_PATH, self._outer_changed),
+            )
         ]
         return pools, outer
 
@@ -230,8 +240,16 @@ class App:
             self.router.pool_changed(pool_route(key, cluster, raw))
         self.autoscaler.pool_event(kind, raw)
         if self.settings.provision:
+            self.nodes.pool_changed(kind, raw)
             self.driver.pool_event(kind, raw)
         self.status_metrics.observe(kind, raw)
+
+    def _wake_provisioner(self, pool: tuple[str, str]) -> None:
+        self.driver.wake(pool)
+
+    def _guest_changed(self, kind: str, obj: JSON) -> None:
+        self.nodes.guest_changed(kind, obj)  # where the pool's cells are, for Node wake-ups
+        self._outer_changed(kind, obj)
 
     def _outer_changed(self, kind: str, obj: JSON) -> None:
         del kind
@@ -297,7 +315,8 @@ class App:
         self._crd_task = asyncio.create_task(self._crd_check(), name="crd-drift-check")
         if self.settings.provision:
             self._tasks += [
-                asyncio.create_task(c.run(), name=f"watch:{c.query.path}") for c in self.outer
+                asyncio.create_task(c.run(), name=f"watch:{c.query.path}")
+                for c in [*self.outer, self.nodes.cache]
             ]
 
     async def _crd_check(self) -> None:

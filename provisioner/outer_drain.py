@@ -8,12 +8,18 @@ the ``OuterNodeDrain`` cause and the ordinary drain (``drainer``) takes them out
 creates their replacements, which KubeSwift places on a schedulable host. A host that cannot
 be read (the operator lacks ``get`` on ``nodes``, or the apiserver failed) starts no drain and
 makes ``CellDrainRequested`` Unknown; it never fails the pass.
+
+Where the hosts come from is a ``HostSource``: ``NodeGets`` (the GETs above, for a reconciler
+run alone, as in tests and tools) or, in ``gpucellpool run``, the operator's informer cache of
+infrastructure Nodes (``gpucellpool.infra_nodes``), which answers without a request once synced
+and falls back to ``NodeGets`` until then.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import Protocol
 
 from gpucellpool.api.pool import GPUCellPool
 from provisioner.backends.base import CellBackend, CellObjects
@@ -38,6 +44,24 @@ def host_node(obj: JSON) -> HostNode:
     spec = obj.get("spec") or {}
     taints = frozenset(str(t.get("key", "")) for t in spec.get("taints") or [])
     return HostNode(str(obj["metadata"]["name"]), bool(spec.get("unschedulable")), taints)
+
+
+class HostSource(Protocol):
+    """Reads infrastructure Nodes by name for the outer-node drain."""
+
+    async def hosts(self, names: set[str]) -> dict[str, HostNode] | None:
+        """The named Nodes that exist; None when they could not be read."""
+        ...
+
+
+class NodeGets:
+    """A ``HostSource`` doing one GET per named Node (no cache)."""
+
+    def __init__(self, infra: KubeApi) -> None:
+        self.infra = infra
+
+    async def hosts(self, names: set[str]) -> dict[str, HostNode] | None:
+        return await read_hosts(self.infra, names)
 
 
 async def read_hosts(infra: KubeApi, names: set[str]) -> dict[str, HostNode] | None:
@@ -73,7 +97,7 @@ def outer_cells(backend: CellBackend, cells: Mapping[str, CellObjects]) -> tuple
 
 
 async def plan_for_pool(
-    infra: KubeApi,
+    source: HostSource,
     pool: GPUCellPool,
     backend: CellBackend,
     cells: Mapping[str, CellObjects],
@@ -82,6 +106,6 @@ async def plan_for_pool(
     """This pass's outer-node drain plan (budget: ``autoscaling.disruptionBudget``)."""
     placed = outer_cells(backend, cells)
     names = {c.host for c in placed if c.host}
-    hosts = await read_hosts(infra, names) if names else {}
+    hosts = await source.hosts(names) if names else {}
     budget = pool.spec.autoscaling.disruption_budget
     return plan_outer_drain(placed, hosts, budget, workload_reachable)

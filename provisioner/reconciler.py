@@ -50,7 +50,7 @@ from provisioner.fsm.vocabulary import PRE_GPU_PHASES, StallReason
 from provisioner.inventory import free_physical_gpus, read_capacity
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.metrics_port import NO_METRICS, ProvisionerMetrics, ProvisionerRecorder
-from provisioner.outer_drain import plan_for_pool
+from provisioner.outer_drain import HostSource, NodeGets, plan_for_pool
 from provisioner.planning import (
     JoinTemplate,
     PlanInput,
@@ -108,13 +108,17 @@ class Reconciler:
         events: EventSink | None = None,
         metrics: ProvisionerMetrics | None = None,
         rules: PoolRules | None = None,
+        *,
+        hosts: HostSource | None = None,
     ) -> None:
         """``limits``: churn limits (in-flight cap, replacement backoff); defaults as the
         earlier implementation (2 in flight, 30 s doubling backoff, 5 failures per index).
         ``events``: where transitions are announced (default: Events in the pool's namespace).
         ``metrics``: where errors and evictions are counted (``OperatorMetrics``; default none).
         ``rules``: the admission rules re-run before anything is launched (``rule_gate``); the
-        operator always passes them, None skips the re-check (tests of other parts)."""
+        operator always passes them, None skips the re-check (tests of other parts).
+        ``hosts``: where the cells' infrastructure Nodes are read (the operator's Node cache;
+        default one GET per host per pass)."""
         self.gate = RuleGate(rules)
         self.infra = infra
         self.metrics: ProvisionerMetrics = metrics or NO_METRICS
@@ -122,6 +126,7 @@ class Reconciler:
         self.clock = clock
         self.events: EventSink = events or KubeEventSink(infra, clock)
         self.clients = WorkloadClients(infra, workload_factory)
+        self.hosts: HostSource = hosts or NodeGets(infra)
         self.backends: Mapping[Provisioner, CellBackend] = backends or {
             Provisioner.SWIFT_GUEST: SwiftGuestBackend(infra),
             Provisioner.CLUSTER_API: ClusterAPIBackend(infra),
@@ -187,7 +192,7 @@ class Reconciler:
         cells = await backend.list_cells(pool)
         prev = {r.name: r for r in pool.status.cells or []}
         rows = await self._observe(pool, backend, cells, prev, workload, now)
-        outer = await plan_for_pool(self.infra, pool, backend, cells, workload is not None)
+        outer = await plan_for_pool(self.hosts, pool, backend, cells, workload is not None)
         await self._mark(backend, cells, outer.drain, DrainCause.OUTER_NODE_DRAIN, now)
         join = await read_join_template(self.infra, pool)
         current_hash = template_hash(pool, join.digest)
