@@ -200,6 +200,33 @@ def _allocatable_gpus(node: Mapping[str, Any]) -> int:
         return 0
 
 
+def _gpu_capacity(
+    node: Mapping[str, Any],
+    gate: Mapping[str, str],
+    device_plugin_mode: bool,
+    dra_devices: int | None,
+) -> GPUCapacity:
+    """What the Node advertises of its GPUs: the register annotation, the gate labels and
+    ``nvidia.com/gpu`` allocatable in DevicePlugin mode; the ResourceSlices' HAMi devices in
+    DRA mode (no gate, no allocatable: HAMi-DRA writes neither)."""
+    labels: Mapping[str, str] = _get(node, "metadata", "labels") or {}
+    annotations: Mapping[str, str] = _get(node, "metadata", "annotations") or {}
+    preflight = annotations.get(GPU_PREFLIGHT_ANNOTATION, "")
+    if not device_plugin_mode:
+        return GPUCapacity(
+            gate_label_on=True,
+            healthy_devices=dra_devices,
+            allocatable_gpus=None,
+            preflight=preflight,
+        )
+    return GPUCapacity(
+        gate_label_on=all(labels.get(k) == v for k, v in gate.items()),
+        healthy_devices=healthy_hami_devices(annotations.get(HAMI_REGISTER_ANNOTATION)),
+        allocatable_gpus=_allocatable_gpus(node),
+        preflight=preflight,
+    )
+
+
 def observe_node(
     node: Mapping[str, Any] | None,
     lease: Mapping[str, Any] | None,
@@ -225,7 +252,6 @@ def observe_node(
     if node is None:
         return NodeStatus()
     labels: Mapping[str, str] = _get(node, "metadata", "labels") or {}
-    annotations: Mapping[str, str] = _get(node, "metadata", "annotations") or {}
     ready = _condition(node, "Ready")
     beat = KubeletHeartbeat(
         lease_read=lease_read,
@@ -234,14 +260,7 @@ def observe_node(
         ready_heartbeat_s=parse_time_s(_get(ready, "lastHeartbeatTime")),
     )
     gate = {"gpu": "on"} if gate_labels is None else gate_labels
-    capacity = GPUCapacity(
-        gate_label_on=not device_plugin_mode or all(labels.get(k) == v for k, v in gate.items()),
-        healthy_devices=healthy_hami_devices(annotations.get(HAMI_REGISTER_ANNOTATION))
-        if device_plugin_mode
-        else dra_devices,
-        allocatable_gpus=_allocatable_gpus(node) if device_plugin_mode else None,
-        preflight=annotations.get(GPU_PREFLIGHT_ANNOTATION, ""),
-    )
+    capacity = _gpu_capacity(node, gate, device_plugin_mode, dra_devices)
     ownership = node_ownership(
         labels,
         str(_get(node, "spec", "providerID") or ""),

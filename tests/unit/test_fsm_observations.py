@@ -228,6 +228,19 @@ def test_node_status_fallback_and_dra_mode() -> None:
     assert status.capacity.gate_label_on and status.capacity.allocatable_gpus is None
 
 
+def test_dra_mode_counts_slice_devices_not_the_register_annotation() -> None:
+    """DRA mode: the advertised count is the ResourceSlices' (the annotation is ignored, the
+    gate labels are not needed); DevicePlugin mode reads the annotation and the gate."""
+    ungated = node(labels=POOL.cell_labels(0), **REGISTER)
+    dra = observe_node(
+        ungated, None, False, POOL, frozenset(), T0, device_plugin_mode=False, dra_devices=2
+    )
+    assert (dra.capacity.healthy_devices, dra.capacity.gate_label_on) == (2, True)
+    plugin = observe_node(ungated, None, False, POOL, frozenset(), T0, dra_devices=2)
+    assert (plugin.capacity.healthy_devices, plugin.capacity.gate_label_on) == (1, False)
+    assert plugin.capacity.allocatable_gpus == 10
+
+
 def test_custom_gate_and_preflight() -> None:
     n = node(**{"cells.kubeswift.io/gpu-preflight": "ok"})
     status = observe_node(n, None, False, POOL, frozenset(), T0, gate_labels={"hami": "yes"})
