@@ -26,6 +26,7 @@ _MAX_PROBLEMS_IN_DETAIL = 3
 class MetricFamily(enum.StrEnum):
     CURRENT = "hami"  # hami_* names: HAMi >= 2.9
     LEGACY = "legacy"  # HAMi <= 2.8 (and v2.9+ with --legacy-metrics=true)
+    DRA = "hami_dra"  # HAMi-DRA's monitor (:8080), read for pools in capacity.hami.mode DRA
 
 
 class Unit(enum.StrEnum):
@@ -55,6 +56,10 @@ def _m(current: str | None, legacy: str | None, unit: Unit) -> CatalogueEntry:
     return CatalogueEntry(current, legacy, unit, "monitor")
 
 
+def _d(current: str, unit: Unit) -> CatalogueEntry:
+    return CatalogueEntry(current, None, unit, "dra-monitor")
+
+
 B, P, F, C, S = Unit.BYTES, Unit.PERCENT, Unit.FRACTION, Unit.COUNT, Unit.SECONDS
 CATALOGUE: tuple[CatalogueEntry, ...] = (
     _s("hami_build_info", None, Unit.INFO),
@@ -82,6 +87,13 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
     _m("hami_vgpu_memory_module_bytes", None, B),
     _m("hami_vgpu_memory_buffer_bytes", None, B),
     _m("hami_mig_device_info", "MigInfo", Unit.INFO),
+    # HAMi-DRA's monitor (hami-facts §5): core "ratios" really are 0-1 there.
+    _d("hami_dra_gpu_core_limit_ratio", F),
+    _d("hami_dra_gpu_memory_limit_bytes", B),
+    _d("hami_dra_gpu_core_allocated_ratio", F),
+    _d("hami_dra_gpu_memory_allocated_bytes", B),
+    _d("hami_dra_vgpu_core_allocated_ratio", F),
+    _d("hami_dra_vgpu_memory_allocated_bytes", B),
 )
 # Removed in v2.8.0 (PR #1562); never queried, listed so nobody reintroduces them.
 REMOVED_LEGACY_NAMES = ("vGPUPodsDeviceAllocated", "vGPUMemoryPercentage", "vGPUCorePercentage")
@@ -109,6 +121,16 @@ class Schema:
     uuid_label: str
     index_label: str
     names: Mapping[Quantity, str]
+    # Where a family has no per-GPU slot series (HAMi-DRA): the per-pod series whose pods
+    # present in a GPU's newest scrape are its slots used (one share per pod and device).
+    slot_series: str | None = None
+    cores_percent_per_unit: float = 1.0  # 100 where core ratios are exported on 0-1
+
+    @property
+    def series_names(self) -> tuple[str, ...]:
+        """Every series name the usage query selects."""
+        extra = (self.slot_series,) if self.slot_series else ()
+        return (*self.names.values(), *extra)
 
     def quantity_of(self, metric_name: str) -> Quantity | None:
         return next((q for q, name in self.names.items() if name == metric_name), None)
@@ -140,7 +162,21 @@ LEGACY = Schema(
         Quantity.SLOTS_USED: "GPUDeviceSharedNum",
     },
 )
-SCHEMAS: Mapping[MetricFamily, Schema] = {s.family: s for s in (CURRENT, LEGACY)}
+DRA = Schema(
+    MetricFamily.DRA,
+    node_label="node",
+    uuid_label="device_uuid",
+    index_label="device_index",
+    names={
+        Quantity.MEMORY_LIMIT: "hami_dra_gpu_memory_limit_bytes",
+        Quantity.CORES_LIMIT: "hami_dra_gpu_core_limit_ratio",
+        Quantity.MEMORY_ALLOCATED: "hami_dra_gpu_memory_allocated_bytes",
+        Quantity.CORES_ALLOCATED: "hami_dra_gpu_core_allocated_ratio",
+    },
+    slot_series="hami_dra_vgpu_memory_allocated_bytes",
+    cores_percent_per_unit=100.0,
+)
+SCHEMAS: Mapping[MetricFamily, Schema] = {s.family: s for s in (CURRENT, LEGACY, DRA)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,7 +201,7 @@ def usage_query(schema: Schema, node_names: Sequence[str], lookback_seconds: flo
     stopped answering still shows its last sample instead of vanishing behind a staleness
     marker, so "stale since N seconds" can be told apart from "never reported".
     """
-    names = any_of(list(schema.names.values()))
+    names = any_of(list(schema.series_names))
     matcher = _node_matcher(schema, node_names)
     return f'{{__name__=~"{names}",{matcher}}}[{duration(lookback_seconds)}]'
 
@@ -185,7 +221,11 @@ def pressure_queries(schema: Schema, node_names: Sequence[str]) -> dict[str, str
     return {
         "memory": ratio(Quantity.MEMORY_ALLOCATED, Quantity.MEMORY_LIMIT),
         "cores": ratio(Quantity.CORES_ALLOCATED, Quantity.CORES_LIMIT),
-        "slots": f"{by}({n[Quantity.SLOTS_USED]}{sel})",
+        "slots": (
+            f"{by}({n[Quantity.SLOTS_USED]}{sel})"
+            if Quantity.SLOTS_USED in n
+            else f"count by ({schema.node_label})({schema.slot_series}{sel})"
+        ),
     }
 
 

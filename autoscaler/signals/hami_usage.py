@@ -59,6 +59,8 @@ def interpret_usage(
     wanted = sorted(set(node_names))
     problems: list[str] = []
     picked = _pick_newest(result.series, schema, set(wanted), problems)
+    if schema.slot_series:
+        _count_slots(result.series, schema, picked)
     nodes: dict[str, NodeReading] = {}
     for node in wanted:
         if node in picked:
@@ -111,6 +113,35 @@ def _pick_newest(
     return picked
 
 
+def _count_slots(
+    series: Sequence[Series], schema: Schema, picked: dict[str, dict[_Key, _Picked]]
+) -> None:
+    """Slots used per GPU where the family has no slot series (HAMi-DRA): the pods whose
+    per-pod series is in the same (or a newer) scrape as the GPU's allocated-memory sample.
+
+    A pod that left keeps its old samples in the lookback window; counting only series as
+    new as the GPU's own newest sample counts the pods the exporter still reports.
+    """
+    newest: dict[tuple[str, str, str], float] = {}
+    for s in series:
+        if s.labels.get("__name__") != schema.slot_series or not s.samples:
+            continue
+        node, uuid = s.labels.get(schema.node_label, ""), s.labels.get(schema.uuid_label, "")
+        key = (node, uuid, f"{s.labels.get('namespace', '')}/{s.labels.get('pod', '')}")
+        newest[key] = max(newest.get(key, 0.0), s.newest[0])
+    for node, entries in picked.items():
+        for (uuid, quantity), entry in list(entries.items()):
+            if quantity is not Quantity.MEMORY_ALLOCATED:
+                continue
+            count = sum(
+                1
+                for (n, u, _), at in newest.items()
+                if n == node and u == uuid and at >= entry.timestamp
+            )
+            slot = _Picked(str(schema.slot_series), entry.labels, entry.timestamp, str(count))
+            entries[(uuid, Quantity.SLOTS_USED)] = slot
+
+
 def current_gpus(entries: dict[_Key, _Picked], schema: Schema) -> dict[_Key, _Picked]:
     """Of GPUs reported at the same device index of a node, only the newest-reporting one.
 
@@ -158,7 +189,8 @@ def _gpu_reading(
         values[quantity] = value
     for quantity in REQUIRED:
         if quantity not in entries:
-            problems.append(f"node {node} GPU {uuid}: no {schema.names[quantity]} series")
+            name = schema.names.get(quantity, schema.slot_series)
+            problems.append(f"node {node} GPU {uuid}: no {name} series")
     index_text = next(iter(entries.values())).labels.get(schema.index_label, "")
     mem, limit, slots = (values.get(q) for q in _INT_QUANTITIES)
     return GPUReading(
@@ -166,8 +198,8 @@ def _gpu_reading(
         index=int(index_text) if index_text.isdigit() else None,
         memory_allocated_mib=int(mem) if mem is not None else None,
         memory_limit_mib=int(limit) if limit is not None else None,
-        cores_allocated_percent=_float(values.get(Quantity.CORES_ALLOCATED)),
-        cores_limit_percent=_float(values.get(Quantity.CORES_LIMIT)),
+        cores_allocated_percent=_percent(values.get(Quantity.CORES_ALLOCATED), schema),
+        cores_limit_percent=_percent(values.get(Quantity.CORES_LIMIT), schema),
         slots_used=int(slots) if slots is not None else None,
     )
 
@@ -175,8 +207,12 @@ def _gpu_reading(
 _INT_QUANTITIES = (Quantity.MEMORY_ALLOCATED, Quantity.MEMORY_LIMIT, Quantity.SLOTS_USED)
 
 
-def _float(value: float | int | None) -> float | None:
-    return None if value is None else float(value)
+def _percent(value: float | int | None, schema: Schema) -> float | None:
+    """A core value on the 0-100 scale. HAMi-DRA exports 0-1 ratios: 0.3 x 100 is rounded
+    to 9 decimals so float error (30.000000000000004) does not ceil to a core more."""
+    if value is None or schema.cores_percent_per_unit == 1.0:
+        return None if value is None else float(value)
+    return round(float(value) * schema.cores_percent_per_unit, 9)
 
 
 def convert(quantity: Quantity, raw: str) -> tuple[float | int | None, str]:

@@ -26,8 +26,11 @@ class MetricsSource(Protocol):
         """An instant query; raises :class:`PrometheusUnavailable` on any fault."""
         ...
 
-    async def node_gpu_usage(self, node_names: Sequence[str]) -> MetricsReading:
-        """Per-node per-GPU HAMi allocations and a freshness verdict; never raises."""
+    async def node_gpu_usage(
+        self, node_names: Sequence[str], *, dra: bool = False
+    ) -> MetricsReading:
+        """Per-node per-GPU HAMi allocations and a freshness verdict; never raises.
+        ``dra``: the pool runs HAMi in DRA mode, read HAMi-DRA's ``hami_dra_*`` series."""
         ...
 
 

@@ -182,15 +182,21 @@ class PrometheusSource:
         except ResponseError as exc:
             raise PrometheusUnavailable(exc.kind, _fixed_detail(exc)) from None
 
-    async def node_gpu_usage(self, node_names: Sequence[str]) -> MetricsReading:
-        """HAMi allocations of ``node_names`` with a freshness verdict; faults read unfresh."""
+    async def node_gpu_usage(
+        self, node_names: Sequence[str], *, dra: bool = False
+    ) -> MetricsReading:
+        """HAMi allocations of ``node_names`` with a freshness verdict; faults read unfresh.
+
+        ``dra``: the pool's HAMi runs in DRA mode, whose allocations only HAMi-DRA's monitor
+        exports (``hami_dra_*``, hami-facts §5); the device-plugin names are not tried then.
+        """
         wanted = sorted(set(node_names))
         now = self._clock.now()
         if not wanted:
             health = MetricsHealth(fresh=True, age_seconds=0.0, detail="no nodes to read")
             return MetricsReading(health=health, nodes={}, family=self._family)
         try:
-            reading = await self._read(wanted, now)
+            reading = await self._read(wanted, now, dra)
         except PrometheusUnavailable as exc:
             since = self._last_fresh_at if self._last_fresh_at is not None else self._created_at
             detail = f"prometheus {exc.kind}: {exc.detail}"
@@ -200,13 +206,13 @@ class PrometheusSource:
         self._log(reading, now)
         return reading
 
-    async def _read(self, wanted: list[str], now: float) -> MetricsReading:
-        for schema in self._schemas_to_try():
+    async def _read(self, wanted: list[str], now: float, dra: bool = False) -> MetricsReading:
+        for schema in [SCHEMAS[MetricFamily.DRA]] if dra else self._schemas_to_try():
             query = usage_query(schema, wanted, self.lookback_seconds)
             result = await self.query(query, at=now)
             if result.result_type == "matrix" and not result.series:
                 continue
-            if result.result_type == "matrix":
+            if result.result_type == "matrix" and not dra:
                 self._family = schema.family
             return interpret_usage(
                 result,
@@ -216,9 +222,10 @@ class PrometheusSource:
                 stale_after_seconds=self.stale_after_seconds,
                 lookback_seconds=self.lookback_seconds,
             )
+        looked = "HAMi-DRA's hami_dra_*" if dra else "hami_* and legacy HAMi <= 2.8"
         detail = (
             f"no HAMi allocation series for node(s) {', '.join(wanted)} in the last "
-            f"{self.lookback_seconds:g}s (looked for hami_* and legacy HAMi <= 2.8 names)"
+            f"{self.lookback_seconds:g}s (looked for {looked} names)"
         )
         since = self._last_fresh_at if self._last_fresh_at is not None else self._created_at
         return unavailable(detail, now - since, self._family)

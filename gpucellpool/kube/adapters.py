@@ -210,7 +210,9 @@ class PrometheusUsage:
     ) -> tuple[Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
         try:
             source = await self._source(pool)
-            reading = await source.node_gpu_usage(nodes)
+            hami = pool.spec.capacity.hami
+            dra = hami is not None and hami.mode == "DRA"
+            reading = await source.node_gpu_usage(nodes, dra=dra)
         except (PrometheusUnavailable, ValueError, ApiError) as exc:
             detail = f"Prometheus unavailable: {type(exc).__name__}"
             return {}, MetricsHealth(False, 0.0, detail, read_failed=True)
