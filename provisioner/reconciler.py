@@ -40,14 +40,15 @@ from provisioner.drainer import drained_row, drive_drain
 from provisioner.events import EventSink, KubeEventSink, announce_pass
 from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
 from provisioner.fsm.drain import DrainCause
+from provisioner.fsm.drain_outer import OuterDrainPlan
 from provisioner.fsm.identity import POOL_FINALIZER
 from provisioner.fsm.inventory import physical_condition
 from provisioner.fsm.manifests import owner_reference
 from provisioner.fsm.membership import MembershipLimits, MembershipPlan
-from provisioner.fsm.rollout import template_hash
+from provisioner.fsm.rollout import RolloutPlan, template_hash
 from provisioner.fsm.rows import to_time, tombstone
 from provisioner.fsm.vocabulary import PRE_GPU_PHASES, StallReason
-from provisioner.inventory import free_physical_gpus, read_capacity
+from provisioner.inventory import HamiReading, free_physical_gpus, read_capacity
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.metrics_port import NO_METRICS, ProvisionerMetrics, ProvisionerRecorder
 from provisioner.outer_drain import HostSource, NodeGets, plan_for_pool
@@ -221,12 +222,10 @@ class Reconciler:
         plan = hold_scale_down(pool, cells, rows, plan, now, victims)
         await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)
         await self._mark(backend, cells, plan.replace, DrainCause.REPLACE_FAILED, now)
-        for cell in cells.values():
-            if cell.drain_cause:
-                previous = rows.get(cell.name) or prev.get(cell.name)
-                rows[cell.name] = await self._drain(
-                    pool, backend, cell, previous, workload, now, recorder
-                )
+        for cell in (c for c in cells.values() if c.drain_cause):
+            previous = rows.get(cell.name) or prev.get(cell.name)
+            step = await drive_drain(pool, cell, backend, workload, now, recorder)
+            rows[cell.name] = drained_row(pool, cell, previous, step, now)
         created = await self._create(pool, backend, plan, join, current_hash, prev, now)
         await spend_release_guard(self.infra, self.events, pool, cells, plan)
         rows.update(created)
@@ -234,23 +233,8 @@ class Reconciler:
         if workload is not None:
             await sweep_orphan_nodes(pool, workload, cells, now)
         hami = await read_capacity(workload, pool, rows.values(), desired, now, recorder)
-        summary = PassSummary(
-            reach,
-            desired,
-            str(plan.stall) if plan.stall else None,
-            plan.stall_message,
-            len(created),
-            updated_condition(rollout),
-            physical_condition(
-                free,
-                sum(1 for r in rows.values() if r.phase in PRE_GPU_PHASES),
-                plan.stall is StallReason.INSUFFICIENT_PHYSICAL_GPU,
-            ),
-            hami.condition,
-            free,
-            hami.capacity,
-            drain_requested=outer.condition,
-            provider=hami.provider,
+        summary = _summary(
+            reach, desired, plan, len(created), rollout, free, rows, hami=hami, outer=outer
         )
         return await self._publish(pool, rows, prev, summary, now)
 
@@ -328,19 +312,6 @@ class Reconciler:
             if cell is not None:
                 await mark_draining(backend.api, backend.outer_kind, cell, str(cause), now)
 
-    async def _drain(
-        self,
-        pool: GPUCellPool,
-        backend: CellBackend,
-        cell: CellObjects,
-        previous: CellStatus | None,
-        workload: KubeApi | None,
-        now: float,
-        recorder: ProvisionerRecorder,
-    ) -> CellStatus:
-        step = await drive_drain(pool, cell, backend, workload, now, recorder)
-        return drained_row(pool, cell, previous, step, now)
-
     async def _create(
         self,
         pool: GPUCellPool,
@@ -373,6 +344,40 @@ class Reconciler:
                 last_transition_time=to_time(now),
             )
         return created
+
+
+def _summary(
+    reach: Reachability,
+    desired: int,
+    plan: MembershipPlan,
+    created: int,
+    rollout: RolloutPlan,
+    free: int | None,
+    rows: dict[str, CellStatus],
+    *,
+    hami: HamiReading,
+    outer: OuterDrainPlan,
+) -> PassSummary:
+    """What a converge pass concluded, for the conditions and the capacity objects."""
+    physical = physical_condition(
+        free,
+        sum(1 for r in rows.values() if r.phase in PRE_GPU_PHASES),
+        plan.stall is StallReason.INSUFFICIENT_PHYSICAL_GPU,
+    )
+    return PassSummary(
+        reach,
+        desired,
+        str(plan.stall) if plan.stall else None,
+        plan.stall_message,
+        created,
+        updated_condition(rollout),
+        physical,
+        hami.condition,
+        free,
+        hami.capacity,
+        drain_requested=outer.condition,
+        provider=hami.provider,
+    )
 
 
 __all__ = ["PoolKey", "ReconcileResult", "Reconciler", "membership_limits"]
