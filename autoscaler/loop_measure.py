@@ -16,6 +16,7 @@ from autoscaler.loop_ports import ActivitySource, PoolRecorder
 from autoscaler.measured_use import (
     MeasuredUse,
     condition,
+    is_dra,
     judge,
     pods_by_cell,
     published,
@@ -39,7 +40,7 @@ async def measure(
     """Measured use of the pool's Ready cells (``nodes``: the Nodes Prometheus must report)."""
     by_cell = pods_by_cell(pool, by_node)
     reading: ActivityReading | None = None
-    if activity is not None and pool.spec.autoscaling.prometheus is not None:
+    if activity is not None and pool.spec.autoscaling.prometheus is not None and not is_dra(pool):
         pods = sorted({key for keys in by_cell.values() for key in keys})
         try:
             async with asyncio.timeout(timeout_s):

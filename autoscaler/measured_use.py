@@ -71,6 +71,8 @@ def judge(
     by_cell: Mapping[str, Sequence[str]],
 ) -> MeasuredUse:
     """The condition's status and reason, and the idle cells, from both readings."""
+    if pool.spec.autoscaling.prometheus is not None and is_dra(pool):
+        return _judge_dra(allocation)
     if pool.spec.autoscaling.prometheus is None or reading is None:
         msg = "spec.autoscaling.prometheus is not set: allocation from pod annotations only"
         return MeasuredUse(False, NOT_CONFIGURED, msg)
@@ -84,6 +86,28 @@ def judge(
         msg = f"HAMi monitor metrics not fresh ({reading.detail}): usage-driven scale-down frozen"
         return MeasuredUse(False, reading.verdict.value, msg, reading, verdict)
     return MeasuredUse(True, Verdict.FRESH.value, reading.detail, reading, verdict)
+
+
+def is_dra(pool: GPUCellPool) -> bool:
+    """HAMi in DRA mode: allocations from HAMi-DRA's monitor, which measures no use."""
+    hami = pool.spec.capacity.hami
+    return hami is not None and hami.mode == "DRA"
+
+
+def _judge_dra(allocation: MetricsHealth) -> MeasuredUse:
+    """A DRA pool: only the allocation series exist (hami-facts §5), so they alone decide.
+
+    No ``status.utilization`` and no idle cell follow from them: a ``scaleDownOn: Usage``
+    pool in DRA mode never finds a cell idle, it does not guess."""
+    if not allocation.fresh:
+        reason = Verdict.UNREACHABLE if allocation.read_failed else Verdict.STALE
+        msg = f"HAMi-DRA allocation metrics not fresh ({allocation.detail}): scale-down frozen"
+        return MeasuredUse(False, reason.value, msg)
+    msg = (
+        f"HAMi-DRA allocation metrics fresh ({allocation.detail}); HAMi-DRA exports no "
+        "measured utilisation, so no cell is judged idle by usage"
+    )
+    return MeasuredUse(True, Verdict.FRESH.value, msg)
 
 
 def condition(pool: GPUCellPool, use: MeasuredUse, now: float) -> JSON:

@@ -7,8 +7,12 @@ it is missing or garbage.
 
 from __future__ import annotations
 
+from typing import Any
+
+import tests.unit.test_loop_measured_use as measured
+from autoscaler.measured_use import judge
 from autoscaler.policy.hami_dra import DEVICE_CLASS, claim_usage
-from autoscaler.policy.types import GPUUsage
+from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
 from autoscaler.signals.hami_metrics import (
     CATALOGUE,
     CURRENT,
@@ -21,10 +25,12 @@ from autoscaler.signals.hami_metrics import (
 )
 from autoscaler.signals.hami_usage import interpret_usage
 from autoscaler.signals.promql import QueryResult, Series
+from gpucellpool.api.pool import GPUCellPool
 from simulations.twin.hami_dra import hami_slice, webhook_pod
 from simulations.twin.hami_dra_exporter import render_dra_metrics
 
 NOW = 1_800_000_000.0
+JSON = dict[str, Any]
 
 
 def device(uuid: str, index: int, *, mem_mib: int, cores: str, age: float = 5.0) -> list[Series]:
@@ -149,3 +155,30 @@ def test_twin_exporter_serves_what_the_claims_hold_and_the_reader_agrees() -> No
     expected = claim_usage(slices, claims, DEVICE_CLASS, 2)["cell-0"]
     assert reading.usage_by_node()["cell-0"] == (GPUUsage(20000, 50, 2), GPUUsage(0, 0, 0))
     assert reading.usage_by_node()["cell-0"] == expected
+
+
+def _dra_pool(**auto: Any) -> JSON:
+    raw: JSON = measured.pool(**auto)
+    raw["spec"]["capacity"]["hami"] = {"mode": "DRA", "deviceClassName": DEVICE_CLASS}
+    return raw
+
+
+async def test_a_dra_pool_is_metrics_available_from_allocations_alone() -> None:
+    activity = measured.Activity(idle_seconds=4000)
+    raw = _dra_pool(scaleDownOn="Usage", usageIdleWindow="1h", **measured.PROM)
+    decision, status = await measured.run(raw, activity)
+    assert activity.asked == []  # HAMi-DRA has no monitor utilisation series to read
+    cond = measured.metrics_available(status)
+    assert (cond["status"], cond["reason"]) == ("True", "Fresh")
+    assert "HAMi-DRA exports no measured utilisation" in cond["message"]
+    assert decision.reason is Reason.NO_IDLE_CELL and decision.victims == ()
+    assert "utilization" not in status  # nothing measured, nothing written
+
+
+def test_a_dra_pool_with_unfresh_allocations_is_not_available() -> None:
+    pool = GPUCellPool.model_validate(_dra_pool(**measured.PROM))
+    stale = judge(pool, MetricsHealth(False, 90.0, "node cell-0: stale"), None, {})
+    assert (stale.available, stale.reason) == (False, "Stale")
+    assert "HAMi-DRA allocation metrics not fresh (node cell-0: stale)" in stale.message
+    failed_read = MetricsHealth(False, 0.0, "refused", read_failed=True)
+    assert judge(pool, failed_read, None, {}).reason == "Unreachable"
