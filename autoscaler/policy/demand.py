@@ -190,7 +190,9 @@ def _containers(spec: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]
     return items
 
 
-def _unschedulable(status: Mapping[str, Any]) -> bool:
+def unschedulable(status: Mapping[str, Any]) -> bool:
+    """The pod's ``PodScheduled`` condition is False/Unschedulable (the scheduler tried and
+    found no node), in either HAMi mode."""
     for cond in status.get("conditions") or []:
         if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled":
             return cond.get("status") == "False" and cond.get("reason") == "Unschedulable"
@@ -209,7 +211,7 @@ def is_pending_hami_pod(pod: Mapping[str, Any], scheduler_name: str = "hami-sche
         return False
     if status.get("phase") != "Pending" or spec.get("nodeName"):
         return False
-    if spec.get("schedulerName") != scheduler_name or not _unschedulable(status):
+    if spec.get("schedulerName") != scheduler_name or not unschedulable(status):
         return False
     for key in ("containers", "initContainers"):
         items = _containers(spec, key)

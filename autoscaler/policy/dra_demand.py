@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autoscaler.policy.demand import _unschedulable, pod_key, summarise
+from autoscaler.policy.demand import pod_key, summarise, unschedulable
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.hami_dra import claim_asks, is_allocated
 from autoscaler.policy.pod_constraints import constraints_from_pod
@@ -47,7 +47,7 @@ def waits_on_claims(pod: Mapping[str, Any], scheduler_name: str) -> bool:
     if scheduler_name and scheduler != scheduler_name:
         return False
     claims = spec.get("resourceClaims")
-    return isinstance(claims, list) and bool(claims) and _unschedulable(status)
+    return isinstance(claims, list) and bool(claims) and unschedulable(status)
 
 
 def claim_names(pod: Mapping[str, Any]) -> list[str] | AskError:
