@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from autoscaler.policy.fit import place_asks, resources_fit
 from autoscaler.policy.types import CellShape, CellState, CellView, GPUAsk, GPUUsage, PendingPod
@@ -33,6 +34,9 @@ HEURISTICS = (BEST_FIT, FIRST_FIT, ARRIVAL)
 DEFAULT_HEURISTIC = FIRST_FIT
 NEW_CELL_PREFIX = "new-"
 TIER_READY, TIER_BOOTING, TIER_NEW = 0, 1, 2
+TIERS = {CellState.READY: TIER_READY, CellState.BOOTING: TIER_BOOTING}
+K = TypeVar("K")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,21 +76,32 @@ def _facts(gpus: tuple[GPUUsage, ...], shape: CellShape) -> tuple[float, int, bo
     return cell_utilisation(gpus, shape), max_free_mib, _holds_anything(gpus)
 
 
-# ``_facts`` by the identity of the usage tuple: a cell's usage is the very same tuple from call
-# to call while the cell is unchanged, and hashing eight GPUs' usage costs more than the facts.
-_FACTS_BY_ID: dict[int, tuple[tuple[GPUUsage, ...], CellShape, tuple[float, int, bool]]] = {}
-_FACTS_BY_ID_MAX = 1 << 16
+class _ByIdentity(Generic[K, T]):
+    """Values computed from (an immutable object, a shape), looked up by the object's identity.
+
+    A cell's view and usage are the very same objects from call to call while the cell is
+    unchanged (the live loop's cache, the simulator's world), and hashing eight GPUs' usage
+    costs more than what is computed from it. Entries hold their object, so an id is never
+    reused while remembered; the memo is emptied when full.
+    """
+
+    def __init__(self, compute: Callable[[K, CellShape], T], limit: int = 1 << 16) -> None:
+        self.compute = compute
+        self.limit = limit
+        self.entries: dict[int, tuple[K, CellShape, T]] = {}
+
+    def __call__(self, key: K, shape: CellShape) -> T:
+        hit = self.entries.get(id(key))
+        if hit is not None and hit[0] is key and hit[1] is shape:
+            return hit[2]
+        value = self.compute(key, shape)
+        if len(self.entries) >= self.limit:
+            self.entries.clear()
+        self.entries[id(key)] = (key, shape, value)
+        return value
 
 
-def _facts_of(gpus: tuple[GPUUsage, ...], shape: CellShape) -> tuple[float, int, bool]:
-    hit = _FACTS_BY_ID.get(id(gpus))
-    if hit is not None and hit[0] is gpus and hit[1] is shape:
-        return hit[2]
-    facts = _facts(gpus, shape)
-    if len(_FACTS_BY_ID) >= _FACTS_BY_ID_MAX:
-        _FACTS_BY_ID.clear()
-    _FACTS_BY_ID[id(gpus)] = (gpus, shape, facts)  # holds gpus: its id is not reused
-    return facts
+_facts_of = _ByIdentity(_facts)
 
 
 @dataclass(slots=True)
@@ -134,14 +149,25 @@ def _empty_gpus(count: int) -> tuple[GPUUsage, ...]:
     return tuple(GPUUsage() for _ in range(count))
 
 
+_Row = tuple[tuple[int, int, str], tuple[GPUUsage, ...], int]
+
+
+def _row(cell: CellView, shape: CellShape) -> _Row | None:
+    """A live cell's (bin order key, padded usage, most free MiB); None if not live."""
+    tier = TIERS.get(cell.state)
+    if tier is None:
+        return None
+    gpus = padded_usage(cell, shape)
+    return (tier, cell.index, cell.name), gpus, _facts_of(gpus, shape)[1]
+
+
+_row_of = _ByIdentity(_row)
+
+
 def _bins(cells: Sequence[CellView], shape: CellShape) -> list[_Bin]:
-    tiers = {CellState.READY: TIER_READY, CellState.BOOTING: TIER_BOOTING}
-    live = [c for c in cells if c.state in tiers]
-    live.sort(key=lambda c: (tiers[c.state], c.index, c.name))
-    bins = [_Bin(c.name, tiers[c.state], i, ()) for i, c in enumerate(live)]
-    for b, c in zip(bins, live, strict=True):
-        b.update(padded_usage(c, shape), shape)
-    return bins
+    rows = [row for row in (_row_of(c, shape) for c in cells) if row is not None]
+    rows.sort(key=lambda row: row[0])
+    return [_Bin(k[2], k[0], i, gpus, free) for i, (k, gpus, free) in enumerate(rows)]
 
 
 def _order(pods: Sequence[PendingPod], heuristic: str, shape: CellShape) -> list[PendingPod]:

@@ -32,7 +32,8 @@ ASKS = (
 def _clear_memos() -> None:
     packing._facts.cache_clear()
     packing._place.cache_clear()
-    packing._FACTS_BY_ID.clear()
+    packing._facts_of.entries.clear()
+    packing._row_of.entries.clear()
 
 
 def _random_cells(rng: random.Random, shape: CellShape, count: int) -> tuple[CellView, ...]:
