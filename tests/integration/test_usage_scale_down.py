@@ -270,7 +270,7 @@ async def test_usage_mode_drains_an_idle_allocated_cell_under_a_pdb(
             gone = lambda s: metrics_available(s) == ("False", "Unreachable")  # noqa: E731
             await alloc_watch.until(gone, 90, after=len(alloc_watch.seen))
             assert alloc_watch.seen[-1][1]["desiredReplicas"] == 1  # nothing scaled down
-            print(f"\nidle pod -> Usage victim after {waited:.1f}s (window {IDLE_WINDOW_S:g}s)")
+            print(f"\nUsage victim named {waited:.1f}s after both pools read fresh")
     finally:
         for task in (use_task, alloc_task):
             task.cancel()
