@@ -138,13 +138,39 @@ def test_workload_observer_rbac(helm: Path, tmp_path: Path) -> None:
     docs = render(helm, tmp_path, {"workloadObserverRBAC": {"enabled": True}})
     role = one(docs, "ClusterRole", "gpucellpool-observer")
     grants = {(res, verb) for r in rules(role) for res in r["resources"] for verb in r["verbs"]}
-    needs = [("nodes", "patch"), ("nodes", "delete"), ("pods", "list"),
-             ("pods/eviction", "create"), ("leases", "get"), ("namespaces", "watch"),
-             ("pods", "delete")]  # fmt: skip  (pods/delete: deletion.policy Force)
+    needs = [
+        ("nodes", "patch"),
+        ("nodes", "delete"),
+        ("pods", "list"),
+        ("pods/eviction", "create"),
+        ("leases", "get"),
+        ("namespaces", "watch"),
+        ("pods", "delete"),
+    ]  # fmt: skip  (pods/delete: deletion.policy Force)
     for needed in needs:
         assert needed in grants
     assert not any(res == "secrets" for res, _ in grants)
     assert not find(render(helm, tmp_path, {}), "ClusterRole", "gpucellpool-observer")
+
+
+def test_issue15_reads_stay_read_only(
+    rendered: dict[str, list[Doc]], helm: Path, tmp_path: Path
+) -> None:
+    """Least privilege for the rows issue 15 added: infrastructure Nodes (outer-node drain) and
+    HAMi's DRA objects in the workload cluster are read, never written."""
+    read = {"get", "list", "watch"}
+    manager = one(rendered["default"], "ClusterRole", f"{FULLNAME}-manager")
+    node_verbs = {v for r in rules(manager) if "nodes" in r["resources"] for v in r["verbs"]}
+    assert node_verbs == read
+    observer = one(
+        render(helm, tmp_path, {"workloadObserverRBAC": {"enabled": True}}),
+        "ClusterRole",
+        "gpucellpool-observer",
+    )
+    dra = {"resourceslices", "resourceclaims", "deviceclasses", "provisioningrequests"}
+    for rule in rules(observer):
+        if dra & set(rule["resources"]):
+            assert set(rule["verbs"]) <= read, rule
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
