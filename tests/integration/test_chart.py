@@ -145,8 +145,8 @@ def test_workload_observer_rbac(helm: Path, tmp_path: Path) -> None:
         ("pods/eviction", "create"),
         ("leases", "get"),
         ("namespaces", "watch"),
-        ("pods", "delete"),
-    ]  # fmt: skip  (pods/delete: deletion.policy Force)
+        ("pods", "delete"),  # deletion.policy Force
+    ]
     for needed in needs:
         assert needed in grants
     assert not any(res == "secrets" for res, _ in grants)
