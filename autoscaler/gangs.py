@@ -34,11 +34,12 @@ from autoscaler.gang_pods import Booking, placed_consumers, with_bookings
 from autoscaler.loop import Autoscaler
 from autoscaler.loop_ports import Clock, WorkloadSnapshot, WorkloadView
 from autoscaler.loop_state import PoolState
-from autoscaler.observe import index_pods, selector_matches
+from autoscaler.observe import index_pods
 from autoscaler.policy import gang, provreq
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.expander import assign
+from autoscaler.policy.pool_demand import selector_matches
 from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
 from autoscaler.sharing import eligible, option_of
 from gpucellpool.api.pool import GPUCellPool

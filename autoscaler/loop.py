@@ -51,19 +51,21 @@ from autoscaler.measured_use import published
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
-    claim_inputs,
-    counts_as_demand,
     index_pods,
     live_cell_names,
     nodes_to_read,
     observation,
-    pending_for_pool,
-    remember_first_seen,
     with_requested,
 )
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.decide import decide
 from autoscaler.policy.expander import PoolShare
+from autoscaler.policy.pool_demand import (
+    claim_inputs,
+    counts_as_demand,
+    pending_for_pool,
+    remember_first_seen,
+)
 from autoscaler.policy.types import (
     CellState,
     Decision,

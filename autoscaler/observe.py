@@ -4,9 +4,8 @@ Why this module exists: ``decide`` speaks in plain values; the caches hold raw m
 module is the translation, kept free of I/O and clocks so the loop's unit tests and the live
 loop build observations identically:
 
-* pending pods: hami-facts §3.3 (``is_pending_hami_pod``) plus the pool's demand selection
-  (schedulerName, podSelector, namespaceSelector); ``first_seen`` per pod UID is remembered by
-  the caller and passed in, so a pod's wait survives across decisions;
+* pending pods: ``autoscaler.policy.pool_demand`` (which pods a pool counts; its functions are
+  re-exported here for the loop, the router and the gang controller);
 * cells: the pool's status rows (the provisioner's truth about lifecycle) joined with the
   workload Nodes; per-GPU usage of Ready cells from the ``hami.io/vgpu-devices-allocated``
   annotation of the pods bound to the Node (hami-facts §2.2, HAMi's own source of truth), or
@@ -21,10 +20,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoscaler.policy.demand import is_pending_hami_pod, pending_pod_from_manifest
-from autoscaler.policy.dra_demand import dra_scheduler_name, pending_claim_pod, waits_on_claims
-from autoscaler.policy.errors import AskError
-from autoscaler.policy.hami_dra import claim_usage
+from autoscaler.policy.pool_demand import (
+    metadata,
+)
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -34,8 +32,6 @@ from autoscaler.policy.types import (
     Observation,
     PendingPod,
 )
-from gpucellpool.api.autoscaling import DemandSelection
-from gpucellpool.api.base import LabelSelector
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase
 
@@ -50,135 +46,6 @@ _BOOTING = {
     CellPhase.JOINING,
     CellPhase.AWAITING_GPU_CAPACITY,
 }
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
-    """metav1.LabelSelector semantics; None matches everything."""
-    if selector is None:
-        return True
-    for key, value in (selector.match_labels or {}).items():
-        if labels.get(key) != value:
-            return False
-    return all(
-        _requirement(str(r.operator), r.key, set(r.values or ()), labels)
-        for r in selector.match_expressions or []
-    )
-
-
-def _requirement(op: str, key: str, values: set[str], labels: Mapping[str, str]) -> bool:
-    present = key in labels
-    inside = present and labels[key] in values
-    return {"In": inside, "NotIn": not inside, "Exists": present, "DoesNotExist": not present}.get(
-        op, False
-    )
-
-
-def hami_mode(pool: GPUCellPool) -> str:
-    """``DRA`` or ``DevicePlugin``: where the pool's HAMi keeps capacity and asks."""
-    hami = pool.spec.capacity.hami
-    return "DRA" if hami is not None and hami.mode == "DRA" else "DevicePlugin"
-
-
-def counts_as_demand(
-    pod: Mapping[str, Any],
-    selection: DemandSelection,
-    namespace_labels: Mapping[str, str] | None,
-    mode: str | None = None,
-) -> bool:
-    """Pending for HAMi and inside the pool's demand selection.
-
-    ``mode`` (``hami_mode``): only device-plugin pods, or only pods waiting on claims (DRA);
-    None: either (routing, which may wake a pool too many).
-
-    The selectors are checked first: they are cheap, and with many pools sharing a cluster
-    most pods belong to another pool (the HAMi predicate costs ~10x a label match).
-    """
-    if not selector_matches(selection.pod_selector, _meta(pod).get("labels") or {}):
-        return False
-    if selection.namespace_selector is not None and not (
-        namespace_labels is not None
-        and selector_matches(selection.namespace_selector, namespace_labels)
-    ):
-        return False
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-    scheduler = selection.scheduler_name or str((spec or {}).get("schedulerName", ""))
-    if mode != "DRA" and is_pending_hami_pod(pod, scheduler):
-        return True
-    dra_scheduler = dra_scheduler_name(selection.scheduler_name)
-    return mode != "DevicePlugin" and waits_on_claims(pod, dra_scheduler)
-
-
-def _pending_pod(
-    pool: GPUCellPool, pod: JSON, seen: float, claims: Mapping[str, JSON] | None
-) -> PendingPod | AskError | None:
-    """Device-plugin pods by their resources; in DRA mode, pods waiting on HAMi claims by the
-    claims' requests (``claims`` by ``namespace/name``); None: not this pool's kind of pod."""
-    hami = pool.spec.capacity.hami
-    if hami is not None and hami.mode == "DRA":
-        spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-        if claims is None or not (spec or {}).get("resourceClaims"):
-            return None
-        return pending_claim_pod(pod, claims, hami.device_class_name or "", seen)
-    parsed = pending_pod_from_manifest(pod, seen)
-    if isinstance(parsed, AskError) and waits_on_claims(pod, ""):
-        return None  # a pod of HAMi DRA (no device-plugin resources): not this pool's demand
-    return parsed
-
-
-def pending_for_pool(
-    pool: GPUCellPool,
-    pods: Iterable[JSON],
-    namespace_labels: Mapping[str, Mapping[str, str]],
-    first_seen: Mapping[str, float],
-    claims: Mapping[str, JSON] | None = None,
-) -> tuple[tuple[PendingPod, ...], tuple[tuple[str, AskError], ...]]:
-    """The pool's pending pods (with remembered first-seen times) and the malformed ones.
-
-    ``claims``: the workload cluster's ResourceClaims by ``namespace/name`` (DRA mode)."""
-    selection = pool.spec.autoscaling.demand
-    out: list[PendingPod] = []
-    bad: list[tuple[str, AskError]] = []
-    for pod in pods:
-        meta = _meta(pod)
-        ns_labels = namespace_labels.get(str(meta.get("namespace", "")))
-        if not counts_as_demand(pod, selection, ns_labels):
-            continue
-        seen = first_seen.get(str(meta.get("uid", "")))
-        if seen is None:
-            continue  # the caller records first_seen before building; never guess "now"
-        parsed = _pending_pod(pool, pod, seen, claims)
-        if parsed is None:
-            continue
-        if isinstance(parsed, AskError):
-            bad.append((f"{meta.get('namespace')}/{meta.get('name')}", parsed))
-        else:
-            out.append(parsed)
-    out.sort(key=lambda p: (p.first_seen, p.key))
-    return tuple(out), tuple(bad)
-
-
-def claim_inputs(
-    pool: GPUCellPool, claims: Sequence[JSON], slices: Sequence[JSON], gpus: int
-) -> tuple[dict[str, JSON] | None, dict[str, tuple[GPUUsage, ...]] | None]:
-    """HAMi DRA mode: the claims by ``namespace/name`` (for ``pending_for_pool``) and the usage
-    they hold per Node (for ``CellInputs.claim_usage``); (None, None) in device-plugin mode."""
-    hami = pool.spec.capacity.hami
-    if hami is None or hami.mode != "DRA":
-        return None, None
-    by_key = {f"{_meta(c).get('namespace')}/{_meta(c).get('name')}": c for c in claims}
-    return by_key, claim_usage(slices, claims, hami.device_class_name or "", gpus)
-
-
-def remember_first_seen(
-    previous: Mapping[str, float], pending_uids: Iterable[str], now: float
-) -> dict[str, float]:
-    """Keep the first time each still-pending UID was seen; forget pods no longer pending."""
-    return {uid: previous.get(uid, now) for uid in pending_uids}
 
 
 def _plan_entries(plan: str) -> list[tuple[str, int, int]]:
@@ -208,7 +75,7 @@ def usage_from_pods(pods: Iterable[Mapping[str, Any]], gpus: int) -> tuple[GPUUs
         status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
         if (status or {}).get("phase") in _TERMINAL:
             continue
-        plan = (_meta(pod).get("annotations") or {}).get(ALLOCATED_ANNOTATION)
+        plan = (metadata(pod).get("annotations") or {}).get(ALLOCATED_ANNOTATION)
         for uuid, mem, cores in _plan_entries(str(plan or "")):
             entry = per_gpu[uuid]
             entry[0] += mem

@@ -29,7 +29,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.observe import PodIndex, counts_as_demand
+from autoscaler.observe import PodIndex
+from autoscaler.policy.pool_demand import counts_as_demand
 from gpucellpool.api.autoscaling import DemandSelection
 from gpucellpool.api.pool import POOL_LABEL
 

@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.observe import counts_as_demand, hami_mode
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.demand import pod_key
 from autoscaler.policy.expander import PoolOption, PoolShare, assign
+from autoscaler.policy.pool_demand import counts_as_demand, hami_mode
 from autoscaler.policy.types import PendingPod
 from gpucellpool.api.autoscaling import AutoscalingMode, DemandSelection
 from gpucellpool.api.pool import GPUCellPool
@@ -37,7 +37,7 @@ class Rival:
     option: PoolOption
     selection: DemandSelection
     mode: str = "DevicePlugin"
-    """Its HAMi mode (``observe.hami_mode``): a DRA pool wants only pods waiting on claims."""
+    """Its HAMi mode (``pool_demand.hami_mode``): a DRA pool wants only pods waiting on claims."""
 
 
 def pool_key(pool: GPUCellPool) -> str:

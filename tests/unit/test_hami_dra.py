@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from autoscaler.observe import counts_as_demand
 from autoscaler.policy.dra_demand import dra_scheduler_name, pending_claim_pod, waits_on_claims
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.fit import fits_fresh_cell
@@ -19,6 +18,7 @@ from autoscaler.policy.hami_dra import (
     claim_usage,
     slice_devices,
 )
+from autoscaler.policy.pool_demand import counts_as_demand
 from autoscaler.policy.types import CellShape, GPUAsk, GPUUsage, NodeTemplate
 from gpucellpool.api.autoscaling import DemandSelection
 from provisioner.fsm.dra_capacity import dra_cell_capacity, dra_devices, dra_registration, read_dra

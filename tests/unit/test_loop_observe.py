@@ -21,14 +21,12 @@ from autoscaler.explain import Outcome, carry_victims
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
-    counts_as_demand,
     observation,
     raised,
-    remember_first_seen,
-    selector_matches,
     usage_from_pods,
     with_requested,
 )
+from autoscaler.policy.pool_demand import counts_as_demand, remember_first_seen, selector_matches
 from autoscaler.policy.types import CellShape, CellState, CellView, GPUUsage, MetricsHealth
 from gpucellpool.api.autoscaling import DemandSelection
 from gpucellpool.api.base import LabelSelector

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.observe import index_pods, pending_for_pool, pods_by_node
+from autoscaler.observe import index_pods, pods_by_node
+from autoscaler.policy.pool_demand import pending_for_pool
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.kube.adapters import CacheWorkloadView
 from gpucellpool.kube.cache import Query, WatchCache
