@@ -14,7 +14,10 @@ devices of a ResourceSlice, and pods wait on ResourceClaims that kube-scheduler 
   then each claim's ``status.allocation`` (results with ``consumedCapacity`` and a
   ``shareID``, a node selector) and ``reservedFor`` are written and the pod is bound. Otherwise
   the pod is left Pending with ``PodScheduled=False/Unschedulable`` and the default
-  scheduler's "cannot allocate all claims" message. No CEL selectors are evaluated.
+  scheduler's "cannot allocate all claims" message. No CEL selectors are evaluated;
+* ``release_claims`` plays kube-controller-manager's resourceclaim controller (the harness
+  does not run it): a claim's ``reservedFor`` entries of pods that are gone are dropped, and a
+  claim reserved by nobody is deallocated, so an evicted pod's device share is free again.
 """
 
 from __future__ import annotations
@@ -235,6 +238,7 @@ class SimulatedDRAScheduler(PollingController):
     poll_s: float = 0.1
 
     async def step(self) -> None:
+        await release_claims(self.workload, self.namespace)
         selector = f"spec.nodeName=,spec.schedulerName={DEFAULT_SCHEDULER}"
         pods = await self.workload.list(KINDS["Pod"], self.namespace, field_selector=selector)
         waiting = [p for p in pods if (p.get("spec") or {}).get("resourceClaims")]
@@ -312,3 +316,21 @@ class SimulatedDRAScheduler(PollingController):
         with contextlib.suppress(Conflict, NotFound):  # bound or gone meanwhile
             await self.workload.create(binding)
         return updated
+
+
+async def release_claims(workload: KubeApi, namespace: str | None) -> None:
+    """Drop ``reservedFor`` pods that no longer exist (by UID); deallocate unreserved claims."""
+    live = {str(p["metadata"].get("uid")) for p in await workload.list(KINDS["Pod"], namespace)}
+    for claim in await workload.list(RESOURCE_CLAIM, namespace):
+        status = claim.get("status") or {}
+        reserved = status.get("reservedFor") or []
+        kept = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in live]
+        if not status.get("allocation") or (kept == reserved and reserved):
+            continue
+        # JSON merge patch: null removes a field (a claim reserved by nobody is deallocated)
+        patch = {"reservedFor": kept} if kept else {"reservedFor": None, "allocation": None}
+        meta = claim["metadata"]
+        with contextlib.suppress(NotFound, Conflict):
+            await workload.patch(
+                RESOURCE_CLAIM, meta["namespace"], meta["name"], {"status": patch}, status=True
+            )
