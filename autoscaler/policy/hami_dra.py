@@ -171,6 +171,17 @@ def _request_ask(i: int, request: Mapping[str, Any]) -> DeviceAsk | AskError:
     return DeviceAsk(count, memory, cores)
 
 
+def _asks_for_class(subrequests: object, device_class: str) -> bool:
+    """A prioritised list (``firstAvailable``) names ``device_class`` in one of its
+    alternatives (or cannot be read: then it may, and is refused rather than ignored)."""
+    if not isinstance(subrequests, list):
+        return True
+    return any(
+        not isinstance(sub, Mapping) or sub.get("deviceClassName") == device_class
+        for sub in subrequests
+    )
+
+
 def claim_asks(claim: Mapping[str, Any], device_class: str) -> tuple[DeviceAsk, ...] | AskError:
     """The requests of ``device_class`` in a ResourceClaim (empty: none asks for HAMi GPUs)."""
     requests = _map(claim, "spec", "devices").get("requests") or []
@@ -181,9 +192,11 @@ def claim_asks(claim: Mapping[str, Any], device_class: str) -> tuple[DeviceAsk, 
         if not isinstance(request, Mapping):
             return AskError(f"spec.devices.requests[{i}]", "request: expected an object")
         if "firstAvailable" in request:
-            return AskError(
-                f"spec.devices.requests[{i}].firstAvailable", "prioritised lists are not sized"
-            )
+            if _asks_for_class(request.get("firstAvailable"), device_class):
+                return AskError(
+                    f"spec.devices.requests[{i}].firstAvailable", "prioritised lists are not sized"
+                )
+            continue  # another driver's prioritised list: not a HAMi GPU ask
         if _map(request, "exactly").get("deviceClassName") != device_class:
             continue
         ask = _request_ask(i, request)

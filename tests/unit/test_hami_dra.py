@@ -146,8 +146,19 @@ def test_all_mode_and_prioritised_lists_cannot_be_sized() -> None:
     claim = _claim()
     claim["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "All"
     assert isinstance(claim_asks(claim, DEVICE_CLASS), AskError)
-    claim["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": []}]
+    hami = {"name": "a", "deviceClassName": DEVICE_CLASS}
+    claim["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [hami]}]
     assert isinstance(claim_asks(claim, DEVICE_CLASS), AskError)
+
+
+def test_another_drivers_prioritised_list_does_not_hide_the_gpu_ask() -> None:
+    """A claim asking a HAMi GPU and, through ``firstAvailable``, another driver's device:
+    the GPU is still demand; the other list is not HAMi's to size."""
+    claim = _claim("4Gi", "30")
+    nic = {"name": "nic", "firstAvailable": [{"name": "a", "deviceClassName": "nic.example"}]}
+    claim["spec"]["devices"]["requests"].append(nic)
+    asks = claim_asks(claim, DEVICE_CLASS)
+    assert isinstance(asks, tuple) and [(a.memory_mib, a.cores) for a in asks] == [(4096, 30)]
 
 
 def _pending(pod: JSON, scheduler: str | None = None) -> JSON:
