@@ -66,7 +66,8 @@ def option_of(pool: GPUCellPool) -> PoolOption:
 # eligible). A pool object is immutable once validated, and a changed pool arrives as a new
 # object, so "is" tells whether the memo is current. Building an option costs ~0.15 ms (the
 # spec mapping and the shape choice); without the memo 50 pools deciding per burst paid it
-# 50 x 50 times. One entry per pool name ever seen (a few bytes each).
+# 50 x 50 times. One entry per pool name ever seen, holding that pool's last object (a
+# deleted pool's stays until the process restarts: bounded by the names, not by time).
 _RIVALS: dict[str, tuple[GPUCellPool, Rival | None]] = {}
 
 
