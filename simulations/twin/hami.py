@@ -77,6 +77,7 @@ from simulations.twin.hami_placement import (
     node_state,
     place,
 )
+from simulations.twin.pod_lifecycle import parse_rfc3339
 
 log = logging.getLogger("simulations.twin.hami")
 BINDING = kind_of("Binding", "v1")
@@ -121,6 +122,10 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return _meta(obj).get("annotations") or {}
 
 
+def _started_at(pod: Mapping[str, Any]) -> float | None:
+    return parse_rfc3339((pod.get("status") or {}).get("startTime"))
+
+
 def _phase(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
@@ -152,7 +157,7 @@ def book(node: NodeState, pod: Mapping[str, Any], plan: str) -> None:
                 entry.uuid,
                 entry.memory_mib,
                 entry.cores,
-                idle_since(_annotations(pod)),
+                idle_since(_annotations(pod), _started_at(pod)),
             )
         )
 

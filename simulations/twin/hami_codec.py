@@ -37,19 +37,29 @@ NO_PREEMPTION_VICTIMS = "No preemption victims found for incoming pod"
 PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 _NATURAL = re.compile(r"(\d+)")
 # The twin's stand-in for what a real GPU pod does with its allocation: unix seconds at which
-# the pod stops launching kernels (absent: busy for its whole life, using what it was given).
-# Set by tests and by the trace player from the trace's ``usage`` column; the twin's monitor
-# series (``twin.hami_exporter``) follow it.
+# the pod stops launching kernels (absent: busy for its whole life, using what it was given),
+# or seconds after its start (the trace player writes that from the trace's ``usage`` column).
+# The twin's monitor series (``twin.hami_exporter``) follow it.
 IDLE_SINCE_ANNOTATION = "sim.cells.kubeswift.io/idle-since"
+BUSY_SECONDS_ANNOTATION = "sim.cells.kubeswift.io/busy-seconds"
 
 
-def idle_since(annotations: Mapping[str, str]) -> float | None:
-    """The pod's idle-since time, or None when absent or not a finite number."""
+def _finite(text: str | None) -> float | None:
     try:
-        value = float(annotations.get(IDLE_SINCE_ANNOTATION, ""))
+        value = float(text or "")
     except ValueError:
         return None
     return value if math.isfinite(value) else None
+
+
+def idle_since(annotations: Mapping[str, str], started_at: float | None = None) -> float | None:
+    """When the pod stops computing: ``idle-since``, else ``busy-seconds`` after
+    ``started_at``; None (busy) when neither applies or a value is not a finite number."""
+    absolute = _finite(annotations.get(IDLE_SINCE_ANNOTATION))
+    if absolute is not None:
+        return absolute
+    busy = _finite(annotations.get(BUSY_SECONDS_ANNOTATION))
+    return None if busy is None or started_at is None else started_at + max(0.0, busy)
 
 
 @dataclass(frozen=True, slots=True)

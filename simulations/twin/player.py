@@ -30,7 +30,7 @@ from autoscaler.policy.types import GPUAsk
 from provisioner.clock import Clock
 from provisioner.kube import JSON, Conflict, KubeApi, kind_of
 from simulations.traces.model import TracePod, sort_pods
-from simulations.twin.hami_codec import SCHEDULER_NAME
+from simulations.twin.hami_codec import BUSY_SECONDS_ANNOTATION, SCHEDULER_NAME
 from simulations.twin.pod_lifecycle import DURATION_ANNOTATION
 
 CONFIG_MAP = kind_of("ConfigMap", "v1")
@@ -50,6 +50,13 @@ def hami_limits(ask: GPUAsk) -> dict[str, str]:
     if ask.cores_percent:
         limits["nvidia.com/gpucores"] = str(ask.cores_percent)
     return limits
+
+
+def _busy(pod: TracePod, speed: float) -> dict[str, str]:
+    """The trace's ``usage`` as the twin's busy-seconds annotation (none when busy to the end)."""
+    if pod.usage >= 1:
+        return {}
+    return {BUSY_SECONDS_ANNOTATION: f"{pod.usage * pod.duration_seconds / speed:.3f}"}
 
 
 def pod_name(prefix: str, index: int, total: int) -> str:
@@ -85,6 +92,7 @@ def trace_pod_manifest(
                 DURATION_ANNOTATION: f"{pod.duration_seconds / speed:.3f}",
                 TRACE_KEY_ANNOTATION: pod.key,
                 ARRIVAL_ANNOTATION: f"{pod.arrival_seconds:g}",
+                **_busy(pod, speed),
             },
         },
         "spec": spec,

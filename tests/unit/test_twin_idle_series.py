@@ -11,10 +11,13 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscaler.policy.types import GPUAsk
 from autoscaler.signals.hami_activity import ACTIVITY_SCHEMAS, idle_cells, interpret_activity
 from autoscaler.signals.hami_metrics import MetricFamily
 from autoscaler.signals.promql import QueryResult, Series
+from simulations.traces import TracePod
 from simulations.twin.hami_codec import (
+    BUSY_SECONDS_ANNOTATION,
     IDLE_SINCE_ANNOTATION,
     ContainerAllocation,
     Device,
@@ -23,6 +26,7 @@ from simulations.twin.hami_codec import (
     idle_since,
 )
 from simulations.twin.hami_exporter import render_metrics
+from simulations.twin.player import trace_pod_manifest
 
 NOW = 1_800_000_000.0
 GPU0 = Device("GPU-0", 0, 10, 24576, 100, "NVIDIA GeForce GTX 1080", True)
@@ -93,3 +97,19 @@ def test_the_operator_reads_the_twin_exposition_as_one_idle_pod() -> None:
 def test_idle_since_annotation_is_read_or_ignored(text: str, expected: float | None) -> None:
     assert idle_since({IDLE_SINCE_ANNOTATION: text}) == expected
     assert idle_since({}) is None
+
+
+def test_busy_seconds_count_from_the_pods_start() -> None:
+    notes = {BUSY_SECONDS_ANNOTATION: "90"}
+    assert idle_since(notes, started_at=NOW) == NOW + 90
+    assert idle_since(notes) is None  # not started: busy
+    both = {**notes, IDLE_SINCE_ANNOTATION: "5"}
+    assert idle_since(both, started_at=NOW) == 5  # an explicit time wins
+
+
+def test_the_player_writes_the_usage_column_as_busy_seconds() -> None:
+    ask = GPUAsk(memory_percent=100, cores_percent=100)
+    quiet = trace_pod_manifest(TracePod("q", 0.0, 600.0, ask, usage=0.25), "q", "ns", speed=2.0)
+    assert quiet["metadata"]["annotations"][BUSY_SECONDS_ANNOTATION] == "75.000"
+    busy = trace_pod_manifest(TracePod("b", 0.0, 600.0, ask), "b", "ns")
+    assert BUSY_SECONDS_ANNOTATION not in busy["metadata"]["annotations"]
