@@ -6,19 +6,25 @@ What these prove: when the infrastructure Node hosting cells is cordoned, the po
 pod), deletes their guests and replaces them with new guests that KubeSwift (the twin, like the
 scheduler) puts on the schedulable host; afterwards the condition is False. And: a pool stalled
 by the hopeless-pool guard stays stalled under a release-guard value other than "true", and
-creates again under "true", after which the operator removes the annotation.
+creates again under "true", after which the operator removes the annotation. And, with the
+operator's graph (``gpucellpool.app.App``): a cordon starts the drain at once, through the
+infrastructure Node watch, not on the pool's next periodic pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 
+from gpucellpool.app import App
 from provisioner.events import EVENT
 from provisioner.fsm.identity import RELEASE_GUARD_ANNOTATION
 from provisioner.fsm.membership import MembershipLimits
 from provisioner.kube import JSON, KINDS, KubeApi
+from provisioner.reconciler import IDLE_REQUEUE_S, PoolKey, Reconciler, ReconcileResult
 from simulations.harness import ClusterEndpoint
 from simulations.twin.kubeswift import GuestFault
 from simulations.twin.scenario import poll_until, swiftguest_pool
@@ -31,6 +37,7 @@ from tests.integration.provisioner_support import (
     running_pool,
     status,
 )
+from tests.integration.test_loop_helpers import start_app
 
 DRAIN_ANNOTATION = "cells.kubeswift.io/drain"
 
@@ -179,3 +186,91 @@ async def test_release_guard_true_lifts_the_hopeless_pool_guard_once(
     events = await infra_api.list(EVENT, namespace)
     used = [e for e in events if e["reason"] == "ReleaseGuardUsed"]
     assert len(used) == 1 and "rg-0" in used[0]["note"]
+
+
+NEVER_S = 3600.0  # the idle pool's periodic pass, stretched past the test's deadlines
+
+
+@dataclasses.dataclass
+class IdleNever:
+    """The operator's reconciler, but an idle pool is not looked at again for ``NEVER_S``:
+    once a pass found the pool idle, only a wake-up (a watch event) starts another. Records
+    when each pass started (monotonic seconds)."""
+
+    inner: Reconciler
+    starts: list[float] = dataclasses.field(default_factory=list)
+    running: bool = False
+    idle: bool = False
+
+    async def reconcile_once(self, key: PoolKey) -> ReconcileResult:
+        self.starts.append(time.monotonic())
+        self.running = True
+        try:
+            result = await self.inner.reconcile_once(key)
+        finally:
+            self.running = False
+        self.idle = result.requeue_after_s == IDLE_REQUEUE_S
+        return dataclasses.replace(result, requeue_after_s=NEVER_S) if self.idle else result
+
+
+async def test_a_cordon_starts_the_drain_at_once_through_the_node_watch(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    infra: ClusterEndpoint,
+    workload: ClusterEndpoint,
+    namespace: str,
+    hosts: tuple[str, str],
+) -> None:
+    infra_api = apis[0]
+    host_a, host_b = hosts
+    key = (namespace, "wd")
+    async with running_pool(apis, workload, swiftguest_pool("wd", namespace)) as run:
+        run.twin.kubeswift.hosts = hosts  # the twin places; the App (not run) reconciles
+        app: App = await start_app(infra, namespace, "nodewatch", provision=True)
+        try:
+            slow = IdleNever(app.reconciler)
+            app.driver.reconciler = slow
+            app.driver.idle_requeue_s = NEVER_S
+            woken: list[tuple[float, tuple[str, str]]] = []
+            wake = app.nodes.wake
+
+            def recorded(pool: tuple[str, str]) -> None:
+                woken.append((time.monotonic(), pool))
+                wake(pool)
+
+            app.nodes.wake = recorded
+
+            async def settled() -> bool:
+                """Ready on host_a, the last pass found it idle and no wake-up is pending.
+                Once Ready, the twin's kubelet stops its 1 s status heartbeats (a real one
+                reports every 5 min; the Lease stays fresh for 90 s, longer than this test):
+                each would wake the pool through its workload Node."""
+                pool = await infra_api.get(KINDS["GPUCellPool"], namespace, "wd")
+                on_a = ready_with(1)(pool) and row(pool, "wd-0").get("hostNode") == host_a
+                if on_a:
+                    run.twin.nodes.lease_renew_s = NEVER_S
+                entry = app.driver.pools.get(key)
+                quiet = entry is not None and not entry.wake.is_set() and not slow.running
+                return on_a and quiet and slow.idle and app.nodes.cache.synced.is_set()
+
+            await poll_until(settled, timeout_s=60)
+            reads = app.nodes.fallback_reads
+            woken.clear()  # the mirror's first list may have woken it for a host appearing
+            await _cordon(infra_api, host_b, False)  # nobody's host: wakes nobody
+            cordoned_at = time.monotonic()
+            await _cordon(infra_api, host_a, True)
+
+            async def marked() -> bool:
+                return await _marked(infra_api, namespace) == {"wd-0"}
+
+            await poll_until(marked, timeout_s=60)
+            waited_s = time.monotonic() - cordoned_at
+        finally:
+            await app.stop()
+    # The idle pool's next periodic pass was NEVER_S away: the Node watch woke it, and the
+    # first pass after the cordon started only after that wake-up.
+    assert woken and {pool for _, pool in woken} == {key}
+    after = [t for t in slow.starts if t >= cordoned_at]
+    assert after and after[0] >= woken[0][0]
+    assert waited_s < 60 < NEVER_S
+    assert app.nodes.fallback_reads == reads  # the mirror answered: no GET per host
+    print(f"cordon -> drain mark: {waited_s:.2f} s")
