@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from gpucellpool.kube.cache import JSON, ListWatch, Query, WatchCache, object_key
 from gpucellpool.provisioning import owner_pool
+from provisioner.backends.swiftguest import guest_placement
 from provisioner.fsm.drain_outer import HostNode
 from provisioner.fsm.host_wake import PoolKey, drain_signal, route_host_change
 from provisioner.outer_drain import HostSource, host_node
@@ -40,13 +41,6 @@ def status_hosts(raw: JSON) -> frozenset[str]:
     """The ``hostNode`` of a GPUCellPool's status rows (malformed rows are skipped)."""
     rows = (raw.get("status") or {}).get("cells") or []
     return frozenset(str(r["hostNode"]) for r in rows if isinstance(r, dict) and r.get("hostNode"))
-
-
-def guest_host(guest: JSON) -> str:
-    """The infrastructure Node a SwiftGuest runs on ('' while unplaced)."""
-    status = guest.get("status") or {}
-    gpu = status.get("gpu") or {}
-    return str(status.get("nodeName") or gpu.get("nodeName") or "")
 
 
 class InfraNodes:
@@ -92,7 +86,7 @@ class InfraNodes:
         if kind == "DELETED" or owner is None:
             self._guests.pop(key, None)
         else:
-            self._guests[key] = (owner, guest_host(obj))
+            self._guests[key] = (owner, guest_placement(obj)[0] or "")
 
     def _node_changed(self, kind: str, obj: JSON) -> None:
         try:
