@@ -36,7 +36,7 @@ from autoscaler.policy.hami_dra import (
 )
 from provisioner.inventory import RESOURCE_CLAIM, RESOURCE_SLICE
 from provisioner.kube import KubeApi
-from simulations.twin.hami_exporter import CONTENT_TYPE, MIB
+from simulations.twin.hami_exporter import MIB, serve_metrics
 
 _DEVICE = ["node", "device_uuid", "device_index", "device_name", "device_type"]
 _VGPU = ["namespace", "pod", *_DEVICE]
@@ -105,16 +105,9 @@ async def start_hami_dra_exporter(
     """Serve ``/metrics`` from the workload cluster's slices and claims, read on each scrape;
     returns the runner (``await runner.cleanup()``) and the bound port."""
 
-    async def metrics(_: web.Request) -> web.Response:
+    async def text() -> str:
         slices = await workload.list(RESOURCE_SLICE)
         claims = await workload.list(RESOURCE_CLAIM)
-        text = render_dra_metrics(slices, claims)
-        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+        return render_dra_metrics(slices, claims)
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner, int(runner.addresses[0][1])
+    return await serve_metrics(text, host, port)

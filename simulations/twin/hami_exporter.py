@@ -25,7 +25,7 @@ exports them and as the operator's legacy reader and the dashboard's legacy pane
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -198,9 +198,21 @@ async def start_hami_exporter(
     """Serve ``/metrics`` for ``hami``; returns the runner (``await runner.cleanup()``) and port.
     ``legacy_metrics``: also the v2.8 names, as ``--legacy-metrics=true`` does."""
 
+    async def text() -> str:
+        return hami.metrics_text(legacy_metrics=legacy_metrics)
+
+    return await serve_metrics(text, host, port)
+
+
+async def serve_metrics(
+    text: Callable[[], Awaitable[str]], host: str, port: int
+) -> tuple[web.AppRunner, int]:
+    """Serve ``/metrics`` (the exposition ``text()`` returns on each scrape) on ``host:port``
+    (0: a free port); returns the runner (``await runner.cleanup()``) and the bound port."""
+
     async def metrics(_: web.Request) -> web.Response:
-        text = hami.metrics_text(legacy_metrics=legacy_metrics)
-        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+        body = (await text()).encode()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

@@ -59,7 +59,6 @@ from tests.integration.test_loop_helpers import (
     condition,
     create_pool,
     decision,
-    start_app,
     watch_pool,
 )
 from tests.integration.test_usage_scale_down import operator, prometheus  # noqa: F401 (fixture)
@@ -97,74 +96,49 @@ def _provider(s: JSON) -> JSON:
 async def test_dra_pool_is_ready_from_slices_and_scales_on_a_pending_claim(
     infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
 ) -> None:
-    infra_api, workload_api = await client_for(infra), await client_for(workload)
-    twin_infra = await api_for(infra.kubeconfig_path)
-    twin_workload = await api_for(workload.kubeconfig_path)
-    await install_device_class(twin_workload)
-    await twin_infra.apply(join_secret(namespace))
     pool = dra_capacity(autoscaled_pool("dra", namespace, "dra"))
     pool["spec"]["autoscaling"]["minReplicas"] = 1
-    app = await start_app(infra, namespace, "solo", provision=True)
-    watch, task = await watch_pool(infra_api, namespace, "dra")
-    twin = Twin(twin_infra, twin_workload, SystemClock(), namespace)
-    twin.nodes.dra, twin.nodes.device_memory_mib = True, GIB_24
-    scheduler = SimulatedDRAScheduler(
-        twin_workload, SystemClock(), namespace, "cells.kubeswift.io/pool=dra"
-    )
-    sched_task = asyncio.create_task(scheduler.run())
-    try:
-        async with twin:
-            started = time.monotonic()
-            await create_pool(infra_api, workload, pool)
-            _, ready = await watch.until(
-                lambda s: (
-                    s.get("readyCells") == 1
-                    and (s.get("workloadCapacity") or {}).get("mode") == "DRA"
-                ),
-                120,
-            )
-            print(f"\nDRA pool Ready from its ResourceSlice: {time.monotonic() - started:.1f}s")
-            capacity = ready["workloadCapacity"]
-            assert capacity["gpuDevices"] == 1
-            assert capacity["gpuMemory"]["total"] == "24Gi"
-            await watch.until(lambda s: _provider(s).get("reason") == "HAMiDetected", 60)
-            node = await twin_workload.get(KINDS["Node"], None, "dra-0")
-            annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
-            assert "hami.io/node-nvidia-register" not in annotations
+    started = time.monotonic()
+    async with dra_scene(infra, workload, namespace, pool) as scene:
+        watch, twin_workload = scene.watch, scene.workload
+        _, ready = await watch.until(
+            lambda s: (
+                s.get("readyCells") == 1 and (s.get("workloadCapacity") or {}).get("mode") == "DRA"
+            ),
+            120,
+        )
+        print(f"\nDRA pool Ready from its ResourceSlice: {time.monotonic() - started:.1f}s")
+        capacity = ready["workloadCapacity"]
+        assert capacity["gpuDevices"] == 1
+        assert capacity["gpuMemory"]["total"] == "24Gi"
+        await watch.until(lambda s: _provider(s).get("reason") == "HAMiDetected", 60)
+        node = await twin_workload.get(KINDS["Node"], None, "dra-0")
+        annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+        assert "hami.io/node-nvidia-register" not in annotations
 
-            await _submit(twin_workload, namespace, "first", "dra", 16000)
-            await poll_until(lambda: _is(twin_workload, namespace, "first", "dra-0"), 60)
-            await watch.until(
-                lambda s: (
-                    (s.get("workloadCapacity") or {}).get("gpuMemory", {}).get("allocated")
-                    == "16000Mi"
-                ),
-                60,
-            )
-            print(f"first claim allocated on dra-0: {time.monotonic() - started:.1f}s")
-            await _submit(twin_workload, namespace, "second", "dra", 16000)
-            pending_at = time.monotonic()
-            await watch.until(lambda s: s.get("desiredReplicas") == 2, 60)
-            await watch.until(lambda s: s.get("readyCells") == 2, 120)
-            await poll_until(lambda: _is(twin_workload, namespace, "second", "dra-1"), 60)
-            print(f"pending claim -> hosted on a new cell: {time.monotonic() - pending_at:.1f}s")
-            claim = await twin_workload.get(RESOURCE_CLAIM, namespace, f"{namespace}-second-main")
-            assert claim is not None
-            results = claim["status"]["allocation"]["devices"]["results"]
-            assert [(r["pool"], r["device"]) for r in results] == [("dra-1", "hami-gpu-0")]
-            _, settled = await watch.until(
-                lambda s: s.get("readyCells") == 2 and decision(s).get("reason") != "ScaledUp", 60
-            )
-            assert settled["desiredReplicas"] == 2  # both cells busy with their claims: no more
-    finally:
-        for t in (task, sched_task):
-            t.cancel()
-        for t in (task, sched_task):
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        await app.stop()
-        for client in (infra_api, workload_api, twin_infra, twin_workload):
-            await client.close()
+        await _submit(twin_workload, namespace, "first", "dra", 16000)
+        await poll_until(lambda: _is(twin_workload, namespace, "first", "dra-0"), 60)
+        await watch.until(
+            lambda s: (
+                (s.get("workloadCapacity") or {}).get("gpuMemory", {}).get("allocated") == "16000Mi"
+            ),
+            60,
+        )
+        print(f"first claim allocated on dra-0: {time.monotonic() - started:.1f}s")
+        await _submit(twin_workload, namespace, "second", "dra", 16000)
+        pending_at = time.monotonic()
+        await watch.until(lambda s: s.get("desiredReplicas") == 2, 60)
+        await watch.until(lambda s: s.get("readyCells") == 2, 120)
+        await poll_until(lambda: _is(twin_workload, namespace, "second", "dra-1"), 60)
+        print(f"pending claim -> hosted on a new cell: {time.monotonic() - pending_at:.1f}s")
+        claim = await twin_workload.get(RESOURCE_CLAIM, namespace, f"{namespace}-second-main")
+        assert claim is not None
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert [(r["pool"], r["device"]) for r in results] == [("dra-1", "hami-gpu-0")]
+        _, settled = await watch.until(
+            lambda s: s.get("readyCells") == 2 and decision(s).get("reason") != "ScaledUp", 60
+        )
+        assert settled["desiredReplicas"] == 2  # both cells busy with their claims: no more
 
 
 async def _is(api: KubeApi, namespace: str, pod: str, node: str) -> bool:
