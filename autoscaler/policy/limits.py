@@ -9,7 +9,9 @@ Keeping that arithmetic here keeps ``decide`` short and lets it be tested on its
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -93,7 +95,11 @@ def trim(
     limit: int | None = None,
 ) -> tuple[tuple[float, V], ...]:
     """Pairs no older than ``horizon_seconds``, at most ``limit`` of the newest."""
-    kept = tuple((t, v) for t, v in pairs if now - t <= horizon_seconds)
+    # ``now - t <= horizon_seconds`` for each pair, evaluated in C (decide trims every call)
+    ages = map(operator.sub, itertools.repeat(now), map(operator.itemgetter(0), pairs))
+    kept = tuple(
+        itertools.compress(pairs, map(operator.ge, itertools.repeat(horizon_seconds), ages))
+    )
     return kept[-limit:] if limit else kept
 
 
