@@ -8,6 +8,10 @@ it is missing or garbage.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import respx
 
 import tests.unit.test_loop_measured_use as measured
 from autoscaler.measured_use import judge
@@ -24,6 +28,7 @@ from autoscaler.signals.hami_metrics import (
     usage_query,
 )
 from autoscaler.signals.hami_usage import interpret_usage
+from autoscaler.signals.prometheus import PrometheusSource
 from autoscaler.signals.promql import QueryResult, Series
 from gpucellpool.api.pool import GPUCellPool
 from simulations.twin.hami_dra import hami_slice, webhook_pod
@@ -182,3 +187,25 @@ def test_a_dra_pool_with_unfresh_allocations_is_not_available() -> None:
     assert "HAMi-DRA allocation metrics not fresh (node cell-0: stale)" in stale.message
     failed_read = MetricsHealth(False, 0.0, "refused", read_failed=True)
     assert judge(pool, failed_read, None, {}).reason == "Unreachable"
+
+
+class _Clock:
+    def now(self) -> float:
+        return NOW
+
+
+async def test_the_source_asks_only_for_hami_dra_names_for_a_dra_pool() -> None:
+    url = "http://prometheus.test:9090"
+    empty = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    with respx.mock(assert_all_called=True) as router:
+        route = router.post(f"{url}/api/v1/query").mock(
+            return_value=httpx.Response(200, json=empty)
+        )
+        async with PrometheusSource(url, clock=_Clock()) as source:
+            reading = await source.node_gpu_usage(["cell-0"], dra=True)
+    assert route.call_count == 1  # the device-plugin names are not tried for a DRA pool
+    query = parse_qs(route.calls.last.request.content.decode())["query"][0]
+    assert query.startswith('{__name__=~"hami_dra_gpu_core_allocated_ratio|')
+    assert not reading.health.fresh and not reading.health.read_failed
+    assert "looked for HAMi-DRA's hami_dra_* names" in reading.health.detail
+    assert source.family is None  # a DRA answer says nothing about the device-plugin family
