@@ -160,12 +160,36 @@ def route_pod(
 def route_node(
     before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, routes: ClusterRoutes
 ) -> Wake:
+    if before is not None and after is not None and _node_facts(before) == _node_facts(after):
+        return Wake(NONE, NONE)  # a status heartbeat: nothing either controller reads changed
     owners = NONE
     for node in (before, after):
         meta = _meta(node)
         if meta:
             owners |= node_pools(str(meta.get("name") or ""), meta.get("labels") or {}, routes)
     return Wake(owners, owners)
+
+
+def _node_facts(node: Mapping[str, Any]) -> tuple[object, ...]:
+    """What a Node event can change for a pool: its labels and annotations (HAMi's
+    registration and handshake), its spec (unschedulable, taints), capacity, allocatable and
+    each condition's type, status and reason - not the heartbeat times a kubelet refreshes."""
+    meta = _meta(node)
+    status = node.get("status") or {}
+    conditions = status.get("conditions") or []
+    return (
+        meta.get("labels"),
+        meta.get("annotations"),
+        meta.get("deletionTimestamp"),
+        node.get("spec"),
+        status.get("capacity"),
+        status.get("allocatable"),
+        [
+            (c.get("type"), c.get("status"), c.get("reason"))
+            for c in conditions
+            if isinstance(c, Mapping)
+        ],
+    )
 
 
 def route_namespace(routes: ClusterRoutes) -> Wake:

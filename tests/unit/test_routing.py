@@ -187,3 +187,26 @@ def test_pod_index_follows_events_like_a_rebuild() -> None:
     assert handed_out.unbound == () and not handed_out.by_node  # snapshots never change
     r.event(WL, "SECRET", {})
     assert r.pod_index(WL, len(live)) is None  # forgotten until the new caches report again
+
+
+def test_a_node_heartbeat_wakes_nobody_a_real_change_wakes_its_pool() -> None:
+    r = router(pool("a", "ta"))
+    first = node("a-1")
+    first["status"] = {
+        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "t0"}]
+    }
+    assert r.event(WL, "ADDED", first).act == {A}
+    beat = copy.deepcopy(first)
+    beat["metadata"]["resourceVersion"] = "2"
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "t1"
+    wake = r.event(WL, "MODIFIED", beat)
+    assert not wake.act and not wake.decide
+    not_ready = copy.deepcopy(beat)
+    not_ready["status"]["conditions"][0]["status"] = "False"
+    assert r.event(WL, "MODIFIED", not_ready).act == {A}
+    cordoned = copy.deepcopy(not_ready)
+    cordoned["spec"] = {"unschedulable": True}
+    assert r.event(WL, "MODIFIED", cordoned).decide == {A}
+    registered = copy.deepcopy(cordoned)
+    registered["metadata"].setdefault("annotations", {})["hami.io/node-nvidia-register"] = "x"
+    assert r.event(WL, "MODIFIED", registered).act == {A}
