@@ -7,7 +7,7 @@ decision), builds the ``Observation`` from the caches (``autoscaler.observe``), 
 and publishes the outcome (``autoscaler.explain``) through the ``PoolWriter`` port: status, the
 ScalingActive condition, an Event when the reason changes, metrics, and the policy memory. An
 event that left the decision's inputs unchanged decides nothing (``Autoscaler._unchanged``), and
-status is written only when the outcome changed (``Autoscaler._due``). A pool's failure is
+status is written only when the outcome changed (``autoscaler.loop_publish``). A pool's failure is
 logged and counted and never touches another pool's task. Time comes only from the injected
 ``Clock`` (whose ``sleep`` a test can drive virtually); nothing here imports a Kubernetes client.
 """
@@ -17,26 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from autoscaler.explain import (
     MEMORY_ANNOTATION,
-    Outcome,
-    carry_victims,
     decode_memory,
     drifted,
-    encode_memory,
-    note,
-    outcome,
-    parse_rfc3339,
-    status_apply_body,
-    with_cell_shape,
-    with_demand,
-    with_share,
 )
-from autoscaler.loop_measure import add_to_status, due, measure, record
+from autoscaler.loop_measure import measure, record
 from autoscaler.loop_ports import (
     ActivitySource,
     Clock,
@@ -46,13 +36,12 @@ from autoscaler.loop_ports import (
     WorkloadSnapshot,
     WorkloadView,
 )
-from autoscaler.loop_state import LoopSettings, PoolState, record_metrics, scale_facts
-from autoscaler.measured_use import published
+from autoscaler.loop_publish import Publisher, requested_target, victims_in_force
+from autoscaler.loop_state import LoopSettings, PoolState, record_metrics
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
     index_pods,
-    live_cell_names,
     nodes_to_read,
     observation,
     with_requested,
@@ -112,14 +101,22 @@ class Autoscaler:
     ) -> None:
         self.activity = activity  # HAMi monitor (measured use): autoscaler.loop_measure
         self.workload = workload
-        self.writer = writer
         self.clock = clock
         self.metrics = metrics
         self.usage = usage
         self.settings = settings or LoopSettings()
         self.is_leader = is_leader
         self.pools: dict[tuple[str, str], PoolState] = {}
-        self._writes = asyncio.Semaphore(self.settings.writes_in_flight)
+        self.publisher = Publisher(writer, self.settings)
+
+    @property
+    def writer(self) -> PoolWriter:
+        """Where outcomes are written (the publisher's port; replaceable, e.g. to count writes)."""
+        return self.publisher.writer
+
+    @writer.setter
+    def writer(self, value: PoolWriter) -> None:
+        self.publisher.writer = value
 
     # -- inputs from the watches ----------------------------------------------------------
 
@@ -275,7 +272,7 @@ class Autoscaler:
         if self.is_leader():
             # Memory is committed only once the decision is published: a failed write must
             # not leave the policy believing it scaled when nobody was told.
-            await self._publish(state, decision, obs.workload_cluster_reachable, now)
+            await self.publisher.publish(state, decision, obs.workload_cluster_reachable, now)
             if self.metrics is not None and self.is_leader():  # not if deposed meanwhile
                 recorder = self.metrics.pool(*_key(pool))
                 state.latency_reported = record_metrics(recorder, state, decision, obs, now)
@@ -332,8 +329,8 @@ class Autoscaler:
         inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked, claim_use)
         cells, unknown = cells_for_pool(pool, inputs, now)
         since = state.memory.last_scale_up_at if state.memory else None
-        victims = self._victims(state)
-        cells = with_requested(cells, self._requested(state), since or now, victims)
+        victims = victims_in_force(state)
+        cells = with_requested(cells, requested_target(state), since or now, victims)
         leaving = {c.name for c in cells if c.state is CellState.DRAINING}
         unknown = [name for name in unknown if name not in leaving]  # going: no need to know
         timeout_s = self.settings.usage_timeout_s
@@ -369,89 +366,6 @@ class Autoscaler:
         identity = self._identity(pool)
         same = (s.pool for s in self.pools.values() if self._identity(s.pool) == identity)
         return rivals_of(pool, same)
-
-    @staticmethod
-    def _victims(state: PoolState) -> tuple[str, ...]:
-        """The cells our scale-down in force chose (the provisioner drains exactly those)."""
-        if state.published is not None:
-            return state.published.victims if state.published.act else ()
-        last = state.raw_status.get("lastDecision") or {}
-        victims = last.get("victims") if last.get("act") else None
-        return tuple(str(v) for v in victims) if isinstance(victims, list) else ()
-
-    @staticmethod
-    def _requested(state: PoolState) -> int:
-        """The target the provisioner is working toward (ours once we have acted)."""
-        if state.published is not None and state.published.act:
-            return state.published.desired
-        value = state.raw_status.get("desiredReplicas")
-        return value if isinstance(value, int) else 0
-
-    async def _publish(
-        self, state: PoolState, decision: Decision, reachable: bool, now: float
-    ) -> None:
-        pool, persist_s = state.pool, self.settings.memory_persist_s
-        live = live_cell_names(pool)
-        shared = with_share(outcome(decision, reachable), state.share)
-        out = carry_victims(shared, self._victims(state), live)
-        out = self._with_status_facts(state, out, decision, reachable, now)
-        changed = self._due(state, out, now) or due(state.measured, state.measured_published)
-        if changed:
-            if state.event_reason is None:  # after a restart or takeover: what status says,
-                # read before our write (its watch event may update raw_status meanwhile)
-                state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
-            body = status_apply_body(pool, out, state.raw_status, now)
-            if state.measured is not None:
-                add_to_status(body, pool, state.measured, state.raw_status, now)
-                state.measured_published = published(state.measured)
-            await self._write(lambda: self.writer.apply_status(body))
-            state.published, state.status_written_at = out, now
-            if state.event_reason != out.reason:
-                warn = not reachable
-                await self._write(lambda: self.writer.event(pool, out.reason, note(out), warn))
-                state.event_reason = out.reason
-        facts = scale_facts(decision.memory)
-        if facts != state.facts_written or now - state.memory_written_at >= persist_s:
-            text = encode_memory(decision.memory)
-            await self._write(lambda: self.writer.annotate(pool, MEMORY_ANNOTATION, text))
-            state.memory_written_at, state.facts_written = now, facts
-
-    @staticmethod
-    def _with_status_facts(
-        state: PoolState, out: Outcome, decision: Decision, read: bool, now: float
-    ) -> Outcome:
-        """``out`` with ``status.demand`` / ``demandFreeSince`` (``read``: the pending pods were
-        read) and the ``CellShapeKnown`` condition of the shape this decision packed with."""
-        if state.published is not None:
-            previous = state.published.demand_free_since
-        else:  # after a restart or takeover: what status says
-            previous = parse_rfc3339(state.raw_status.get("demandFreeSince"))
-        out = with_demand(out, decision, read, previous, now)
-        choice = pool_shape(state.pool)
-        return with_cell_shape(out, choice.source.value, choice.message)
-
-    async def _write(self, call: Callable[[], Awaitable[None]]) -> None:
-        """One write, at most ``writes_in_flight`` at once across pools: a request queued here
-        does not run its timeout down while an overloaded apiserver works through the others."""
-        async with self._writes:
-            await call()
-
-    def _due(self, state: PoolState, out: Outcome, now: float) -> bool:
-        """Whether ``out`` must be written to status now.
-
-        Yes when it differs from what we published in anything but the message. A message-only
-        change (a hold's text counts the seconds since the last scale-up, so it changes on every
-        decision) is written at most every ``message_refresh_s``: the status stays consistent
-        (its ``lastDecision.time`` says when that text was true) without a write per decision.
-        """
-        published = state.published
-        if published is None:
-            return True
-        if out == published:
-            return False
-        if replace(out, message=published.message) != published:
-            return True
-        return now - state.status_written_at >= self.settings.message_refresh_s
 
 
 def _meta(obj: JSON, field_name: str) -> str:

@@ -1,0 +1,128 @@
+"""Publishing one pool's decision: status, the Event on a new reason, the policy memory.
+
+Why this module exists: deciding and telling are separate jobs. The loop (``autoscaler.loop``)
+observes and decides; this module turns a ``Decision`` into the writes a user and the provisioner
+read, and decides when a write is due at all: status only when the outcome changed (a
+message-only change at most every ``message_refresh_s``), an Event only when the reason changed,
+the memory annotation when its scale facts changed or every ``memory_persist_s``. Writes go
+through the ``PoolWriter`` port, at most ``writes_in_flight`` at once across pools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from autoscaler.explain import (
+    MEMORY_ANNOTATION,
+    Outcome,
+    carry_victims,
+    encode_memory,
+    note,
+    outcome,
+    parse_rfc3339,
+    status_apply_body,
+    with_cell_shape,
+    with_demand,
+    with_share,
+)
+from autoscaler.loop_measure import add_to_status, due
+from autoscaler.loop_ports import PoolWriter
+from autoscaler.loop_state import LoopSettings, PoolState, scale_facts
+from autoscaler.measured_use import published
+from autoscaler.observe import live_cell_names
+from autoscaler.policy.config import pool_shape
+from autoscaler.policy.types import Decision
+
+
+def victims_in_force(state: PoolState) -> tuple[str, ...]:
+    """The cells our scale-down in force chose (the provisioner drains exactly those)."""
+    if state.published is not None:
+        return state.published.victims if state.published.act else ()
+    last = state.raw_status.get("lastDecision") or {}
+    victims = last.get("victims") if last.get("act") else None
+    return tuple(str(v) for v in victims) if isinstance(victims, list) else ()
+
+
+def requested_target(state: PoolState) -> int:
+    """The target the provisioner is working toward (ours once we have acted)."""
+    if state.published is not None and state.published.act:
+        return state.published.desired
+    value = state.raw_status.get("desiredReplicas")
+    return value if isinstance(value, int) else 0
+
+
+class Publisher:
+    """Writes each pool's outcome when it is due (``is_leader`` is checked by the caller)."""
+
+    def __init__(self, writer: PoolWriter, settings: LoopSettings) -> None:
+        self.writer = writer
+        self.settings = settings
+        self._writes = asyncio.Semaphore(settings.writes_in_flight)
+
+    async def publish(
+        self, state: PoolState, decision: Decision, reachable: bool, now: float
+    ) -> None:
+        pool, persist_s = state.pool, self.settings.memory_persist_s
+        live = live_cell_names(pool)
+        shared = with_share(outcome(decision, reachable), state.share)
+        out = carry_victims(shared, victims_in_force(state), live)
+        out = self._with_status_facts(state, out, decision, reachable, now)
+        changed = self._due(state, out, now) or due(state.measured, state.measured_published)
+        if changed:
+            if state.event_reason is None:  # after a restart or takeover: what status says,
+                # read before our write (its watch event may update raw_status meanwhile)
+                state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
+            body = status_apply_body(pool, out, state.raw_status, now)
+            if state.measured is not None:
+                add_to_status(body, pool, state.measured, state.raw_status, now)
+                state.measured_published = published(state.measured)
+            await self._write(lambda: self.writer.apply_status(body))
+            state.published, state.status_written_at = out, now
+            if state.event_reason != out.reason:
+                warn = not reachable
+                await self._write(lambda: self.writer.event(pool, out.reason, note(out), warn))
+                state.event_reason = out.reason
+        facts = scale_facts(decision.memory)
+        if facts != state.facts_written or now - state.memory_written_at >= persist_s:
+            text = encode_memory(decision.memory)
+            await self._write(lambda: self.writer.annotate(pool, MEMORY_ANNOTATION, text))
+            state.memory_written_at, state.facts_written = now, facts
+
+    @staticmethod
+    def _with_status_facts(
+        state: PoolState, out: Outcome, decision: Decision, read: bool, now: float
+    ) -> Outcome:
+        """``out`` with ``status.demand`` / ``demandFreeSince`` (``read``: the pending pods were
+        read) and the ``CellShapeKnown`` condition of the shape this decision packed with."""
+        if state.published is not None:
+            previous = state.published.demand_free_since
+        else:  # after a restart or takeover: what status says
+            previous = parse_rfc3339(state.raw_status.get("demandFreeSince"))
+        out = with_demand(out, decision, read, previous, now)
+        choice = pool_shape(state.pool)
+        return with_cell_shape(out, choice.source.value, choice.message)
+
+    async def _write(self, call: Callable[[], Awaitable[None]]) -> None:
+        """One write, at most ``writes_in_flight`` at once across pools: a request queued here
+        does not run its timeout down while an overloaded apiserver works through the others."""
+        async with self._writes:
+            await call()
+
+    def _due(self, state: PoolState, out: Outcome, now: float) -> bool:
+        """Whether ``out`` must be written to status now.
+
+        Yes when it differs from what we published in anything but the message. A message-only
+        change (a hold's text counts the seconds since the last scale-up, so it changes on every
+        decision) is written at most every ``message_refresh_s``: the status stays consistent
+        (its ``lastDecision.time`` says when that text was true) without a write per decision.
+        """
+        published = state.published
+        if published is None:
+            return True
+        if out == published:
+            return False
+        if replace(out, message=published.message) != published:
+            return True
+        return now - state.status_written_at >= self.settings.message_refresh_s
