@@ -25,20 +25,37 @@ class ConditionType(StrEnum):
     """Condition types on a GPUCellPool (the original's set, then ours)."""
 
     READY = "Ready"
+    """Provisioner: every desired cell is Ready (False while unreachable or while the capacity
+    provider is not ready, with that reason)."""
     WORKLOAD_CLUSTER_REACHABLE = "WorkloadClusterReachable"
+    """Provisioner: the workload cluster answered with the pool's kubeconfig Secret (reasons
+    Connected, CredentialInvalid, Forbidden, Unreachable)."""
     CAPACITY_PROVIDER_READY = "CapacityProviderReady"
+    """Provisioner: HAMi registers the cells' GPUs (reasons below)."""
     PHYSICAL_GPUS_AVAILABLE = "PhysicalGPUsAvailable"
+    """Provisioner: the infrastructure cluster has free physical GPUs for the cells being
+    created (False: InsufficientPhysicalGPU)."""
     CAPACITY_AVAILABLE = "CapacityAvailable"
+    """Provisioner: HAMi room is left on the Ready cells (CapacityFree, Saturated,
+    Heterogeneous, ScaledToZero, Unknown)."""
     PROGRESSING = "Progressing"
+    """Provisioner: cells are being created or drained; False with the stall reason when
+    membership cannot go on (e.g. InsufficientPhysicalGPU, EvictionBlocked)."""
     SCALING_ACTIVE = "ScalingActive"
+    """Autoscaler: demand was readable; the reason is the last decision's (ScaledUp, Stabilizing,
+    AtMaxReplicas, ...). Present only when autoscaling is enabled."""
     UPDATED = "Updated"
+    """Provisioner: every non-draining cell runs the current guestTemplate (AllCellsCurrent,
+    TemplateChanged, RollingUpdate, UpdateBlocked)."""
     CELL_DRAIN_REQUESTED = "CellDrainRequested"
-    """True while an infrastructure Node hosting a cell is cordoned or drained (those cells
-    are drained and replaced elsewhere, within the disruption budget)."""
+    """Provisioner: True while an infrastructure Node hosting a cell is cordoned or drained
+    (those cells are drained and replaced elsewhere, within the disruption budget)."""
     METRICS_AVAILABLE = "MetricsAvailable"
-    """Ours: Prometheus utilisation is fresh (False freezes scale-down)."""
+    """Ours (autoscaler): Prometheus allocation and measured use are fresh (False freezes
+    usage-driven scale-down; NotConfigured without spec.autoscaling.prometheus)."""
     DEGRADED = "Degraded"
-    """Ours: the stored pool breaks an admission rule, so the provisioner launches nothing."""
+    """Ours (provisioner): the stored pool breaks an admission rule, so the provisioner
+    launches nothing."""
     CELL_SHAPE_KNOWN = "CellShapeKnown"
     """Ours (autoscaler): where the cell shape the autoscaler packs with comes from. True with
     reason Learned (a Ready cell's HAMi capacity), Remembered (status.cellDeviceShape, no cell

@@ -8,11 +8,15 @@ drift check. Pure text in, text out.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
 import json
 from collections.abc import Iterator
+from enum import StrEnum
 from typing import Any
 
-from gpucellpool.api import autoscaling
+from gpucellpool.api import autoscaling, conditions
 from gpucellpool.api.autoscaling import INT32_MAX
 from gpucellpool.api.durations import DURATION_PATTERN
 
@@ -115,7 +119,39 @@ def render_api_docs(schema: dict[str, Any]) -> str:
     props = schema["properties"]
     lines += _table("Desired state.", props["spec"], "spec")
     lines += _table("Observed state (written by the operator).", props["status"], "status")
+    lines += _conditions()
     lines += ["", "## Validation rules (CEL, enforced by the apiserver)", ""]
     lines += ["| Object | Rule | Message |", "|---|---|---|"]
     lines += list(_rules(schema, ""))
     return "\n".join(lines) + "\n"
+
+
+def _member_docs(enum: type[StrEnum]) -> dict[str, str]:
+    """The docstring written under each member of ``enum`` (the source's attribute docstrings)."""
+    tree = ast.parse(inspect.getsource(enum))
+    body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for assign, doc in itertools.pairwise(body):
+        target = assign.targets[0] if isinstance(assign, ast.Assign) else None
+        text = doc.value if isinstance(doc, ast.Expr) else None
+        if isinstance(target, ast.Name) and isinstance(text, ast.Constant):
+            docs[getattr(enum, target.id).value] = " ".join(str(text.value).split())
+    return docs
+
+
+def _conditions() -> list[str]:
+    """The condition types (who writes each and what it means) and the reasons of those
+    whose reasons are an API enum."""
+    lines = ["", "## `status.conditions` types", "", "| Type | Written by and meaning |"]
+    lines.append("|---|---|")
+    types = _member_docs(conditions.ConditionType)
+    lines += [f"| `{t.value}` | {types.get(t.value, '')} |" for t in conditions.ConditionType]
+    enums = {
+        "CapacityProviderReady": conditions.CapacityProviderReason,
+        "CellShapeKnown": conditions.CellShapeReason,
+    }
+    for type_, enum in enums.items():
+        lines += ["", f"Reasons of `{type_}`:", "", "| Reason | Meaning |", "|---|---|"]
+        docs = _member_docs(enum)
+        lines += [f"| `{r.value}` | {docs.get(r.value, '')} |" for r in enum]
+    return lines

@@ -13,6 +13,9 @@ import yaml
 
 from gpucellpool import cli, crdgen
 from gpucellpool.api import GPUCellPool
+from gpucellpool.api.conditions import CapacityProviderReason, CellShapeReason, ConditionType
+from gpucellpool.api.reference import render_api_docs
+from gpucellpool.crdgen import openapi_schema
 from tests.unit.test_api_models import MINIMAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -321,3 +324,12 @@ def test_run_accepts_the_parser_it_builds(tmp_path: Path) -> None:
 def test_generator_refuses_shapes_a_crd_cannot_express(node: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"cannot express|exclusive bound"):
         crdgen.structural(node, {})
+
+
+def test_every_condition_type_and_reason_has_a_meaning_in_the_api_reference() -> None:
+
+    text = render_api_docs(openapi_schema())
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2].strip() for line in
+            text.splitlines() if line.startswith("| `")}  # fmt: skip
+    for member in (*ConditionType, *CapacityProviderReason, *CellShapeReason):
+        assert rows.get(member.value), f"{member.value} has no meaning in docs/api.md"
