@@ -17,7 +17,6 @@ from autoscaler.signals.prometheus import PrometheusSource, WallClock
 from provisioner.kube import KINDS, KubeApi
 from simulations.twin import start_hami_exporter
 from tests.integration import prometheus_support, twin_support
-from tests.integration.binary_support import required_binary
 from tests.integration.prometheus_support import poll
 from tests.integration.twin_support import GIB, hami_pod, new_hami, register_node
 
@@ -28,20 +27,8 @@ DEADLINE_S = 60.0
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Prometheus scraping the file-configured targets every 0.5 s; (url, targets file)."""
-    binary = str(required_binary("prometheus"))  # with CI=true a missing binary fails
-    targets = tmp_path / "targets.json"
-    targets.write_text("[]")
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n"
-        "scrape_configs:\n  - job_name: hami-twin\n    file_sd_configs:\n"
-        f"      - files: ['{targets}']\n        refresh_interval: 1s\n"
-    )
-    url, process = prometheus_support.launch(binary, config)
-    try:
+    with prometheus_support.file_sd_prometheus(tmp_path) as (url, targets, _):
         yield url, targets
-    finally:
-        process.stop()
 
 
 async def test_operator_reads_the_twin_allocations_through_real_prometheus(

@@ -36,7 +36,6 @@ from simulations.twin.hami_codec import IDLE_SINCE_ANNOTATION
 from simulations.twin.pod_lifecycle import DURATION_ANNOTATION
 from simulations.twin.scenario import Twin, api_for, join_secret
 from tests.integration import prometheus_support
-from tests.integration.binary_support import required_binary
 from tests.integration.test_loop_helpers import (
     autoscaled_pool,
     client_for,
@@ -58,20 +57,8 @@ IDLE_WINDOW_S = 60.0  # usageIdleWindow's minimum
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path, ManagedProcess]]:
     """A Prometheus scraping file-configured targets every 0.5 s; (url, targets, process)."""
-    binary = str(required_binary("prometheus"))  # with CI=true a missing binary fails
-    targets = tmp_path / "targets.json"
-    targets.write_text("[]")
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n"
-        "scrape_configs:\n  - job_name: hami-twin\n    file_sd_configs:\n"
-        f"      - files: ['{targets}']\n        refresh_interval: 1s\n"
-    )
-    url, process = prometheus_support.launch(binary, config)
-    try:
-        yield url, targets, process
-    finally:
-        process.stop()
+    with prometheus_support.file_sd_prometheus(tmp_path) as running:
+        yield running
 
 
 def usage_pool(name: str, namespace: str, url: str, scale_down_on: str) -> JSON:
