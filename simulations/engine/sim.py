@@ -8,10 +8,8 @@ Events at the same instant run in this order: pod ends, boots, drains, arrivals,
 timeline samples; ties by insertion order. After every event the pending queue is offered to
 HAMi placement if capacity may have grown. A policy's ``Decision`` is applied as the
 provisioner would: create cells up to ``desired_replicas``; drain named ``victims`` (at most
-down to ``desired_replicas``); nothing when ``act`` is False. A tick whose observation is the
-very object the last ``decide`` saw, before that decision's ``steady.until``, repeats the last
-decision without calling ``decide`` (memory is brought up to date with the policy's
-``advance`` before the next call): identical results, most idle ticks cost almost nothing.
+down to ``desired_replicas``); nothing when ``act`` is False. Whether a tick calls ``decide``
+or repeats the last decision is ``engine.decider``'s rule (idle ticks cost almost nothing).
 """
 
 from __future__ import annotations
@@ -23,13 +21,14 @@ from dataclasses import replace
 from typing import Any
 
 from autoscaler.policy.fit import constraints_fit
-from autoscaler.policy.next_change import advance
-from autoscaler.policy.types import CellState, Decision, Observation, PolicyMemory
+from autoscaler.policy.types import CellState, Decision
 from simulations.engine import hami
 from simulations.engine.config import BootModel, DrainMode, SimConfig
+from simulations.engine.decider import Decider
 from simulations.engine.gangs import GangBook, GangScaleUp, hostable_gangs
-from simulations.engine.metrics import Counters, Integrals, Sample, SimResult
+from simulations.engine.metrics import Counters, Integrals, SimResult
 from simulations.engine.policy import ScalingPolicy
+from simulations.engine.timeline import Timeline
 from simulations.engine.world import Pending, Running, SimCell, World, busy_until
 from simulations.traces.model import TracePod
 
@@ -68,27 +67,23 @@ class Simulation:
         self.seq = 0
         self.running: dict[str, Running] = {}
         self.waits: dict[str, float] = {}
-        self.memory = PolicyMemory()
-        self.last_decision: Decision | None = None
-        self.last_observation: Observation | None = None
-        self.skipped: list[float] = []  # tick times whose decide was skipped since the last call
-        self._idle_view: tuple[Observation, frozenset[str], Observation] | None = None
-        self.advance = getattr(policy, "advance", advance)
-        self.decide_calls = 0  # ticks that reached ``decide`` (the rest repeated a decision)
+        self.decider = Decider(policy, config)
         self.desired = 0
         self.react_at: float | None = None
         self.integrals = Integrals()
         self.counters = Counters()
-        self.timeline: list[Sample] = []
         self.capacity_up = False
         self.dirty = True
-        self.demand_stale = True
-        self.demand_cells = 0
         last_end = max((p.arrival_seconds + p.duration_seconds for p in self.pods), default=0.0)
         self.horizon = last_end + config.tail_seconds
-        self.sample_every = max(1.0, last_end / max(1, config.samples))
+        self.timeline = Timeline(self.shape, max(1.0, last_end / max(1, config.samples)))
         self.next_arrival = 0
         self.arrived = 0
+
+    @property
+    def decide_calls(self) -> int:
+        """Ticks that reached ``decide`` (the rest repeated a decision)."""
+        return self.decider.calls
 
     # ----- the loop --------------------------------------------------------------------------
 
@@ -160,7 +155,7 @@ class Simulation:
             self._place_pending(now)
         if self.dirty:
             self.dirty = False
-            self.demand_stale = True
+            self.timeline.world_changed()
             integ = self.integrals
             integ.util_sum, integ.ready = self.world.utilisation_sum()
             integ.billable = len(self.world.cells)
@@ -309,18 +304,8 @@ class Simulation:
             self.react_at = None
         if self.book.waiting:
             self._admit_gangs(now)
-        observation = self._with_idle(self.world.observation(self._free_physical()), now)
-        decision = self._repeat(observation, now)
-        repeated = decision is not None
-        if decision is None:
-            last = self.last_decision
-            if self.skipped and last is not None and last.steady is not None:
-                self.memory = self.advance(self.memory, last.steady, self.skipped)
-            self.skipped = []
-            decision = self.policy.decide(observation, self.memory, self.cfg.policy_config, now)
-            self.decide_calls += 1
-            self.memory = decision.memory
-            self.last_decision, self.last_observation = decision, observation
+        observation = self.decider.observe(self.world, self._free_physical(), now)
+        decision, repeated = self.decider.decide(observation, now)
         self.counters.decisions += 1
         self.counters.reason(str(decision.reason))
         if repeated:  # applied before to this very world without changing it: a no-op again
@@ -332,7 +317,8 @@ class Simulation:
         """Atomic mode: gangs ``autoscaler.policy.gang`` lets in become pending pods now, so
         the ``decide`` call that follows scales up for all of each one (booked capacity)."""
         observation = self.world.observation(self._free_physical())
-        for gang in self.book.admit(observation, self.memory, self.cfg.policy_config, now):
+        memory = self.decider.memory
+        for gang in self.book.admit(observation, memory, self.cfg.policy_config, now):
             for pod in gang.arrived:
                 self.waits[pod.key] += now - pod.arrival_seconds  # held since it arrived
                 self.world.enqueue(pod, now, pod.duration_seconds)
@@ -341,33 +327,6 @@ class Simulation:
                 if entry is not None:
                     self._try_place(entry, now)
             self.dirty = True
-
-    def _with_idle(self, observation: Observation, now: float) -> Observation:
-        """Usage mode: the observation with the cells measured idle now (the same object while
-        neither the world nor the idle set changed, so idle-tick skipping still applies)."""
-        if not self.cfg.policy_config.scale_down_on_usage:
-            return observation
-        idle = self.world.idle_cells(now, self.cfg.usage_idle_window_seconds)
-        cached = self._idle_view
-        if cached is not None and cached[0] is observation and cached[1] == idle:
-            return cached[2]
-        view = replace(observation, idle_cells=idle)
-        self._idle_view = (observation, idle, view)
-        return view
-
-    def _repeat(self, observation: Observation, now: float) -> Decision | None:
-        """The last decision when calling ``decide`` now would only repeat it, else None."""
-        last = self.last_decision
-        if (
-            last is None
-            or last.steady is None
-            or observation is not self.last_observation
-            or now >= last.steady.until
-            or not self.cfg.skip_idle_ticks
-        ):
-            return None
-        self.skipped.append(now)
-        return last
 
     def _apply(self, decision: Decision, now: float) -> None:
         self.desired = decision.desired_replicas
@@ -389,21 +348,8 @@ class Simulation:
                 excess -= 1
 
     def _sample(self, now: float) -> None:
-        self.push(now + self.sample_every, SAMPLE)
-        world = self.world
-        if self.demand_stale:
-            self.demand_stale = False
-            self.demand_cells = hami.pack_count(world.demand_asks(), self.shape)
-        self.timeline.append(
-            Sample(
-                time_seconds=now,
-                demand_cells=self.demand_cells,
-                ready=world.count(CellState.READY),
-                booting=world.count(CellState.BOOTING),
-                draining=world.count(CellState.DRAINING),
-                desired=self.desired,
-            )
-        )
+        self.push(now + self.timeline.every_seconds, SAMPLE)
+        self.timeline.sample(self.world, self.desired, now)
 
     def _result(self, now: float) -> SimResult:
         for entry in self.world.pending.values():
@@ -429,7 +375,7 @@ class Simulation:
             events=counters.events,
             decisions=counters.decisions,
             reasons=tuple(sorted((counters.reasons or {}).items())),
-            timeline=tuple(self.timeline),
+            timeline=tuple(self.timeline.samples),
             boot_seconds=self.cfg.boot.median_seconds,
             drains_abandoned=counters.drains_abandoned,
             gangs=self.book.stats(now, self.waits),
