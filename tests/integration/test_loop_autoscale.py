@@ -12,7 +12,6 @@ decisions are explained by events.k8s.io Events; /healthz, /readyz and /metrics 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import httpx
@@ -28,6 +27,7 @@ from tests.integration.test_loop_helpers import (
     hami_pod,
     mark_unschedulable,
     percentile,
+    shut_down,
     start_app,
     until,
     watch_pool,
@@ -71,12 +71,7 @@ async def test_pending_pod_scales_up_within_a_second(
         ]
         assert "ScaledUp" in reasons and "Idle" in reasons
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await app.stop()
-        await infra_api.close()
-        await workload_api.close()
+        await shut_down(app, [task], (infra_api, workload_api))
 
 
 async def test_thirty_pending_pods_are_packed_in_one_decision(
@@ -110,12 +105,7 @@ async def test_thirty_pending_pods_are_packed_in_one_decision(
         assert decision(status)["reason"] == "ScaledUp" and decision(status)["pendingAsks"] == 30
         assert decision(status)["cellsNeeded"] == 10
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await app.stop()
-        await infra_api.close()
-        await workload_api.close()
+        await shut_down(app, [task], (infra_api, workload_api))
 
 
 async def test_live_burst_converges_without_overshoot(
@@ -152,12 +142,7 @@ async def test_live_burst_converges_without_overshoot(
         )
         assert max(targets) == 10, targets
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await app.stop()
-        await infra_api.close()
-        await workload_api.close()
+        await shut_down(app, [task], (infra_api, workload_api))
 
 
 async def test_shadow_mode_publishes_without_acting(
@@ -187,12 +172,7 @@ async def test_shadow_mode_publishes_without_acting(
         )
         assert (guests or {}).get("items") == [], "Shadow mode must create nothing"
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await app.stop()
-        await infra_api.close()
-        await workload_api.close()
+        await shut_down(app, [task], (infra_api, workload_api))
 
 
 async def test_probes_and_metrics(

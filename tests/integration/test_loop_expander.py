@@ -14,7 +14,6 @@ learn the cluster's kube-system Namespace UID and the pools are judged together 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ from tests.integration.test_loop_helpers import (
     create_pending,
     create_pool,
     decision,
+    shut_down,
     start_app,
     until,
     watch_pool,
@@ -102,13 +102,7 @@ async def one_cell_for_one_pod(
         assert decision(lost)["pendingAsks"] == 0
         return won, lost
     finally:
-        for _, task in watches.values():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await app.stop()
-        await infra_api.close()
-        await workload_api.close()
+        await shut_down(app, (t for _, t in watches.values()), (infra_api, workload_api))
 
 
 async def test_higher_priority_pool_takes_the_pod_and_only_it_adds_a_cell(

@@ -4,7 +4,8 @@ A pool with autoscaling on whose demand is narrowed by a pod label unique to the
 workload cluster is shared by every test of the session, and pending pods are never deleted),
 its kubeconfig Secret, an in-process ``App``, HAMi-pending pods made by creating the pod and
 then setting PodScheduled=False/Unschedulable through the status subresource (as the HAMi
-scheduler would), and a watch that timestamps every change of the pool's status.
+scheduler would), a watch that timestamps every change of the pool's status, and the teardown
+that ends them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -25,6 +26,12 @@ from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import kubeconfig_secret, swiftguest_pool
 
 JSON = dict[str, Any]
+
+
+class Closable(Protocol):
+    """A test's API client (``client_for``'s RestClient or the twin's KubeApi)."""
+
+    async def close(self) -> None: ...
 
 
 async def client_for(endpoint: ClusterEndpoint) -> RestClient:
@@ -158,6 +165,20 @@ async def start_app(
     app = App(settings, infra)
     await app.start()
     return app
+
+
+async def shut_down(
+    app: App, watches: Iterable[asyncio.Task[None]], clients: Iterable[Closable]
+) -> None:
+    """End a loop test: cancel each ``watch_pool`` task and wait for it, stop the App, then close
+    the test's clients (in that order: nothing watches or writes through a closed client)."""
+    for task in watches:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await app.stop()
+    for client in clients:
+        await client.close()
 
 
 async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:

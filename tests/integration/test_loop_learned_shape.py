@@ -18,8 +18,6 @@ What this proves, with ``gpucellpool run`` in process (autoscaler and provisione
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
 from provisioner.clock import SystemClock
@@ -33,6 +31,7 @@ from tests.integration.test_loop_helpers import (
     create_pending,
     create_pool,
     decision,
+    shut_down,
     start_app,
     watch_pool,
 )
@@ -118,9 +117,4 @@ async def test_learned_shape_after_scale_to_zero_and_a_restart(
             assert "demandFreeSince" not in after
             assert condition(after, "CellShapeKnown")["status"] == "True"
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await app.stop()
-        for client in (infra_api, workload_api, twin_infra, twin_workload):
-            await client.close()
+        await shut_down(app, [task], (infra_api, workload_api, twin_infra, twin_workload))

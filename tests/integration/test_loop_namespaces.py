@@ -7,8 +7,6 @@ two watchNamespaces granted RBAC for pools the operator never looked at.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import secrets
 from collections.abc import Iterator
 
@@ -21,6 +19,7 @@ from tests.integration.test_loop_helpers import (
     create_pending,
     create_pool,
     decision,
+    shut_down,
     start_app,
     watch_pool,
 )
@@ -63,10 +62,4 @@ async def test_pools_in_every_watched_namespace_and_none_other_are_decided(
         ready, detail = app.ready()
         assert ready, detail
     finally:
-        for _, task in watches.values():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await app.stop()
-        await infra_api.close()
-        await workload_api.close()
+        await shut_down(app, (t for _, t in watches.values()), (infra_api, workload_api))

@@ -9,8 +9,6 @@ operator; the decision then settles (the pod fits the new cell) instead of scali
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 
 from provisioner.clock import SystemClock
@@ -22,6 +20,7 @@ from tests.integration.test_loop_helpers import (
     create_pending,
     create_pool,
     decision,
+    shut_down,
     start_app,
     watch_pool,
 )
@@ -57,9 +56,4 @@ async def test_pending_pod_becomes_a_ready_cell(
             )
             assert guest is not None
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await app.stop()
-        for client in (infra_api, workload_api, twin_infra, twin_workload):
-            await client.close()
+        await shut_down(app, [task], (infra_api, workload_api, twin_infra, twin_workload))
