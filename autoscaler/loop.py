@@ -1,15 +1,17 @@
 """The autoscaling control loop: one asyncio task per pool, woken by watch events.
 
-Why this module exists: it is the shell around the pure ``decide``. Per pool one task waits for
-a wake-up (a watch event on the pool itself, or a workload event routed to the pool by
-``autoscaler.routing``) or the periodic tick, debounces (a burst of pod creations becomes one
-decision), builds the ``Observation`` from the caches (``autoscaler.observe``), calls ``decide``
-and publishes the outcome (``autoscaler.explain``) through the ``PoolWriter`` port: status, the
-ScalingActive condition, an Event when the reason changes, metrics, and the policy memory. An
-event that left the decision's inputs unchanged decides nothing (``Autoscaler._unchanged``), and
-status is written only when the outcome changed (``autoscaler.loop_publish``). A pool's failure is
-logged and counted and never touches another pool's task. Time comes only from the injected
-``Clock`` (whose ``sleep`` a test can drive virtually); nothing here imports a Kubernetes client.
+Why this module exists: it is the shell around the pure ``decide``. Per pool one task waits for a
+wake-up (a watch event on the pool itself, or a workload event routed to the pool by
+``autoscaler.routing``) or its next timed decision (a tick, or, while the last decision holds,
+``Decision.steady``'s ``until`` capped by a resync: ``loop_state.due``), debounces (a burst of pod
+creations becomes one decision), builds the ``Observation`` from the caches
+(``autoscaler.observe``), calls ``decide`` and publishes the outcome (``autoscaler.explain``)
+through the ``PoolWriter`` port: status, the ScalingActive condition, an Event when the reason
+changes, metrics, and the policy memory. An event that left the decision's inputs unchanged decides
+nothing (``Autoscaler._unchanged``), and status is written only when the outcome changed
+(``autoscaler.loop_publish``). A pool's failure is logged and counted and never touches another
+pool's task. Time comes only from the injected ``Clock`` (whose ``sleep`` a test can drive
+virtually); nothing here imports a Kubernetes client.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from autoscaler.loop_ports import (
     WorkloadView,
 )
 from autoscaler.loop_publish import Publisher, requested_target, victims_in_force
-from autoscaler.loop_state import LoopSettings, PoolState, record_metrics
+from autoscaler.loop_state import LoopSettings, PoolState, due, record_metrics, replayed
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
@@ -185,13 +187,13 @@ class Autoscaler:
     # -- the per-pool task ------------------------------------------------------------------
 
     async def _wait(self, state: PoolState) -> bool:
-        """Until woken or the tick elapses, then the debounce; whether an event woke it."""
-        tick = self.settings.tick_s if state.synced else self.settings.unsynced_retry_s
-        since = self.clock.now() - state.decided_at
-        if 0.0 <= since < tick:
-            tick -= since  # the tick counts from the last decision, not from a skipped one
+        """Until woken or ``due``, then the debounce; whether an event woke it."""
+        # Counted from the last decision, not from a skipped one; a full tick after a failure.
+        delay = due(state, self.settings) - self.clock.now()
+        if not 0.0 < delay < float("inf"):
+            delay = self.settings.tick_s if state.synced else self.settings.unsynced_retry_s
         waiter = asyncio.ensure_future(state.wake.wait())
-        ticker = asyncio.ensure_future(self.clock.sleep(tick))
+        ticker = asyncio.ensure_future(self.clock.sleep(delay))
         try:
             await asyncio.wait({waiter, ticker}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -266,7 +268,8 @@ class Autoscaler:
             state.skipped += 1
             return state.last_decision
         config = policy_config_from_spec(pool.spec, shape)
-        decision = decide(obs, state.memory, config, now)
+        state.memory = memory = replayed(state, state.memory, now, self.settings.tick_s)
+        decision = decide(obs, memory, config, now)
         state.decisions += 1
         state.last_decision = decision
         if self.is_leader():
@@ -280,6 +283,7 @@ class Autoscaler:
         state.memory = decision.memory
         # What the next decision would start from, were nothing to change but the time.
         state.last_inputs, state.decided_at = (obs, decision.memory, *inputs[2:]), now
+        state.steady, state.steady_memory = decision.steady, decision.memory
         return decision
 
     def _unchanged(self, state: PoolState, inputs: tuple[Any, ...], now: float) -> bool:
@@ -289,14 +293,15 @@ class Autoscaler:
         observation, the memory it left, the spec generation and leadership are all unchanged,
         deciding again differs from the last decision only by ``now``: the time-based rules
         (stabilisation, delays, cooldowns) and the memory's samples. Without events those run
-        once per tick, and the policy must be right at that cadence; so skipping is allowed
-        only within one tick of the last decision (``_wait`` counts the tick from that decision,
-        so a stream of no-op events cannot starve those rules), and never while something is
-        left to publish (``published`` reset by drift or a takeover).
+        at ``due`` (a tick after the last decision, or the held decision's ``steady.until`` /
+        resync), so skipping is allowed only before that instant (``_wait`` counts it from the
+        last decision, so a stream of no-op events cannot starve those rules; the samples of
+        the ticks skipped are replayed by ``replayed``), and never while something is left to
+        publish (``published`` reset by drift or a takeover).
         """
         return (
             state.last_inputs == inputs
-            and now - state.decided_at < self.settings.tick_s
+            and now < due(state, self.settings)
             and (state.published is not None or not self.is_leader())
         )
 

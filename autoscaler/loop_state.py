@@ -9,6 +9,7 @@ kept here so the loop module stays readable.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,15 @@ from autoscaler.loop_ports import PoolRecorder
 from autoscaler.observe import utilisation
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.expander import PoolShare
-from autoscaler.policy.types import Decision, Observation, PendingPod, PolicyMemory, Reason
+from autoscaler.policy.next_change import advance
+from autoscaler.policy.types import (
+    Decision,
+    Observation,
+    PendingPod,
+    PolicyMemory,
+    Reason,
+    Steady,
+)
 from gpucellpool.api.pool import GPUCellPool
 
 JSON = dict[str, Any]
@@ -33,10 +42,17 @@ class LoopSettings:
     max_debounce_s: float = 1.0
     """Upper bound of the trailing debounce, so a steady stream of events cannot starve."""
     tick_s: float = 10.0
-    """Time-based rules (stabilisation, delays) need a decision even when nothing changes."""
+    """Time-based rules (stabilisation, delays) need a decision even when nothing changes; the
+    cadence while the last decision made no promise (``Decision.steady`` None), and for a pool
+    reading Prometheus (its usage changes without any watch event)."""
+    resync_s: float = 60.0
+    """Longest sleep while the last decision holds (``Decision.steady``): the pool decides at the
+    earliest of a wake-up, ``steady.until`` (a window or delay ending, at its exact time) and
+    this periodic resync (never shorter than ``tick_s``). Only for pools without Prometheus."""
     memory_persist_s: float = 30.0
     """How often memory is written back when its scaling facts (``scale_facts``) are unchanged;
-    a restart loses at most this much of its samples."""
+    a restart loses at most this much of its samples (``resync_s`` while a decision holds: the
+    samples of the ticks slept through are recorded at the next decision)."""
     usage_timeout_s: float = 5.0
     """Bound on a Prometheus read inside a decision."""
     message_refresh_s: float = 30.0
@@ -68,11 +84,41 @@ class PoolState:
     last_decision: Decision | None = None
     last_inputs: tuple[Any, ...] | None = None
     decided_at: float = float("-inf")
+    steady: Steady | None = None  # the last decision's promise (``Decision.steady``)
+    steady_memory: PolicyMemory | None = None  # the memory that decision left (replay base)
     synced: bool = True
     measured: Any = None  # autoscaler.measured_use.MeasuredUse of the last observation
     measured_published: tuple[Any, ...] | None = None  # measured_use.published() last written
     share: PoolShare = field(default_factory=PoolShare)
     """The expander's split of the last observed pending pods (``autoscaler.sharing``)."""
+
+
+def due(state: PoolState, settings: LoopSettings) -> float:
+    """When the pool next decides unless woken: a tick after the last decision, or, while that
+    decision holds (``Decision.steady``), at its ``until`` but no later than the resync
+    (``LoopSettings.resync_s``; the tick for a pool reading Prometheus, whose usage changes
+    without any event)."""
+    if not state.synced:
+        return state.decided_at + settings.unsynced_retry_s
+    tick, steady = settings.tick_s, state.steady
+    if steady is None or steady.until <= state.decided_at:
+        return state.decided_at + tick
+    resync = settings.resync_s if state.pool.spec.autoscaling.prometheus is None else 0.0
+    return min(steady.until, state.decided_at + max(tick, resync))
+
+
+def replayed(state: PoolState, memory: PolicyMemory, now: float, tick_s: float) -> PolicyMemory:
+    """``memory`` as deciding every ``tick_s`` would have left it by ``now``: a held decision
+    (``Decision.steady``) lets the task sleep past ticks, and each of those identical calls would
+    have recorded its samples (``next_change.advance`` replays them exactly), so stabilisation
+    windows count as if the pool had decided every tick."""
+    steady = state.steady
+    if steady is None or memory is not state.steady_memory:
+        return memory  # no promise, or the memory was reloaded (takeover, wake_all)
+    end = min(now, steady.until)
+    count = max(0, math.ceil((end - state.decided_at) / tick_s) - 1)
+    times = [state.decided_at + tick_s * k for k in range(1, count + 1)]
+    return advance(memory, steady, [t for t in times if t < end])
 
 
 def scale_facts(memory: PolicyMemory) -> tuple[Any, ...]:

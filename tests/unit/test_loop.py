@@ -27,7 +27,9 @@ from tests.unit.test_loop_fakes import (
     settle,
 )
 
-SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, memory_persist_s=30.0)
+# resync_s = tick_s: these tests are about the tick; the longer requeue of a held decision is
+# tests/unit/test_loop_requeue.py.
+SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, memory_persist_s=30.0, resync_s=10.0)
 
 
 @pytest.fixture

@@ -25,7 +25,9 @@ from tests.unit.test_loop_fakes import (
     pool_manifest,
 )
 
-SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, message_refresh_s=30.0)
+# resync_s = tick_s: these tests are about write cadence against the tick; the longer requeue of
+# a held decision (and its no-op stream) is tests/unit/test_loop_requeue.py.
+SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, message_refresh_s=30.0, resync_s=10.0)
 A, B = ("ns", "a"), ("ns", "b")
 
 World = tuple[Autoscaler, FakeWorkload, FakeWriter, VirtualClock]
