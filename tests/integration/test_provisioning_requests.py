@@ -44,6 +44,7 @@ from tests.integration.test_loop_helpers import (
     create_pool,
     decision,
     mark_unschedulable,
+    shut_down,
     start_app,
     watch_pool,
 )
@@ -147,12 +148,7 @@ async def operator(
             await watch.until(lambda s: decision(s).get("reason") in ("Idle", "ScaledUp"), 90)
             yield Setup(app, infra, workload, watch, namespace)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await app.stop()
-        for client in (infra, workload):
-            await client.close()
+        await shut_down(app, [task], (infra, workload))
 
 
 async def test_check_capacity_answers_from_ready_cells_and_books(
