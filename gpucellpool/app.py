@@ -5,7 +5,8 @@ through Protocols; something has to choose the real implementations and wire the
 (pool watch -> loop, workload caches and event routes; workload watch -> wake the pools that
 event concerns; gaining leadership -> re-read memory and decide at once). Keeping that in one
 place makes the wiring reviewable and lets tests build the same graph with their own clock,
-registry or identity.
+registry or identity. The provisioner's cluster of objects is built by
+``provisioner_wiring.ProvisionerSide``, which ``App`` calls like any other constructor.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from autoscaler.observe import PodIndex
 from autoscaler.routing import WorkloadRouter, pool_route
 from gpucellpool import crdcheck
 from gpucellpool.health import HealthServer
-from gpucellpool.infra_nodes import InfraNodes
 from gpucellpool.kube.adapters import (
     POOLS_PATH,
     CacheWorkloadView,
@@ -49,19 +49,27 @@ from gpucellpool.kube.workload import (
 )
 from gpucellpool.leader import ElectionSettings, LeaderElector
 from gpucellpool.metrics import OperatorMetrics
-from gpucellpool.provisioning import ProvisionerDriver, owner_pool
+from gpucellpool.provisioner_wiring import ProvisionerSide, collection_path, pool_rules
 from gpucellpool.secure_metrics import MetricsOptions, secure_site
 from gpucellpool.status_metrics import StatusMetrics
-from provisioner.kube import RestKubeApi
-from provisioner.outer_drain import NodeGets
-from provisioner.reconciler import Reconciler
-from provisioner.rule_gate import PoolRules
 from webhook.kube import KubeCrdReader, KubeEventSink
-from webhook.rules import DEFAULT_SETTINGS, RuleSettings, validate_create
+from webhook.rules import DEFAULT_SETTINGS, RuleSettings
 from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
 from webhook.tls import FileWatcher
 
 log = logging.getLogger(__name__)
+__all__ = [
+    "WEBHOOK_ENV_PREFIX",
+    "App",
+    "RoutedWorkloadView",
+    "Settings",
+    "SystemClock",
+    "build",
+    "pool_rules",  # moved to provisioner_wiring; importable from here as before
+    "watched_namespaces",
+    "webhook_options_from_env",
+]
+_path = collection_path  # the collection path narrowed to a namespace (tests import it here)
 
 
 class SystemClock:
@@ -112,11 +120,6 @@ class RoutedWorkloadView(CacheWorkloadView):
         return index if index is not None else super().pod_index(key, pods)
 
 
-def pool_rules(settings: RuleSettings) -> PoolRules:
-    """The webhook's create-time rules, as the provisioner re-runs them before launching."""
-    return lambda raw: validate_create(raw, settings).reasons
-
-
 def watched_namespaces(settings: Settings) -> tuple[str | None, ...]:
     """The namespaces to watch, in order, without repeats; ``(None,)`` means all of them."""
     named = [settings.pool_namespace, *settings.pool_namespaces]
@@ -150,20 +153,23 @@ class App:
         self.requests = KubeProvisioningRequests(self.clusters)
         self.gangs = GangController(self.autoscaler, self.requests, self.bookings, self.clock)
         self.requests.wake = self.gangs.wake
-        operator_api = RestKubeApi(infra.api_client, settings.api_timeout_s)
-        # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
-        # (through the driver, built below from the reconciler that reads them).
-        self.nodes = InfraNodes(infra, NodeGets(operator_api), self._wake_provisioner)
-        self.reconciler = Reconciler(
-            operator_api,
+        self.provisioner = ProvisionerSide(
+            infra,
             self.clock,
-            metrics=self.metrics,
-            rules=pool_rules(settings.rules),
-            hosts=self.nodes,
+            self.metrics,
+            settings.rules,
+            settings.api_timeout_s,
+            watched_namespaces(settings),
+            lambda: self.elector.is_leader,
         )
-        self.driver = ProvisionerDriver(self.reconciler, self.clock, lambda: self.elector.is_leader)
+        self.nodes = self.provisioner.nodes
+        self.reconciler = self.provisioner.reconciler
+        self.driver = self.provisioner.driver
         self.status_metrics = StatusMetrics(self.metrics, lambda: self.elector.is_leader)
-        self.pool_caches, self.outer = self._infra_caches()
+        self.pool_caches = [
+            WatchCache(infra, Query(collection_path(ns, POOLS_PATH)), self._pool_changed)
+            for ns in watched_namespaces(settings)
+        ]
         self._cluster_of: dict[tuple[str, str], ClusterKey] = {}
         self._releases: set[asyncio.Task[None]] = set()
         self.health, self._metrics_cert = self._health()
@@ -192,23 +198,6 @@ class App:
             is_leader=lambda: self.elector.is_leader,
             activity=self.usage,
         )
-
-    def _infra_caches(self) -> tuple[list[WatchCache], list[WatchCache]]:
-        """The GPUCellPool caches and the outer-object (SwiftGuest, Machine) caches."""
-        namespaces = watched_namespaces(self.settings)
-        pools = [
-            WatchCache(self.infra, Query(_path(ns, POOLS_PATH)), self._pool_changed)
-            for ns in namespaces
-        ]
-        outer = [
-            WatchCache(self.infra, Query(_path(ns, path)), on_change)
-            for ns in namespaces
-            for path, on_change in (
-                (SWIFTGUESTS_PATH, self._guest_changed),
-                (MACHINES_PATH, self._outer_changed),
-            )
-        ]
-        return pools, outer
 
     def _health(self) -> tuple[HealthServer, FileWatcher | None]:
         """The probe and metrics server, and the metrics certificate it may rotate."""
@@ -240,22 +229,8 @@ class App:
             self.router.pool_changed(pool_route(key, cluster, raw))
         self.autoscaler.pool_event(kind, raw)
         if self.settings.provision:
-            self.nodes.pool_changed(kind, raw)
-            self.driver.pool_event(kind, raw)
+            self.provisioner.pool_event(kind, raw)
         self.status_metrics.observe(kind, raw)
-
-    def _wake_provisioner(self, pool: tuple[str, str]) -> None:
-        self.driver.wake(pool)
-
-    def _guest_changed(self, kind: str, obj: JSON) -> None:
-        self.nodes.guest_changed(kind, obj)  # where the pool's cells are, for Node wake-ups
-        self._outer_changed(kind, obj)
-
-    def _outer_changed(self, kind: str, obj: JSON) -> None:
-        del kind
-        owner = owner_pool(obj)
-        if owner is not None:
-            self.driver.wake(owner)
 
     def _cluster_changed(self, key: ClusterKey, kind: str, obj: JSON) -> None:
         """A workload watch event wakes only the pools it concerns (``autoscaler.routing``)."""
@@ -316,7 +291,7 @@ class App:
         if self.settings.provision:
             self._tasks += [
                 asyncio.create_task(c.run(), name=f"watch:{c.query.path}")
-                for c in [*self.outer, self.nodes.cache]
+                for c in self.provisioner.watches()
             ]
 
     async def _crd_check(self) -> None:
@@ -337,8 +312,7 @@ class App:
         if release_lease:
             await self.elector.release()
         await self.autoscaler.close()
-        await self.driver.close()
-        await self.reconciler.close()
+        await self.provisioner.close()
         await self.requests.close()
         await self.clusters.close()
         await self.usage.close()
@@ -380,18 +354,6 @@ def webhook_options_from_env(environ: Mapping[str, str]) -> WebhookOptions | Non
     if values.get("mode", "self-managed") not in ("self-managed", "cert-manager"):
         raise ValueError(f"{WEBHOOK_ENV_PREFIX}MODE must be self-managed or cert-manager")
     return WebhookOptions(**values)
-
-
-SWIFTGUESTS_PATH = "/apis/swift.kubeswift.io/v1alpha1/swiftguests"
-MACHINES_PATH = "/apis/cluster.x-k8s.io/v1beta2/machines"
-
-
-def _path(ns: str | None, cluster_path: str) -> str:
-    """The collection path, narrowed to namespace ``ns`` (None: all namespaces)."""
-    if not ns:
-        return cluster_path
-    head, _, plural = cluster_path.rpartition("/")
-    return f"{head}/namespaces/{ns}/{plural}"
 
 
 async def build(settings: Settings) -> App:

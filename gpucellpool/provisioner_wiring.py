@@ -1,0 +1,96 @@
+"""The provisioner's part of the object graph, built by the composition root (``gpucellpool.app``).
+
+Why this module exists: ``gpucellpool run`` both decides and acts; the acting side is its own
+cluster of objects (the reconciler and its rule gate, the per-pool driver, the infrastructure
+Node mirror, the SwiftGuest and Machine watches that wake the driver) with its own internal
+wiring. Building that cluster here keeps ``App`` short and still the one root: ``App`` calls
+``ProvisionerSide`` with the shared client, clock and metrics, and routes pool events to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpucellpool.infra_nodes import InfraNodes
+from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.rest import RestClient
+from gpucellpool.metrics import OperatorMetrics
+from gpucellpool.provisioning import ProvisionerDriver, owner_pool
+from provisioner.kube import RestKubeApi
+from provisioner.outer_drain import NodeGets
+from provisioner.reconciler import Reconciler
+from provisioner.rule_gate import PoolRules
+from webhook.rules import RuleSettings, validate_create
+
+SWIFTGUESTS_PATH = "/apis/swift.kubeswift.io/v1alpha1/swiftguests"
+MACHINES_PATH = "/apis/cluster.x-k8s.io/v1beta2/machines"
+
+
+def pool_rules(settings: RuleSettings) -> PoolRules:
+    """The webhook's create-time rules, as the provisioner re-runs them before launching."""
+    return lambda raw: validate_create(raw, settings).reasons
+
+
+def collection_path(ns: str | None, cluster_path: str) -> str:
+    """The collection path, narrowed to namespace ``ns`` (None: all namespaces)."""
+    if not ns:
+        return cluster_path
+    head, _, plural = cluster_path.rpartition("/")
+    return f"{head}/namespaces/{ns}/{plural}"
+
+
+class ProvisionerSide:
+    """The reconciler, its driver, the Node mirror and the outer-object watches that wake it."""
+
+    def __init__(
+        self,
+        infra: RestClient,
+        clock: Any,
+        metrics: OperatorMetrics,
+        rules: RuleSettings,
+        api_timeout_s: float,
+        namespaces: tuple[str | None, ...],
+        is_leader: Callable[[], bool],
+    ) -> None:
+        operator_api = RestKubeApi(infra.api_client, api_timeout_s)
+        # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
+        # (through the driver, built below from the reconciler that reads them).
+        self.nodes = InfraNodes(infra, NodeGets(operator_api), self._wake)
+        self.reconciler = Reconciler(
+            operator_api, clock, metrics=metrics, rules=pool_rules(rules), hosts=self.nodes
+        )
+        self.driver = ProvisionerDriver(self.reconciler, clock, is_leader)
+        self.outer = [
+            WatchCache(infra, Query(collection_path(ns, path)), on_change)
+            for ns in namespaces
+            for path, on_change in (
+                (SWIFTGUESTS_PATH, self._guest_changed),
+                (MACHINES_PATH, self._outer_changed),
+            )
+        ]
+
+    def watches(self) -> list[WatchCache]:
+        """The caches to run while this process provisions."""
+        return [*self.outer, self.nodes.cache]
+
+    def pool_event(self, kind: str, raw: JSON) -> None:
+        self.nodes.pool_changed(kind, raw)
+        self.driver.pool_event(kind, raw)
+
+    async def close(self) -> None:
+        await self.driver.close()
+        await self.reconciler.close()
+
+    def _wake(self, pool: tuple[str, str]) -> None:
+        self.driver.wake(pool)
+
+    def _guest_changed(self, kind: str, obj: JSON) -> None:
+        self.nodes.guest_changed(kind, obj)  # where the pool's cells are, for Node wake-ups
+        self._outer_changed(kind, obj)
+
+    def _outer_changed(self, kind: str, obj: JSON) -> None:
+        del kind
+        owner = owner_pool(obj)
+        if owner is not None:
+            self.driver.wake(owner)
