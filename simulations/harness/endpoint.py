@@ -90,8 +90,12 @@ class ClusterEndpoint:
         return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
 
     def apply_objects(self, *objects: JSON) -> subprocess.CompletedProcess[str]:
-        """Server-side apply in-memory manifests."""
-        text = yaml.safe_dump_all(objects)
+        """Server-side apply in-memory manifests.
+
+        Each object goes as a JSON document (JSON is YAML): PyYAML leaves a string such as
+        ``252e03`` or ``1e5`` unquoted, and kubectl's YAML 1.2 reader takes it for a number, so
+        a random hex label value turned into a float one run in a few thousand."""
+        text = "\n---\n".join(json.dumps(obj) for obj in objects)
         return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=text)
 
     def ssl_context(self) -> ssl.SSLContext:

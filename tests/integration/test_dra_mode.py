@@ -96,7 +96,7 @@ def _provider(s: JSON) -> JSON:
 async def test_dra_pool_is_ready_from_slices_and_scales_on_a_pending_claim(
     infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
 ) -> None:
-    pool = dra_capacity(autoscaled_pool("dra", namespace, "dra"))
+    pool = dra_capacity(autoscaled_pool("drs", namespace, "drs"))
     pool["spec"]["autoscaling"]["minReplicas"] = 1
     started = time.monotonic()
     async with dra_scene(infra, workload, namespace, pool) as scene:
@@ -112,29 +112,29 @@ async def test_dra_pool_is_ready_from_slices_and_scales_on_a_pending_claim(
         assert capacity["gpuDevices"] == 1
         assert capacity["gpuMemory"]["total"] == "24Gi"
         await watch.until(lambda s: _provider(s).get("reason") == "HAMiDetected", 60)
-        node = await twin_workload.get(KINDS["Node"], None, "dra-0")
+        node = await twin_workload.get(KINDS["Node"], None, "drs-0")
         annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
         assert "hami.io/node-nvidia-register" not in annotations
 
-        await _submit(twin_workload, namespace, "first", "dra", 16000)
-        await poll_until(lambda: _is(twin_workload, namespace, "first", "dra-0"), 60)
+        await _submit(twin_workload, namespace, "first", "drs", 16000)
+        await poll_until(lambda: _is(twin_workload, namespace, "first", "drs-0"), 60)
         await watch.until(
             lambda s: (
                 (s.get("workloadCapacity") or {}).get("gpuMemory", {}).get("allocated") == "16000Mi"
             ),
             60,
         )
-        print(f"first claim allocated on dra-0: {time.monotonic() - started:.1f}s")
-        await _submit(twin_workload, namespace, "second", "dra", 16000)
+        print(f"first claim allocated on drs-0: {time.monotonic() - started:.1f}s")
+        await _submit(twin_workload, namespace, "second", "drs", 16000)
         pending_at = time.monotonic()
         await watch.until(lambda s: s.get("desiredReplicas") == 2, 60)
         await watch.until(lambda s: s.get("readyCells") == 2, 120)
-        await poll_until(lambda: _is(twin_workload, namespace, "second", "dra-1"), 60)
+        await poll_until(lambda: _is(twin_workload, namespace, "second", "drs-1"), 60)
         print(f"pending claim -> hosted on a new cell: {time.monotonic() - pending_at:.1f}s")
         claim = await twin_workload.get(RESOURCE_CLAIM, namespace, f"{namespace}-second-main")
         assert claim is not None
         results = claim["status"]["allocation"]["devices"]["results"]
-        assert [(r["pool"], r["device"]) for r in results] == [("dra-1", "hami-gpu-0")]
+        assert [(r["pool"], r["device"]) for r in results] == [("drs-1", "hami-gpu-0")]
         _, settled = await watch.until(
             lambda s: s.get("readyCells") == 2 and decision(s).get("reason") != "ScaledUp", 60
         )

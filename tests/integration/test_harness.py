@@ -188,6 +188,23 @@ def test_apply_file_and_kubectl_against_the_workload_cluster(
     assert json.loads(got.stdout)["data"] == {"k": "v"}
 
 
+def test_apply_objects_keeps_number_like_strings_strings(
+    workload: ClusterEndpoint, namespace: str
+) -> None:
+    # YAML 1.2 (kubectl) reads 252e03 and 1e5 as numbers; a random hex token once did that
+    values = {"a": "252e03", "b": "1e5", "c": "0x1f", "d": "123456", "e": "true"}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "number-like", "namespace": namespace, "labels": values},
+        "data": values,
+    }
+    workload.apply_objects(config_map)
+    stored = workload.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/number-like")
+    assert stored["data"] == values
+    assert {k: stored["metadata"]["labels"][k] for k in values} == values
+
+
 async def test_kubeconfig_works_with_kubernetes_asyncio(
     workload: ClusterEndpoint, namespace: str
 ) -> None:
