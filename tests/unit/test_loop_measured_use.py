@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.loop import Autoscaler, LoopSettings
+from autoscaler.loop import Autoscaler
 from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
 from autoscaler.signals.hami_activity import ActivityReading, PodActivity, Verdict, failed
 from gpucellpool.api.pool import GPUCellPool
@@ -29,9 +29,8 @@ from tests.unit.test_loop_fakes import (
     pool_manifest,
     with_cells,
 )
+from tests.unit.test_loop_signals import PROM, SETTINGS
 
-SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, usage_timeout_s=0.05)
-PROM = {"prometheus": {"url": "http://prometheus:9090"}}
 JSON = dict[str, Any]
 
 
