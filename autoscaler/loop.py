@@ -43,9 +43,11 @@ from autoscaler.loop_state import LoopSettings, PoolState, due, record_metrics, 
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
+    free_gpus_for_new_cells,
     index_pods,
     nodes_to_read,
     observation,
+    physical_bound_lifted,
     with_requested,
 )
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
@@ -147,10 +149,13 @@ class Autoscaler:
             return
         before = _relevant(state.pool, {"status": state.raw_status})
         expander_before = sharing_facts(state.pool)
+        status_before = state.raw_status
         state.pool, state.raw_status = pool, dict(raw.get("status") or {})
         if not self.is_leader():
             state.memory = None  # reload what the leader persisted when we take over
         if _relevant(pool, raw) != before:
+            state.wake.set()
+        if physical_bound_lifted(state.last_decision, status_before, state.raw_status):
             state.wake.set()
         if sharing_facts(pool) != expander_before:  # priority, selection, shape: re-share
             self.cluster_event(self._identity(pool))
@@ -342,7 +347,8 @@ class Autoscaler:
         use = await measure(self.activity, pool, names, index.by_node, health, timeout_s)
         state.measured = use
         idle = use.idle_for_policy(pool)
-        return replace(observation(pending, cells, unknown, health, True), idle_cells=idle)
+        free = free_gpus_for_new_cells(pool, cells, shape.gpus)  # the plan's physical bound
+        return replace(observation(pending, cells, unknown, health, True, free), idle_cells=idle)
 
     async def _read_usage(
         self, pool: GPUCellPool, nodes: Mapping[str, JSON], now: float

@@ -27,13 +27,15 @@ from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
+    Decision,
     GPUUsage,
     MetricsHealth,
     Observation,
     PendingPod,
+    Reason,
 )
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.api.status import CellPhase
+from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase
 
 JSON = dict[str, Any]
 ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
@@ -287,19 +289,59 @@ def utilisation(cells: Iterable[CellView], shape: CellShape) -> float | None:
     return sum(ratios) / len(ratios) if ratios else None
 
 
+def free_gpus_for_new_cells(
+    pool: GPUCellPool, cells: Iterable[CellView], gpus_per_cell: int
+) -> int | None:
+    """Free physical GPUs left for cells beyond ``cells`` (the pool's live ones and the
+    placeholders ``with_requested`` added); None when unknown (no bound).
+
+    The count is the provisioner's last ledger reading, ``status.physicalCapacity
+    .freeGPUsInCluster``, read from the cached pool object (no request of its own): the same
+    source the provisioner creates cells against. The ledger still counts as free the GPUs of
+    this pool's cells that have not taken theirs yet (rows in a pre-GPU phase, written with that
+    reading) and of cells asked for but not created (placeholders): both already count in the
+    policy's current size, so their GPUs are taken off here, as the provisioner does.
+    """
+    physical = pool.status.physical_capacity
+    free = physical.free_gpus_in_cluster if physical is not None else None
+    if free is None:
+        return None
+    rows = {row.name: row.phase for row in pool.status.cells or []}
+    waiting = sum(1 for phase in rows.values() if phase in PRE_GPU_PHASES)
+    requested = sum(1 for c in cells if c.name not in rows and c.state is CellState.BOOTING)
+    return max(free - max(gpus_per_cell, 1) * (waiting + requested), 0)
+
+
+def physical_bound_lifted(last: Decision | None, before: JSON, after: JSON) -> bool:
+    """Whether a status update gave a pool held by the physical bound more free GPUs (the
+    provisioner's new ledger reading): worth a decision now, not at the next resync."""
+    if last is None or last.reason is not Reason.INSUFFICIENT_PHYSICAL_GPU:
+        return False
+    old, new = _ledger_free(before), _ledger_free(after)
+    return new is not None and (old is None or new > old)
+
+
+def _ledger_free(raw_status: JSON) -> int | None:
+    physical = raw_status.get("physicalCapacity")
+    free = physical.get("freeGPUsInCluster") if isinstance(physical, Mapping) else None
+    return free if isinstance(free, int) else None
+
+
 def observation(
     pending: tuple[PendingPod, ...],
     cells: tuple[CellView, ...],
     unknown_usage: Sequence[str],
     metrics: MetricsHealth,
     reachable: bool,
+    free_physical_gpus: int | None = None,
 ) -> Observation:
-    """The snapshot; any Ready cell with unknown usage makes the metrics unfresh."""
+    """The snapshot; any Ready cell with unknown usage makes the metrics unfresh.
+    ``free_physical_gpus``: ``free_gpus_for_new_cells`` (None: unknown, no bound)."""
     if unknown_usage and metrics.fresh:
         metrics = MetricsHealth(
             False, metrics.age_seconds, f"usage unknown for {', '.join(unknown_usage)}"
         )
-    return Observation(pending, cells, metrics, None, reachable)
+    return Observation(pending, cells, metrics, free_physical_gpus, reachable)
 
 
 def nodes_to_read(

@@ -33,6 +33,11 @@ class CellPhase(StrEnum):
     FAILED = "Failed"
 
 
+PRE_GPU_PHASES: frozenset[CellPhase] = frozenset({CellPhase.PENDING, CellPhase.ALLOCATING_GPU})
+"""Phases before the guest holds its GPU: the physical ledger still counts that GPU as free
+(the provisioner and the autoscaler both subtract these cells from status.physicalCapacity)."""
+
+
 class CellStatus(KubeModel):
     """One cell's row."""
 

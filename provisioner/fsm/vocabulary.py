@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-from gpucellpool.api.status import CellPhase
+from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase
 
 __all__ = [
     "CREATING_PHASES",
@@ -36,8 +36,7 @@ CREATING_PHASES: frozenset[CellPhase] = frozenset(
 )
 # Phases owned by teardown: the state machine never moves a cell out of them.
 TEARDOWN_PHASES: frozenset[CellPhase] = frozenset({CellPhase.DRAINING, CellPhase.DELETING})
-# Phases before the guest holds a GPU: their future GPU is still counted as "free".
-PRE_GPU_PHASES: frozenset[CellPhase] = frozenset({CellPhase.PENDING, CellPhase.ALLOCATING_GPU})
+# PRE_GPU_PHASES (before the guest holds a GPU) is part of the API: gpucellpool.api.status.
 
 
 class CellReason(enum.StrEnum):
