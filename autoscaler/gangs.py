@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from autoscaler.gang_pods import Booking, placed_consumers, with_bookings
 from autoscaler.loop import Autoscaler
-from autoscaler.loop_ports import Clock, WorkloadSnapshot, WorkloadView
+from autoscaler.loop_ports import WorkloadSnapshot, WorkloadView
 from autoscaler.loop_state import PoolState
 from autoscaler.observe import index_pods
 from autoscaler.policy import gang, provreq
@@ -42,6 +42,7 @@ from autoscaler.policy.expander import assign
 from autoscaler.policy.pool_demand import selector_matches
 from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
 from autoscaler.sharing import eligible, option_of
+from gpucellpool.api.clock import Clock
 from gpucellpool.api.pool import GPUCellPool
 
 JSON = dict[str, Any]

@@ -14,16 +14,12 @@ from typing import Any, Protocol
 from autoscaler.observe import PodIndex
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.signals.hami_activity import ActivityReading
+from gpucellpool.api.clock import Clock
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase
 
 JSON = dict[str, Any]
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
+__all__ = ["Clock"]  # the one Clock protocol (gpucellpool.api.clock), named here for the loop
 
 
 @dataclass(frozen=True, slots=True)

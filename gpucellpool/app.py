@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from gpucellpool.kube.workload import (
 from gpucellpool.leader import ElectionSettings, LeaderElector
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioner_wiring import ProvisionerSide, collection_path, pool_rules
+from gpucellpool.runtime.clock import SystemClock
 from gpucellpool.secure_metrics import MetricsOptions, secure_site
 from gpucellpool.status_metrics import StatusMetrics
 from webhook.kube import KubeCrdReader, KubeEventSink
@@ -70,16 +70,6 @@ __all__ = [
     "webhook_options_from_env",
 ]
 _path = collection_path  # the collection path narrowed to a namespace (tests import it here)
-
-
-class SystemClock:
-    """Wall-clock seconds (Kubernetes timestamps are wall-clock) and a real sleep."""
-
-    def now(self) -> float:
-        return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True, slots=True)

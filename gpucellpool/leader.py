@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpucellpool.api.clock import Clock
+
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,6 @@ class LeaseApi(Protocol):
     async def replace(self, lease: JSON) -> JSON:
         """Raises ``LeaseConflict`` when ``metadata.resourceVersion`` is stale."""
         ...
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpucellpool.api.clock import Clock
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellStatus
-from provisioner.clock import Clock
 from provisioner.fsm.events import PoolEvent, pass_events
 from provisioner.kube import JSON, Kind, KubeApi, KubeError
 from provisioner.status import own_conditions

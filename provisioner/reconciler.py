@@ -27,6 +27,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpucellpool.api.clock import Clock
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.spec import Provisioner
 from gpucellpool.api.status import CellPhase, CellStatus
@@ -34,7 +35,6 @@ from provisioner.backends.base import CellBackend, CellObjects, mark_draining
 from provisioner.backends.clusterapi import ClusterAPIBackend
 from provisioner.backends.swiftguest import SwiftGuestBackend
 from provisioner.cells import identity, observe_cell, sweep_orphan_nodes
-from provisioner.clock import Clock
 from provisioner.drain_holds import hold_scale_down
 from provisioner.drainer import drained_row, drive_drain
 from provisioner.events import EventSink, KubeEventSink, announce_pass

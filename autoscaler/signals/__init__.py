@@ -9,7 +9,8 @@ part (names, query building, parsing, interpretation) and a thin async adapter b
 - ``hami_metrics``: HAMi metric catalogue (current ``hami_*`` and legacy HAMi <= 2.8 names),
   query builders and the reading types (pure).
 - ``hami_usage``: a query result -> per-node, per-GPU allocations + freshness verdict (pure).
-- ``ports``: ``MetricsSource`` and ``Clock`` Protocols, ``PrometheusUnavailable`` (no I/O).
+- ``ports``: the ``MetricsSource`` Protocol, ``PrometheusUnavailable`` (no I/O; the clock is
+  ``gpucellpool.api.clock.Clock``).
 - ``prometheus``: the async httpx adapter (``PrometheusSource``) behind ``MetricsSource``.
 - ``prometheus_config``: one adapter per pool from its spec and already-read Secret values.
 """

@@ -13,12 +13,6 @@ from autoscaler.signals.hami_metrics import MetricsReading
 from autoscaler.signals.promql import QueryResult
 
 
-class Clock(Protocol):
-    def now(self) -> float:
-        """Seconds since the Unix epoch (Prometheus sample timestamps use the same scale)."""
-        ...
-
-
 class MetricsSource(Protocol):
     """Prometheus (or anything answering like it) as the control loop sees it."""
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
 from collections.abc import Iterable, Sequence
 from http import HTTPStatus
 from types import TracebackType
@@ -49,8 +48,10 @@ from autoscaler.signals.hami_metrics import (
     usage_query,
 )
 from autoscaler.signals.hami_usage import interpret_usage
-from autoscaler.signals.ports import Clock, MetricsSource, PrometheusUnavailable
+from autoscaler.signals.ports import MetricsSource, PrometheusUnavailable
 from autoscaler.signals.promql import QueryResult, ResponseError, duration, parse_response
+from gpucellpool.api.clock import Clock
+from gpucellpool.runtime.clock import SystemClock
 
 __all__ = [
     "Clock",
@@ -66,11 +67,9 @@ log = logging.getLogger(__name__)
 _LOG_EVERY_SECONDS = 60.0
 
 
-class WallClock:
-    """The production clock: Unix time, the scale of Prometheus sample timestamps."""
-
-    def now(self) -> float:
-        return time.time()
+WallClock = SystemClock
+"""The production clock (Unix time, the scale of Prometheus sample timestamps): the one
+``SystemClock``, under the name this module has always exported."""
 
 
 def tls_context(

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from autoscaler.signals.ports import Clock
 from autoscaler.signals.prometheus import PrometheusSource
 from gpucellpool.api import PrometheusSource as PrometheusSpec
+from gpucellpool.api.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from gpucellpool.kube.rest import RestClient
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import POOL_ID_LABEL, PoolIdentity
 from provisioner.kube import KINDS, KubeApi
 from simulations.demo.config import DemoSpec, compressed_pods, pool_manifest

@@ -27,7 +27,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.clock import Clock
+from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, kind_of
 from simulations.twin.capi_bootstrap import reconcile_configs
 from simulations.twin.common import PollingController, condition, same_conditions

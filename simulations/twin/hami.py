@@ -46,7 +46,7 @@ from typing import Any
 from autoscaler.policy.demand import constraints_from_pod, container_ask
 from autoscaler.policy.errors import AskError
 from autoscaler.policy.types import GPUAsk, PlacementConstraints
-from provisioner.clock import Clock
+from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound, kind_of
 from simulations.engine.hami import allocate
 from simulations.twin.common import PollingController, mark_unschedulable

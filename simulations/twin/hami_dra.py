@@ -40,7 +40,7 @@ from autoscaler.policy.hami_dra import (
     slice_devices,
 )
 from autoscaler.policy.types import GPUAsk
-from provisioner.clock import Clock
+from gpucellpool.api.clock import Clock
 from provisioner.inventory import RESOURCE_CLAIM, RESOURCE_SLICE
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound
 from simulations.traces.dra import webhook_claim

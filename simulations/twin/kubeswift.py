@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.clock import Clock
+from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.twin import gpu_ledger
 from simulations.twin.common import PollingController, condition, same_conditions

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.clock import Clock
+from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi
 from simulations.twin.common import PollingController, micro_time, rfc3339
 from simulations.twin.hami_dra import hami_slice

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.policy.types import GPUAsk
-from provisioner.clock import Clock
+from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, Conflict, KubeApi, kind_of
 from simulations.traces.model import TracePod, sort_pods
 from simulations.twin.hami_codec import BUSY_SECONDS_ANNOTATION, SCHEDULER_NAME

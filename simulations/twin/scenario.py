@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.clock import Clock
+from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.twin.capi import SimulatedClusterAPI

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import PoolIdentity
 from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
 from provisioner.reconciler import PoolKey, Reconciler

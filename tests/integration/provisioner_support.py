@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import POOL_FINALIZER, PoolIdentity
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, KubeError, api_from_kubeconfig
 from provisioner.kube_delegate import DelegatingKubeApi, Write

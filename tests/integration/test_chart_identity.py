@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import KINDS, KubeApi
 from simulations.harness import ClusterEndpoint, Harness
 from simulations.twin.scenario import (

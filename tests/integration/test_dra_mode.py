@@ -33,7 +33,7 @@ from typing import Any
 
 from autoscaler.policy.types import GPUUsage
 from autoscaler.signals.prometheus import PrometheusSource, WallClock
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.inventory import RESOURCE_CLAIM
 from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.harness import ClusterEndpoint

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import KINDS
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret
 from tests.integration.test_loop_helpers import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import PoolIdentity
 from provisioner.kube import KINDS, KubeApi
 from provisioner.reconciler import PoolKey, Reconciler

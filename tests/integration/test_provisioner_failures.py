@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import INSTANCE_LABEL, PoolIdentity
 from provisioner.fsm.membership import MembershipLimits
 from provisioner.kube import JSON, KINDS, KubeApi

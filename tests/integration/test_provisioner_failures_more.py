@@ -16,7 +16,7 @@ import secrets
 import uuid
 from typing import Any
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import INSTANCE_LABEL, PoolIdentity
 from provisioner.fsm.membership import MembershipLimits
 from provisioner.fsm.observations import parse_time_s

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
 from provisioner.kube_delegate import DelegatingKubeApi
 from provisioner.reconciler import PoolKey, Reconciler

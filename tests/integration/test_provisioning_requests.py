@@ -31,7 +31,7 @@ import pytest
 from autoscaler.policy import provreq
 from gpucellpool.app import App
 from gpucellpool.kube.rest import ApiError, RestClient
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret
 from tests.integration import chart_support

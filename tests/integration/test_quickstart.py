@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from simulations.harness import ApiError, ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for
 from tests.integration import chart_support

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpucellpool import crdgen
 from gpucellpool.app import App
 from gpucellpool.crdcheck import FindingKind
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret, swiftguest_pool
 from tests.integration.test_crdcheck_real import _apply, older_crd, session_crd  # noqa: F401

@@ -24,7 +24,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.policy.types import GPUAsk
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, kind_of
 from simulations.harness import ClusterEndpoint
 from simulations.traces.model import TracePod

@@ -8,7 +8,7 @@ their duration there and end, freeing the GPU for the next one.
 from __future__ import annotations
 
 from autoscaler.policy.types import GPUAsk
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import PoolIdentity
 from provisioner.kube import KINDS, KubeApi
 from simulations.harness import ClusterEndpoint

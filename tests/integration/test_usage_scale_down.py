@@ -27,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpucellpool.app import App
-from provisioner.clock import SystemClock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import Kind, KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.harness.procs import ManagedProcess

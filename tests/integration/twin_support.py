@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from provisioner.clock import Clock, SystemClock
+from gpucellpool.api.clock import Clock
+from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.twin import SimulatedHAMi

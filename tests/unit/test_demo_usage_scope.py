@@ -22,7 +22,8 @@ from autoscaler.loop import Autoscaler
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.metrics import OperatorMetrics
-from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, VirtualClock, with_cells
+from simulations.engine.clock import VirtualClock
+from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, with_cells
 from tests.unit.test_loop_signals import PROM, SETTINGS, pool_manifest
 
 

@@ -18,14 +18,8 @@ import pytest
 from autoscaler.explain import MEMORY_ANNOTATION, decode_memory, encode_memory
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import PolicyMemory, Reason
-from tests.unit.test_loop_fakes import (
-    FakeWorkload,
-    FakeWriter,
-    VirtualClock,
-    pending_pod,
-    pool_manifest,
-    settle,
-)
+from simulations.engine.clock import VirtualClock, settle
+from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
 
 # resync_s = tick_s: these tests are about the tick; the longer requeue of a held decision is
 # tests/unit/test_loop_requeue.py.

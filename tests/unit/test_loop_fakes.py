@@ -1,52 +1,16 @@
-"""In-memory ports and a virtual clock for the autoscaling loop's unit tests."""
+"""In-memory ports for the autoscaling loop's unit tests (their clock: the one virtual clock,
+``simulations.engine.clock.VirtualClock``, the simulator's)."""
 
 from __future__ import annotations
 
-import asyncio
-import heapq
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autoscaler.loop import WorkloadSnapshot
 from gpucellpool.api.pool import GPUCellPool
+from simulations.engine.clock import VirtualClock, settle  # noqa: F401  (older imports)
 
 JSON = dict[str, Any]
-_seq = itertools.count()
-
-
-class VirtualClock:
-    """``sleep`` parks until ``advance`` moves time past its deadline."""
-
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.t = start
-        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
-
-    def now(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self.t + seconds, next(_seq), fut))
-        await fut
-
-    async def advance(self, seconds: float) -> None:
-        target = self.t + seconds
-        await settle()
-        while self._sleepers and self._sleepers[0][0] <= target:
-            deadline, _, fut = heapq.heappop(self._sleepers)
-            self.t = max(self.t, deadline)
-            if not fut.done():
-                fut.set_result(None)
-            await settle()
-        self.t = target
-        await settle()
-
-
-async def settle(rounds: int = 30) -> None:
-    """Let every ready task run (yields to the loop; no wall-clock waiting)."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
 
 
 class FakeWorkload:

@@ -21,10 +21,10 @@ from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
 from autoscaler.signals.hami_activity import ActivityReading, PodActivity, Verdict, failed
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.metrics import OperatorMetrics
+from simulations.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
     FakeWorkload,
     FakeWriter,
-    VirtualClock,
     pending_pod,
     pool_manifest,
     with_cells,

@@ -21,10 +21,10 @@ from autoscaler import loop
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.decide import decide
 from autoscaler.policy.types import Decision, Reason
+from simulations.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
     FakeWorkload,
     FakeWriter,
-    VirtualClock,
     pending_pod,
     pool_manifest,
     with_cells,

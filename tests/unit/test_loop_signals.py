@@ -18,10 +18,10 @@ from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.metrics import OperatorMetrics
+from simulations.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
     FakeWorkload,
     FakeWriter,
-    VirtualClock,
     pending_pod,
     pool_manifest,
     with_cells,

@@ -17,13 +17,8 @@ import pytest
 from autoscaler.explain import MEMORY_ANNOTATION, encode_memory
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import PolicyMemory
-from tests.unit.test_loop_fakes import (
-    FakeWorkload,
-    FakeWriter,
-    VirtualClock,
-    pending_pod,
-    pool_manifest,
-)
+from simulations.engine.clock import VirtualClock
+from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
 
 # resync_s = tick_s: these tests are about write cadence against the tick; the longer requeue of
 # a held decision (and its no-op stream) is tests/unit/test_loop_requeue.py.

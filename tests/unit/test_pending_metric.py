@@ -12,13 +12,8 @@ from autoscaler.loop_state import pending_labels, pending_series
 from autoscaler.policy.types import GPUAsk, PendingPod
 from gpucellpool.metric_catalogue import PENDING_LABELS, PENDING_SERIES_CAP
 from gpucellpool.metrics import OperatorMetrics, label_sets
-from tests.unit.test_loop_fakes import (
-    FakeWorkload,
-    FakeWriter,
-    VirtualClock,
-    pending_pod,
-    pool_manifest,
-)
+from simulations.engine.clock import VirtualClock
+from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
 
 NAME = "gpucellpool_pending_pod_first_seen_timestamp_seconds"
 SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0)
