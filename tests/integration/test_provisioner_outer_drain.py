@@ -248,8 +248,8 @@ async def test_a_cordon_starts_the_drain_at_once_through_the_node_watch(
                 on_a = ready_with(1)(pool) and row(pool, "wd-0").get("hostNode") == host_a
                 if on_a:
                     run.twin.nodes.lease_renew_s = NEVER_S
-                entry = app.driver.pools.get(key)
-                quiet = entry is not None and not entry.wake.is_set() and not slow.running
+                quiet = key in app.driver.runner and not app.driver.runner.pending(key)
+                quiet = quiet and not slow.running
                 return on_a and quiet and slow.idle and app.nodes.cache.synced.is_set()
 
             await poll_until(settled, timeout_s=60)
