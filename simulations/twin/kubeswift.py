@@ -18,6 +18,11 @@ order and after configurable delays:
 Failure knobs per guest name: never an address (optionally ``NetworkReady=False/DHCPTimeout``
 after ``dhcp_timeout_s``), launcher Failed (``phase=Failed``, ``GuestRunning=False/VmFailed``,
 restarts exhausted), stuck in Scheduling. On deletion the gpu-allocation finalizer is released.
+
+A failed launcher stays failed: with ``runPolicy: Always`` KubeSwift restarts it only after its
+backoff (10 s x 2^restartCount, capped at 300 s; kubeswift-facts.md "Telling failed apart"), so
+clearing a fault does not revive a Failed guest at the next pass; after the backoff the guest
+starts over from Scheduling with one more restart counted.
 """
 
 from __future__ import annotations
@@ -33,6 +38,13 @@ from simulations.twin.common import PollingController, condition, same_condition
 
 GPU_FINALIZER = "kubeswift.io/gpu-allocation"
 RESTARTS_WHEN_FAILED = 3
+RESTART_BACKOFF_BASE_S = 10.0
+RESTART_BACKOFF_CAP_S = 300.0
+
+
+def restart_backoff_s(restarts: int) -> float:
+    """KubeSwift's wait before it re-creates a failed launcher (``runPolicy: Always``)."""
+    return min(RESTART_BACKOFF_BASE_S * 2.0**restarts, RESTART_BACKOFF_CAP_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +75,8 @@ class SimulatedKubeSwift(PollingController):
     hosts: tuple[str, ...] = ("gpu-host-a", "gpu-host-b")
     _first_seen: dict[str, float] = field(default_factory=dict)
     _slots: dict[str, int] = field(default_factory=dict)
+    _failed_at: dict[str, float] = field(default_factory=dict)
+    _restarts: dict[str, int] = field(default_factory=dict)
     _host_of: dict[str, str] = field(default_factory=dict)
     fault_for: Callable[[str], GuestFault] | None = None
 
@@ -82,7 +96,7 @@ class SimulatedKubeSwift(PollingController):
             return
         uid = str(meta["uid"])
         now = self.clock.now()
-        first = self._first_seen.setdefault(uid, now)
+        first = self._restart_if_due(uid, guest["metadata"]["name"], now)
         if GPU_FINALIZER not in (meta.get("finalizers") or []) and self._wants_gpu(guest):
             patch = {
                 "metadata": {
@@ -103,6 +117,18 @@ class SimulatedKubeSwift(PollingController):
                 self._host_of[uid] = host
         status = self._status(guest, uid, now - first, seed_ok, now, no_capacity)
         await self._write(guest, status)
+
+    def _restart_if_due(self, uid: str, name: str, now: float) -> float:
+        """When this guest's boot clock started: a failed launcher restarts (boot clock reset)
+        once its fault is gone and its restart backoff has passed, never sooner."""
+        failed_at = self._failed_at.get(uid)
+        restarts = self._restarts.get(uid, RESTARTS_WHEN_FAILED)
+        due = failed_at is not None and now - failed_at >= restart_backoff_s(restarts)
+        if due and not self._fault(name).fail:
+            del self._failed_at[uid]
+            self._restarts[uid] = restarts + 1
+            self._first_seen[uid] = now
+        return self._first_seen.setdefault(uid, now)
 
     async def _place(self, slot: int) -> str | None:
         """The launcher pod's host, chosen once, as the scheduler would: round-robin over
@@ -183,7 +209,9 @@ class SimulatedKubeSwift(PollingController):
     ) -> dict[str, Any]:
         """The launcher pod started: the VM fails, or runs and (maybe) gets its address."""
         t = self.timings
-        if fault.fail:
+        uid = str(guest["metadata"]["uid"])
+        if fault.fail or uid in self._failed_at:
+            self._failed_at.setdefault(uid, now)
             conds.append(
                 condition("PodScheduled", False, "PodNotScheduled", "Error: launcher exited 1", now)
             )
@@ -191,7 +219,7 @@ class SimulatedKubeSwift(PollingController):
             return {
                 **status,
                 "phase": "Failed",
-                "restartCount": RESTARTS_WHEN_FAILED,
+                "restartCount": self._restarts.get(uid, RESTARTS_WHEN_FAILED),
                 "conditions": conds,
             }
         status["phase"] = "Running"
