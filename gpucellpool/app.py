@@ -36,6 +36,7 @@ from gpucellpool.kube.adapters import (
     PrometheusUsage,
 )
 from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.events import EventSink, ObjectEvents, rest_creator
 from gpucellpool.kube.provreq import KubeProvisioningRequests
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig, client_in_cluster_or
 from gpucellpool.kube.reviews import KubeAccessReviewer
@@ -52,7 +53,7 @@ from gpucellpool.provisioner_wiring import ProvisionerSide, collection_path, poo
 from gpucellpool.runtime.clock import SystemClock
 from gpucellpool.secure_metrics import MetricsOptions, secure_site
 from gpucellpool.status_metrics import StatusMetrics
-from webhook.kube import KubeCrdReader, KubeEventSink
+from webhook.kube import KubeCrdReader
 from webhook.rules import DEFAULT_SETTINGS, RuleSettings
 from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
 from webhook.tls import FileWatcher
@@ -267,7 +268,7 @@ class App:
     async def start(self) -> None:
         if self.settings.webhook is not None:  # every replica serves admission, leader or not
             options = dataclasses.replace(self.settings.webhook, settings=self.settings.rules)
-            self.webhook = await start_webhook(self.infra.api_client, options)
+            self.webhook = await start_webhook(self.infra, options)
         await self.health.start()
         if self._metrics_cert is not None:
             self._metrics_cert.start()
@@ -286,10 +287,13 @@ class App:
 
     async def _crd_check(self) -> None:
         """The startup CRD drift check (issue #6): log, Event, gauge; never raises."""
-        api = self.infra.api_client
         gauge = self.metrics.collectors["gpucellpool_crd_drift_findings"]
         assert isinstance(gauge, Gauge)
-        await crdcheck.run_check(KubeCrdReader(api), KubeEventSink(api, "gpucellpool"), gauge)
+        sink = EventSink(
+            rest_creator(self.infra), self.clock.now, "gpucellpool", self.settings.identity
+        )
+        events = ObjectEvents(sink, "CheckCRD")
+        await crdcheck.run_check(KubeCrdReader(self.infra), events, gauge)
 
     async def stop(self, release_lease: bool = True) -> None:
         """Stop everything; ``release_lease=False`` imitates a crash (tests, failover)."""

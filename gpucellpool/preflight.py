@@ -13,13 +13,16 @@ import json
 import re
 from collections.abc import Sequence
 
-import aiohttp
-
 from gpucellpool.errors import UserError
-from gpucellpool.kube.rest import HTTP_NOT_FOUND, ApiError, RestClient
+from gpucellpool.kube.errors import (
+    HTTP_FORBIDDEN,
+    HTTP_NOT_FOUND,
+    HTTP_UNAUTHORIZED,
+    KubeError,
+    Unreachable,
+)
+from gpucellpool.kube.rest import RestClient
 
-HTTP_UNAUTHORIZED = 401
-HTTP_FORBIDDEN = 403
 POOLS_PATH = "/apis/cells.kubeswift.io/v1alpha1/gpucellpools"
 """``gpucellpool.kube.adapters.POOLS_PATH``, spelled out: that module loads the API models."""
 
@@ -38,25 +41,25 @@ def lease_path(namespace: str, name: str) -> str:
 CRD_HINT = "install it: kubectl apply -f crds/cells.kubeswift.io_gpucellpools.yaml (or the chart)"
 
 
-# The closing quote is optional: ApiError keeps only the body's first 300 characters.
+# The closing quote is optional: KubeError keeps only the body's first 300 characters.
 _MESSAGE = re.compile(r'"message":\s*"((?:[^"\\]|\\.)*)"?')
 
 
-def _status_message(error: ApiError) -> str | None:
+def _status_message(error: KubeError) -> str | None:
     """The apiserver's own ``Status.message`` when the error's body carries one."""
     text = str(error)
     if ": b'" in text:  # a bytes body's repr doubles the JSON escapes
         text = text.replace("\\\\", "\\")
     found = _MESSAGE.search(text)
-    if found is None:
-        return None
+    if found is None:  # the door's own form: "VERB path: HTTP nnn: the Status.message"
+        return text.partition(f"HTTP {error.status}: ")[2] or None
     try:
         return str(json.loads(f'"{found.group(1)}"'))
     except ValueError:
         return found.group(1)
 
 
-def explain(error: ApiError, what: str) -> str:
+def explain(error: KubeError, what: str) -> str:
     """One line for an HTTP error met while reading ``what`` at start-up."""
     message = _status_message(error)
     if error.status == HTTP_UNAUTHORIZED:
@@ -76,7 +79,9 @@ async def check_cluster(
         for path in pool_paths:
             try:
                 await client.call("GET", path, [("limit", "1")])
-            except ApiError as exc:
+            except Unreachable:
+                raise
+            except KubeError as exc:
                 if exc.status == HTTP_NOT_FOUND:
                     raise UserError(
                         f"the GPUCellPool CRD is not installed on {server}; {CRD_HINT}"
@@ -84,8 +89,10 @@ async def check_cluster(
                 raise UserError(explain(exc, "GPUCellPools")) from exc
         try:
             await client.get(lease_path)
-        except ApiError as exc:
+        except Unreachable:
+            raise
+        except KubeError as exc:
             raise UserError(explain(exc, "the leader-election Lease")) from exc
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+    except (TimeoutError, OSError, Unreachable) as exc:
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise UserError(f"cannot reach the apiserver at {server}: {detail}") from exc

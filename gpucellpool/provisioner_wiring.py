@@ -17,7 +17,7 @@ from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
-from provisioner.kube import RestKubeApi
+from provisioner.kube import FIELD_MANAGER, RestKubeApi
 from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
 from provisioner.rule_gate import PoolRules
@@ -53,7 +53,7 @@ class ProvisionerSide:
         namespaces: tuple[str | None, ...],
         is_leader: Callable[[], bool],
     ) -> None:
-        operator_api = RestKubeApi(infra.api_client, api_timeout_s)
+        operator_api = RestKubeApi(infra.for_manager(FIELD_MANAGER, api_timeout_s))
         # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
         # (through the driver, built below from the reconciler that reads them).
         self.nodes = InfraNodes(infra, NodeGets(operator_api), self._wake)

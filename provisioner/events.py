@@ -1,30 +1,28 @@
-"""Posting the provisioner's Events: an ``EventSink`` port and its events.k8s.io/v1 adapter.
+"""Posting the provisioner's Events: an ``EventSink`` port and its adapter on the one sink.
 
 Why this module exists: the reconciler announces what it did (``fsm.events`` decides what);
 posting is I/O that may fail and must never fail a reconcile pass, and tests want to see or
-silence it. ``KubeEventSink`` writes ``events.k8s.io/v1`` Events about the pool
-(``reportingController: gpucellpool``, ``action`` and ``reason`` from the pure diff);
-``NullEventSink`` posts nothing.
+silence it. ``KubeEventSink`` hands each ``PoolEvent`` to the operator's one Event sink
+(``gpucellpool.kube.events``: ``events.k8s.io/v1``, ``reportingController: gpucellpool``,
+``action`` and ``reason`` from the pure diff); ``NullEventSink`` posts nothing.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpucellpool.api.clock import Clock
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellStatus
+from gpucellpool.kube.events import EVENTS_API, EventNote
+from gpucellpool.kube.events import EventSink as OneSink
 from provisioner.fsm.events import PoolEvent, pass_events
-from provisioner.kube import JSON, Kind, KubeApi, KubeError
+from provisioner.kube import JSON, Kind, KubeApi
 from provisioner.status import own_conditions
 
-EVENT = Kind("events.k8s.io/v1", "Event", "events")
+EVENT = Kind(EVENTS_API, "Event", "events")
 REPORTING_CONTROLLER = "gpucellpool"
-log = logging.getLogger(__name__)
 
 
 class EventSink(Protocol):
@@ -38,49 +36,28 @@ class NullEventSink:
         return None
 
 
-def _micro_time(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def event_body(pool: GPUCellPool, event: PoolEvent, now: float, instance: str) -> JSON:
+def regarding(pool: GPUCellPool) -> JSON:
+    """The pool as an Event's ``regarding`` reference."""
     meta = pool.metadata
     return {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {"name": f"{meta.name}.{int(now * 1e9):x}", "namespace": meta.namespace},
-        "eventTime": _micro_time(now),
-        "reportingController": REPORTING_CONTROLLER,
-        "reportingInstance": instance[:128],
-        "action": event.action,
-        "reason": event.reason,
-        "type": "Warning" if event.warning else "Normal",
-        "note": event.note,
-        "regarding": {
-            "apiVersion": pool.api_version,
-            "kind": pool.kind,
-            "name": meta.name,
-            "namespace": meta.namespace,
-            "uid": meta.uid,
-        },
+        "apiVersion": pool.api_version,
+        "kind": pool.kind,
+        "name": meta.name,
+        "namespace": meta.namespace,
+        "uid": meta.uid,
     }
 
 
-@dataclass
 class KubeEventSink:
-    """events.k8s.io/v1 Events in the pool's namespace of the infrastructure cluster."""
+    """Events about the pool, in its namespace of the infrastructure cluster, posted by the
+    one sink (``gpucellpool.kube.events``) through ``api`` (so fault-injecting APIs see them)."""
 
-    api: KubeApi
-    clock: Clock
-    instance: str = "gpucellpool"
-    _last: float = 0.0
+    def __init__(self, api: KubeApi, clock: Clock, instance: str = REPORTING_CONTROLLER) -> None:
+        self.sink = OneSink(api.create, clock.now, REPORTING_CONTROLLER, instance)
 
     async def emit(self, pool: GPUCellPool, event: PoolEvent) -> None:
-        now = max(self.clock.now(), self._last + 1e-6)  # unique names within a pass
-        self._last = now
-        try:
-            await self.api.create(event_body(pool, event, now, self.instance))
-        except KubeError as exc:
-            log.warning("event %s not posted: %s", event.reason, exc)
+        note = EventNote(event.reason, event.note, event.action, event.warning)
+        await self.sink.post(regarding(pool), note)
 
 
 async def emit_all(sink: EventSink, pool: GPUCellPool, events: Iterable[PoolEvent]) -> None:

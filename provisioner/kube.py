@@ -1,57 +1,62 @@
-"""The only door to a Kubernetes API server: a small async ``KubeApi`` protocol and its adapter.
+"""The provisioner's view of a Kubernetes API server: the ``KubeApi`` protocol, kinds, adapter.
 
 Why this module exists: the reconciler, the backends and the simulated controllers need a
 handful of verbs (get, list, server-side apply, merge patch, delete, evict, probe) on a few
-kinds, each with a timeout, and they must be testable with a fault-injecting wrapper. Keeping
-``kubernetes_asyncio`` behind ``KubeApi`` means nothing else imports it, every call has a
-deadline, and errors arrive as three small exception types (``NotFound``, ``Conflict``,
-``Unreachable``) instead of HTTP plumbing.
+kinds, each with a timeout, and they must be testable with a fault-injecting wrapper. This
+module names those verbs (``KubeApi``) and where each kind lives (``KINDS``); ``RestKubeApi``
+sends them through the operator's one door (``gpucellpool.kube.rest``), so this module does no
+HTTP of its own and its errors are the one tree (``gpucellpool.kube.errors``: ``NotFound``,
+``Conflict``, ``Unreachable`` and the rest, under ``KubeError``). Its writes use field manager
+``gpucellpool`` (the provisioner's), apart from the autoscaler's.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
 
-import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
+from gpucellpool.kube.errors import (
+    HTTP_CONFLICT,
+    HTTP_FORBIDDEN,
+    HTTP_NOT_FOUND,
+    HTTP_TOO_MANY,
+    HTTP_UNAUTHORIZED,
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    Throttled,
+    Unreachable,
+)
+from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gpucellpool"
 DEFAULT_TIMEOUT_S = 10.0
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
-HTTP_UNAUTHORIZED = 401
-HTTP_FORBIDDEN = 403
-HTTP_TOO_MANY = 429
-THROTTLE_RETRIES = 3
-THROTTLE_BACKOFF_S = 0.5
-
-
-class KubeError(RuntimeError):
-    """The API server answered with an error status (``status`` 0 = no HTTP answer)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class NotFound(KubeError):
-    """404: the object (or its kind) does not exist."""
-
-
-class Conflict(KubeError):
-    """409: resourceVersion precondition failed or the object already exists."""
-
-
-class Unreachable(KubeError):
-    """No answer: connection refused, DNS, TLS or a timeout."""
+__all__ = [
+    "HTTP_CONFLICT",
+    "HTTP_FORBIDDEN",
+    "HTTP_NOT_FOUND",
+    "HTTP_TOO_MANY",
+    "HTTP_UNAUTHORIZED",
+    "KINDS",
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "Kind",
+    "KubeApi",
+    "KubeError",
+    "NotFound",
+    "RestKubeApi",
+    "Throttled",
+    "Unreachable",
+    "api_from_kubeconfig",
+    "kind_of",
+    "kind_of_object",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,22 +153,16 @@ class KubeApi(Protocol):
     async def close(self) -> None: ...
 
 
-def _raise_for(exc: ApiException) -> KubeError:
-    status = int(exc.status or 0)
-    message = f"HTTP {status}: {str(exc.body or exc.reason)[:300]}"
-    if status == HTTP_NOT_FOUND:
-        return NotFound(status, message)
-    if status == HTTP_CONFLICT:
-        return Conflict(status, message)
-    return KubeError(status, message)
-
-
 class RestKubeApi:
-    """``KubeApi`` over one ``kubernetes_asyncio`` ApiClient (JSON in, JSON out)."""
+    """``KubeApi`` over the one door (``gpucellpool.kube.rest.RestClient``), JSON in and out."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, timeout_s: float = DEFAULT_TIMEOUT_S):
-        self._client = api_client
-        self._timeout_s = timeout_s
+    def __init__(self, rest: RestClient) -> None:
+        self._rest = rest
+
+    @property
+    def rest(self) -> RestClient:
+        """The door this adapter sends through."""
+        return self._rest
 
     async def _call(
         self,
@@ -174,52 +173,7 @@ class RestKubeApi:
         content_type: str = "application/json",
         retry_throttled: bool = True,
     ) -> JSON:
-        """One request; a 429 (apiserver throttling or storage re-initialising) is retried a
-        few times after its Retry-After, capped, unless the 429 is an answer (eviction)."""
-        for attempt in range(THROTTLE_RETRIES + 1):
-            try:
-                return await self._once(method, path, query, body, content_type)
-            except KubeError as exc:
-                if (
-                    exc.status != HTTP_TOO_MANY
-                    or not retry_throttled
-                    or attempt == THROTTLE_RETRIES
-                ):
-                    raise
-                await asyncio.sleep(THROTTLE_BACKOFF_S * (attempt + 1))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _once(
-        self,
-        method: str,
-        path: str,
-        query: list[tuple[str, str]] | None,
-        body: Any,
-        content_type: str,
-    ) -> JSON:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        query = list(query or [])
-        url = f"{self._client.configuration.host}{path}"
-        try:
-            await self._client.update_params_for_auth(headers, query, ["BearerToken"])
-            async with asyncio.timeout(self._timeout_s):
-                resp = await self._client.rest_client.request(
-                    method,
-                    url,
-                    query_params=query,  # type: ignore[arg-type]  # a list of pairs works
-                    headers=headers,
-                    body=body,
-                    _request_timeout=self._timeout_s,
-                )
-        except ApiException as exc:
-            raise _raise_for(exc) from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise Unreachable(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        data = resp.data
-        if not data:
-            return {}
-        parsed = json.loads(data)
-        return parsed if isinstance(parsed, dict) else {"value": parsed}
+        return await self._rest.call(method, path, query, body, content_type, retry_throttled)
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
         try:
@@ -246,10 +200,7 @@ class RestKubeApi:
         kind = kind_of_object(obj)
         meta = obj["metadata"]
         path = kind.path(meta.get("namespace"), meta["name"]) + ("/status" if status else "")
-        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
-        return await self._call(
-            "PATCH", path, query, dict(obj), content_type="application/apply-patch+yaml"
-        )
+        return await self._rest.apply(path, obj)
 
     async def patch(
         self,
@@ -260,25 +211,16 @@ class RestKubeApi:
         status: bool = False,
     ) -> JSON:
         path = kind.path(namespace, name) + ("/status" if status else "")
-        query = [("fieldManager", FIELD_MANAGER)]
-        return await self._call(
-            "PATCH", path, query, dict(patch), content_type="application/merge-patch+json"
-        )
+        return await self._rest.merge_patch(path, patch)
 
     async def create(self, obj: Mapping[str, Any]) -> JSON:
         kind = kind_of_object(obj)
-        path = kind.path(obj["metadata"].get("namespace"))
-        return await self._call("POST", path, [("fieldManager", FIELD_MANAGER)], dict(obj))
+        return await self._rest.create(kind.path(obj["metadata"].get("namespace")), obj)
 
     async def delete(
         self, kind: Kind, namespace: str | None, name: str, grace_period_s: int | None = None
     ) -> bool:
-        query = [] if grace_period_s is None else [("gracePeriodSeconds", str(grace_period_s))]
-        try:
-            await self._call("DELETE", kind.path(namespace, name), query)
-        except NotFound:
-            return False
-        return True
+        return await self._rest.delete(kind.path(namespace, name), grace_period_s)
 
     async def evict(self, namespace: str, name: str) -> None:
         body = {
@@ -293,14 +235,11 @@ class RestKubeApi:
         return await self._call("GET", "/version")
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._rest.close()
 
 
 async def api_from_kubeconfig(
     kubeconfig: Mapping[str, Any], timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> RestKubeApi:
-    """A ``KubeApi`` for a parsed kubeconfig (current context)."""
-    configuration = k8s_client.Configuration()
-    loader = k8s_config.kube_config.KubeConfigLoader(config_dict=dict(kubeconfig))
-    await loader.load_and_set(configuration)
-    return RestKubeApi(k8s_client.ApiClient(configuration), timeout_s)
+    """A ``KubeApi`` for a parsed kubeconfig (current context), writing as ``gpucellpool``."""
+    return RestKubeApi(await client_from_kubeconfig(kubeconfig, timeout_s, FIELD_MANAGER))

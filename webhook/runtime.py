@@ -16,8 +16,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from gpucellpool.kube.rest import RestClient
 from webhook import certs
 from webhook.certstore import SelfManagedCerts
 from webhook.kube import KubePoolReader, KubeSecretAccess, KubeSecretStore, KubeWebhookCABundle
@@ -26,6 +27,7 @@ from webhook.server import WebhookServer
 from webhook.tls import FileWatcher, ServingTLS
 
 Mode = Literal["self-managed", "cert-manager"]
+WEBHOOK_FIELD_MANAGER = "gpucellpool-webhook"
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,11 @@ class RunningWebhook:
         await self.server.stop()
 
 
-async def start_webhook(api_client: Any, options: WebhookOptions) -> RunningWebhook:
-    """Obtain a certificate for ``options.mode``, then listen; raises if none can be had."""
+async def start_webhook(rest: RestClient, options: WebhookOptions) -> RunningWebhook:
+    """Obtain a certificate for ``options.mode``, then listen; raises if none can be had.
+
+    Its writes (certificate Secret, caBundle) use field manager ``gpucellpool-webhook``."""
+    door = rest.for_manager(WEBHOOK_FIELD_MANAGER)
     tls = ServingTLS()
     keeper: SelfManagedCerts | FileWatcher
     if options.mode == "self-managed":
@@ -69,8 +74,8 @@ async def start_webhook(api_client: Any, options: WebhookOptions) -> RunningWebh
             options.service, options.namespace, options.extra_dns, options.extra_ips
         )
         keeper = SelfManagedCerts(
-            KubeSecretStore(api_client, options.namespace, options.secret),
-            KubeWebhookCABundle(api_client, options.configuration),
+            KubeSecretStore(door, options.namespace, options.secret),
+            KubeWebhookCABundle(door, options.configuration),
             tls,
             names,
             certs.CertPolicy(options.serving_lifetime, options.ca_lifetime),
@@ -85,11 +90,11 @@ async def start_webhook(api_client: Any, options: WebhookOptions) -> RunningWebh
         keeper.start()
     server = WebhookServer(
         tls,
-        KubePoolReader(api_client),
+        KubePoolReader(door),
         options.settings,
         options.host,
         options.port,
-        secret_access=KubeSecretAccess(api_client),
+        secret_access=KubeSecretAccess(door),
     )
     try:
         await server.start()

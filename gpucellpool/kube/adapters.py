@@ -2,8 +2,8 @@
 
 Why this module exists: the loop and the elector depend on small Protocols (``PoolWriter``,
 ``WorkloadView``, ``UsageSource``, ``LeaseApi``); this is where they meet the real API. Every
-call goes through ``RestClient`` and so carries a timeout. An Event that cannot be posted is
-logged and dropped: the status, which already holds the same explanation, was written.
+call goes through ``RestClient`` and so carries a timeout; Events go through the one sink
+(``gpucellpool.kube.events``), which logs and drops one it cannot post.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from autoscaler.signals.prometheus import PrometheusSource
 from autoscaler.signals.prometheus_config import source_from_spec
 from gpucellpool.api.pool import PLURAL, GPUCellPool
 from gpucellpool.kube.cache import WatchCache
-from gpucellpool.kube.rest import HTTP_CONFLICT, ApiError, RestClient
+from gpucellpool.kube.errors import Conflict, KubeError
+from gpucellpool.kube.events import EventNote, EventSink, rest_creator
+from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
-from gpucellpool.leader import LeaseConflict, micro_time
+from gpucellpool.leader import LeaseConflict
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ class KubePoolWriter:
 
     def __init__(self, client: RestClient, identity: str, clock: Any) -> None:
         self.client, self.identity, self.clock = client, identity, clock
+        self.events = EventSink(rest_creator(client), clock.now, REPORTING_CONTROLLER, identity)
 
     async def apply_status(self, body: JSON) -> None:
         meta = body["metadata"]
@@ -51,32 +54,20 @@ class KubePoolWriter:
         await self.client.merge_patch(pool_path(pool.metadata.namespace, pool.metadata.name), patch)
 
     async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None:
-        meta, now = pool.metadata, self.clock.now()
-        body = {
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta.name}.{int(now * 1e9):x}", "namespace": meta.namespace},
-            "eventTime": micro_time(now),
-            "reportingController": REPORTING_CONTROLLER,
-            "reportingInstance": self.identity[:128],
-            "action": "Scale",
-            "reason": reason,
-            "type": "Warning" if warning else "Normal",
-            "note": note[:1000],
-            "regarding": {
-                "apiVersion": pool.api_version,
-                "kind": pool.kind,
-                "name": meta.name,
-                "namespace": meta.namespace,
-                "uid": meta.uid,
-            },
-        }
-        try:
-            await self.client.create(
-                f"/apis/events.k8s.io/v1/namespaces/{meta.namespace}/events", body
-            )
-        except Exception as exc:
-            log.warning("event not posted: %s", exc, extra={"pool": meta.name})
+        """One Event about the pool through the one sink (never raises)."""
+        await self.events.post(regarding(pool), EventNote(reason, note, "Scale", warning))
+
+
+def regarding(pool: GPUCellPool) -> JSON:
+    """The pool as an Event's ``regarding`` reference."""
+    meta = pool.metadata
+    return {
+        "apiVersion": pool.api_version,
+        "kind": pool.kind,
+        "name": meta.name,
+        "namespace": meta.namespace,
+        "uid": meta.uid,
+    }
 
 
 class CacheWorkloadView:
@@ -150,18 +141,14 @@ class LeaseClient:
     async def create(self, lease: JSON) -> JSON:
         try:
             return await self.client.create(self.collection, lease)
-        except ApiError as exc:
-            if exc.status == HTTP_CONFLICT:
-                raise LeaseConflict(str(exc)) from exc
-            raise
+        except Conflict as exc:
+            raise LeaseConflict(str(exc)) from exc
 
     async def replace(self, lease: JSON) -> JSON:
         try:
-            return await self.client.call("PUT", self.path, None, lease)
-        except ApiError as exc:
-            if exc.status == HTTP_CONFLICT:
-                raise LeaseConflict(str(exc)) from exc
-            raise
+            return await self.client.replace(self.path, lease)
+        except Conflict as exc:
+            raise LeaseConflict(str(exc)) from exc
 
 
 class PrometheusUsage:
@@ -213,7 +200,7 @@ class PrometheusUsage:
             hami = pool.spec.capacity.hami
             dra = hami is not None and hami.mode == "DRA"
             reading = await source.node_gpu_usage(nodes, dra=dra)
-        except (PrometheusUnavailable, ValueError, ApiError) as exc:
+        except (PrometheusUnavailable, ValueError, KubeError) as exc:
             detail = f"Prometheus unavailable: {type(exc).__name__}"
             return {}, MetricsHealth(False, 0.0, detail, read_failed=True)
         return reading.usage_by_node(), reading.health
@@ -224,7 +211,7 @@ class PrometheusUsage:
         """Measured use from HAMi's monitor (``ActivitySource``); faults read Unreachable."""
         try:
             source = await self._source(pool)
-        except (ValueError, ApiError) as exc:
+        except (ValueError, KubeError) as exc:
             return failed(Verdict.UNREACHABLE, f"Prometheus unavailable: {type(exc).__name__}")
         return await source.node_activity(nodes, pods)
 

@@ -17,12 +17,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpucellpool.kube.errors import Gone
+
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
-
-
-class Gone(Exception):
-    """The resourceVersion we watched from is too old: relist."""
 
 
 @dataclass(frozen=True, slots=True)

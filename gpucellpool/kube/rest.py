@@ -1,9 +1,22 @@
-"""``ListWatch`` over the Kubernetes REST API, and the few writes the autoscaler makes.
+"""The one door to every apiserver: one request function, one error tree, Retry-After honoured.
 
-Why this module exists: it is the only place in the autoscaler's shell that imports
-kubernetes_asyncio/aiohttp. Lists and writes are bounded by a timeout; a watch is bounded by
-the server-side ``timeoutSeconds`` plus a read timeout, so a silent connection cannot hang a
-cache forever. HTTP 410 becomes ``Gone`` so the cache relists.
+Why this module exists: every HTTP request the operator sends to a kube-apiserver (the
+infrastructure cluster and every workload cluster; the autoscaler, the provisioner, the
+webhook's adapters, the leader lease, the metrics access reviews, the Event sink) goes through
+``RestClient.call`` (and ``watch`` for streams), so each one has the same timeout, auth, content
+types, throttling retry and errors. Only this module (and ``kubeconfig``, which reads
+credentials) imports kubernetes_asyncio/aiohttp for apiserver traffic; an import-linter
+contract keeps it so.
+
+- Timeout: each attempt (send and read) is bounded by ``timeout_s``; a watch by the server-side
+  ``timeoutSeconds`` plus a read timeout, so a silent connection cannot hang a cache forever.
+- Throttling: a 429, or a 503 carrying Retry-After, is sent again after the server's
+  Retry-After, capped (``errors.retry_decision``), at most ``RetryPolicy.attempts`` times;
+  callers for whom a 429 is an answer (an eviction refused by a PodDisruptionBudget) say so.
+- Errors: one tree (``gpucellpool.kube.errors``): ``NotFound``, ``Conflict``, ``Gone``,
+  ``Forbidden``, ``Invalid``, ``Throttled``, ``Unreachable`` under ``KubeError``, each with the
+  status and the apiserver's message, never a credential or a request body.
+- Field managers: one per writer (``for_manager``), sharing one connection pool.
 """
 
 from __future__ import annotations
@@ -12,74 +25,126 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpucellpool.kube.cache import JSON, Gone, Query
+from gpucellpool.kube.cache import JSON, Query
+from gpucellpool.kube.errors import (
+    MESSAGE_LIMIT,
+    KubeError,
+    NotFound,
+    RetryPolicy,
+    Unreachable,
+    error_for,
+    retry_decision,
+    server_message,
+)
 from gpucellpool.kube.kubeconfig import load_configuration
 
-HTTP_GONE = 410
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 WATCH_SERVER_TIMEOUT_S = 290
 AUTOSCALER_FIELD_MANAGER = "gpucellpool-autoscaler"
+JSON_TYPE = "application/json"
+APPLY_TYPE = "application/apply-patch+yaml"
+MERGE_TYPE = "application/merge-patch+json"
+JSON_PATCH_TYPE = "application/json-patch+json"
+Sleep = Callable[[float], Awaitable[None]]
 log = logging.getLogger(__name__)
 
 
-class ApiError(RuntimeError):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class RestClient:
-    """JSON over one ApiClient: list (with resourceVersion), watch, get, create, patch."""
+    """JSON over one ApiClient: ``call`` (the request function), list, watch, get, writes."""
 
-    def __init__(self, api_client: k8s_client.ApiClient, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient,
+        timeout_s: float = 10.0,
+        field_manager: str = AUTOSCALER_FIELD_MANAGER,
+        retry: RetryPolicy | None = None,
+        sleep: Sleep = asyncio.sleep,
+        owns_client: bool = True,
+    ) -> None:
         self._client = api_client
         self.timeout_s = timeout_s
+        self.field_manager = field_manager
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._owns_client = owns_client
 
     @property
     def api_client(self) -> k8s_client.ApiClient:
-        """The underlying client, to share its connection pool with other adapters."""
+        """The underlying client (its configuration names the server)."""
         return self._client
 
-    async def _request(
+    @property
+    def host(self) -> str:
+        """The apiserver's URL."""
+        return str(self._client.configuration.host)
+
+    def for_manager(self, field_manager: str, timeout_s: float | None = None) -> RestClient:
+        """The same connection writing as another field manager (its ``close`` is a no-op:
+        the client it came from owns the connection)."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        return RestClient(
+            self._client, timeout, field_manager, self.retry, self._sleep, owns_client=False
+        )
+
+    async def _send(
         self,
         method: str,
         path: str,
-        query: list[tuple[str, str]] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        preload: bool = True,
-        read_timeout: Any = None,
-    ) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        params = list(query or [])
-        await self._client.update_params_for_auth(headers, params, ["BearerToken"])
-        url = f"{self._client.configuration.host}{path}"
+        query: list[tuple[str, str]],
+        body: Any,
+        content_type: str,
+        read_timeout: Any,
+    ) -> tuple[aiohttp.ClientResponse, str]:
+        """One unread response and the credential to redact; no answer -> ``Unreachable``."""
+        headers = {"Accept": JSON_TYPE, "Content-Type": content_type}
+        params = list(query)
         try:
-            return await self._client.rest_client.request(
+            await self._client.update_params_for_auth(headers, params, ["BearerToken"])
+            response = await self._client.rest_client.request(
                 method,
-                url,
-                query_params=params,  # type: ignore[arg-type]
+                f"{self.host}{path}",
+                query_params=params,  # type: ignore[arg-type]  # a list of pairs works
                 headers=headers,
                 body=body,
-                _preload_content=preload,
-                _request_timeout=read_timeout or self.timeout_s,
+                _preload_content=False,
+                _request_timeout=read_timeout,
             )
-        except ApiException as exc:
-            if exc.status == HTTP_GONE:
-                raise Gone(str(exc.reason)) from exc
-            detail = str(exc.body or exc.reason or "")[:300]
-            raise ApiError(
-                int(exc.status or 0), f"{method} {path}: HTTP {exc.status}: {detail}"
-            ) from exc
+        except (TimeoutError, aiohttp.ClientError, OSError, ApiException) as exc:
+            raise _unreachable(method, path, exc) from exc
+        credential = headers.get("authorization", headers.get("Authorization", ""))
+        return response, credential.removeprefix("Bearer ").strip()
+
+    async def _attempt(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]],
+        body: Any,
+        content_type: str,
+    ) -> tuple[int, bytes, str | None, str]:
+        """(status, body, Retry-After, credential) of one bounded attempt."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response, credential = await self._send(
+                    method, path, query, body, content_type, self.timeout_s
+                )
+                try:
+                    data = await response.read()
+                finally:
+                    response.release()
+        except TimeoutError as exc:
+            raise Unreachable(0, f"{method} {path}: timed out after {self.timeout_s:g}s") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise _unreachable(method, path, exc) from exc
+        return response.status, data, response.headers.get("Retry-After"), credential
 
     async def call(
         self,
@@ -87,12 +152,23 @@ class RestClient:
         path: str,
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
-        content_type: str = "application/json",
+        content_type: str = JSON_TYPE,
+        retry_throttled: bool = True,
     ) -> JSON:
-        async with asyncio.timeout(self.timeout_s):
-            resp = await self._request(method, path, query, body, content_type)
-        parsed = json.loads(resp.data) if resp.data else {}
-        return parsed if isinstance(parsed, dict) else {}
+        """The request function: one JSON request, throttling retried, errors mapped."""
+        attempt = 0
+        while True:
+            status, data, retry_after, credential = await self._attempt(
+                method, path, list(query or []), body, content_type
+            )
+            if 200 <= status <= 299:
+                return _parsed(data, method, path, status)
+            decision = retry_decision(status, retry_after, attempt, self.retry)
+            if not (retry_throttled and decision.retry):
+                raise error_for(status, method, path, server_message(data, credential))
+            log.info("%s %s throttled, retrying: %s", method, path, decision.reason)
+            await self._sleep(decision.wait_s)
+            attempt += 1
 
     @staticmethod
     def _selectors(query: Query) -> list[tuple[str, str]]:
@@ -114,6 +190,7 @@ class RestClient:
         return items, str((result.get("metadata") or {}).get("resourceVersion", ""))
 
     async def watch(self, query: Query, resource_version: str) -> AsyncIterator[JSON]:
+        """Watch events from ``resource_version``; 410 raises ``Gone``, other errors the tree."""
         params = [
             *self._selectors(query),
             ("watch", "true"),
@@ -123,51 +200,88 @@ class RestClient:
         if resource_version:
             params.append(("resourceVersion", resource_version))
         timeout = (self.timeout_s, WATCH_SERVER_TIMEOUT_S + 30)
-        resp = await self._request("GET", query.path, params, preload=False, read_timeout=timeout)
+        async with asyncio.timeout(self.timeout_s):
+            resp, credential = await self._send("GET", query.path, params, None, JSON_TYPE, timeout)
         async with resp:
-            if resp.status == HTTP_GONE:
-                raise Gone("watch: 410")
             if resp.status >= 300:
-                raise ApiError(resp.status, f"watch {query.path}: HTTP {resp.status}")
+                detail = server_message(await resp.read(), credential)
+                raise error_for(resp.status, "watch", query.path, detail)
             async for line in resp.content:
                 if line.strip():
                     yield json.loads(line)
 
     async def get(self, path: str) -> JSON | None:
+        """The object, or None when it does not exist."""
         try:
             return await self.call("GET", path)
-        except ApiError as exc:
-            if exc.status == HTTP_NOT_FOUND:
-                return None
-            raise
+        except NotFound:
+            return None
+
+    async def apply(self, path: str, body: Mapping[str, Any]) -> JSON:
+        """Server-side apply at ``path`` (this client's field manager, forced)."""
+        query = [("fieldManager", self.field_manager), ("force", "true")]
+        return await self.call("PATCH", path, query, dict(body), APPLY_TYPE)
 
     async def apply_status(self, path: str, body: Mapping[str, Any]) -> JSON:
         """Server-side apply of our own status fields (own field manager, forced)."""
-        query = [("fieldManager", AUTOSCALER_FIELD_MANAGER), ("force", "true")]
-        return await self.call(
-            "PATCH", path + "/status", query, dict(body), "application/apply-patch+yaml"
-        )
+        return await self.apply(path + "/status", body)
 
     async def merge_patch(self, path: str, body: Mapping[str, Any]) -> JSON:
-        query = [("fieldManager", AUTOSCALER_FIELD_MANAGER)]
-        return await self.call("PATCH", path, query, dict(body), "application/merge-patch+json")
+        query = [("fieldManager", self.field_manager)]
+        return await self.call("PATCH", path, query, dict(body), MERGE_TYPE)
+
+    async def json_patch(self, path: str, ops: Sequence[JSON]) -> JSON:
+        query = [("fieldManager", self.field_manager)]
+        return await self.call("PATCH", path, query, list(ops), JSON_PATCH_TYPE)
 
     async def create(self, path: str, body: Mapping[str, Any]) -> JSON:
-        return await self.call(
-            "POST", path, [("fieldManager", AUTOSCALER_FIELD_MANAGER)], dict(body)
-        )
+        return await self.call("POST", path, [("fieldManager", self.field_manager)], dict(body))
+
+    async def replace(self, path: str, body: Mapping[str, Any]) -> JSON:
+        return await self.call("PUT", path, [("fieldManager", self.field_manager)], dict(body))
+
+    async def delete(self, path: str, grace_period_s: int | None = None) -> bool:
+        """Request deletion; False when it was already gone."""
+        query = [] if grace_period_s is None else [("gracePeriodSeconds", str(grace_period_s))]
+        try:
+            await self.call("DELETE", path, query)
+        except NotFound:
+            return False
+        return True
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._owns_client:
+            await self._client.close()
+
+
+def _unreachable(method: str, path: str, exc: BaseException) -> Unreachable:
+    """No answer; the client library's own words (host, OS error), one line, shortened."""
+    if isinstance(exc, TimeoutError):
+        return Unreachable(0, f"{method} {path}: timed out")
+    detail = " ".join(str(exc).split())[:MESSAGE_LIMIT]
+    return Unreachable(0, f"{method} {path}: {type(exc).__name__}: {detail}".rstrip(": "))
+
+
+def _parsed(data: bytes, method: str, path: str, status: int) -> JSON:
+    if not data:
+        return {}
+    try:
+        parsed = json.loads(data)
+    except ValueError as exc:
+        raise KubeError(status, f"{method} {path}: HTTP {status}: answer is not JSON") from exc
+    return parsed if isinstance(parsed, dict) else {"value": parsed}
 
 
 async def client_from_kubeconfig(
-    kubeconfig: Mapping[str, Any], timeout_s: float = 10.0
+    kubeconfig: Mapping[str, Any],
+    timeout_s: float = 10.0,
+    field_manager: str = AUTOSCALER_FIELD_MANAGER,
 ) -> RestClient:
+    """A client for a parsed kubeconfig (current context)."""
     configuration = k8s_client.Configuration()
     loader = k8s_config.kube_config.KubeConfigLoader(config_dict=dict(kubeconfig))
     await loader.load_and_set(configuration)
-    return RestClient(k8s_client.ApiClient(configuration), timeout_s)
+    return RestClient(k8s_client.ApiClient(configuration), timeout_s, field_manager)
 
 
 async def client_in_cluster_or(

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
-
-from gpucellpool.kube.rest import ApiError, RestClient
+from gpucellpool.kube.errors import KubeError
+from gpucellpool.kube.rest import RestClient
 from gpucellpool.metrics_access import Identity, ReviewUnavailable, TokenUnverified
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -63,7 +62,7 @@ class KubeAccessReviewer:
     async def _create(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
         try:
             return await self._rest.call("POST", path, None, body)
-        except (ApiError, TimeoutError, OSError, aiohttp.ClientError, ValueError) as exc:
+        except (KubeError, TimeoutError, OSError, ValueError) as exc:
             status = getattr(exc, "status", "no response")
             raise ReviewUnavailable(f"{what} failed ({status})") from None
 

@@ -14,6 +14,7 @@ import asyncio
 import copy
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,9 +23,10 @@ from prometheus_client import CollectorRegistry
 
 from gpucellpool import crdcheck, crdgen
 from gpucellpool.crdcheck import FindingKind, Outcome
+from gpucellpool.kube.events import EventSink, ObjectEvents, rest_creator
 from simulations.harness import ClusterEndpoint
 from tests.integration.test_webhook_env import api_client, kubectl, wait_until
-from webhook.kube import KubeCrdReader, KubeEventSink
+from webhook.kube import KubeCrdReader
 
 REMOVED = "spec.updatePolicy"
 NARROWED = "spec.autoscaling.drain.mode"
@@ -89,7 +91,9 @@ async def test_drift_against_an_older_crd_is_reported(
 ) -> None:
     api = await api_client(infra)
     try:
-        reader, events = KubeCrdReader(api), KubeEventSink(api, "gpucellpool")
+        reader = KubeCrdReader(api)
+        sink = EventSink(rest_creator(api), time.time, "gpucellpool", "test")
+        events = ObjectEvents(sink, "CheckCRD")
         baseline = await crdcheck.run_check(reader)
         assert baseline.outcome in (Outcome.MATCHES, Outcome.DRIFT), baseline.message()
         await _apply(infra, older_crd())

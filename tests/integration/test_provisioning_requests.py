@@ -30,7 +30,8 @@ import pytest
 
 from autoscaler.policy import provreq
 from gpucellpool.app import App
-from gpucellpool.kube.rest import ApiError, RestClient
+from gpucellpool.kube.errors import KubeError
+from gpucellpool.kube.rest import RestClient
 from gpucellpool.runtime.clock import SystemClock
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret
@@ -282,12 +283,12 @@ async def test_the_published_schema_is_enforced(workload: ClusterEndpoint, names
         path = PROVREQS.format(ns=namespace)
         bad = request(namespace, "zero", provreq.ATOMIC, "t", 1)
         bad["spec"]["podSets"][0]["count"] = 0
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(KubeError) as refused:
             await api.create(path, bad)
         assert refused.value.status == 422 and "count" in str(refused.value)
         await api.create(path, request(namespace, "fixed", provreq.ATOMIC, "t", 1))
         change = {"spec": {"provisioningClassName": provreq.CHECK_CAPACITY}}
-        with pytest.raises(ApiError) as immutable:
+        with pytest.raises(KubeError) as immutable:
             await api.merge_patch(f"{path}/fixed", change)
         assert "Value is immutable" in str(immutable.value)
     finally:

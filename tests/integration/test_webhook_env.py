@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from kubernetes_asyncio import client, config
 
+from gpucellpool.kube.rest import RestClient
 from simulations.harness import ClusterEndpoint
+from tests.integration.test_loop_helpers import client_for
 from webhook import certs
 from webhook.certstore import SelfManagedCerts
 from webhook.kube import KubePoolReader, KubeSecretAccess, KubeSecretStore, KubeWebhookCABundle
@@ -38,13 +39,9 @@ HOOK_NAME = "vgpucellpool.cells.kubeswift.io"
 BYPASS_LABEL = "gpucellpool.test/webhook-bypass"
 
 
-async def api_client(endpoint: ClusterEndpoint) -> client.ApiClient:
-    """A kubernetes-asyncio client for the endpoint's admin kubeconfig."""
-    cfg = client.Configuration()
-    await config.load_kube_config(
-        config_file=str(endpoint.kubeconfig_path), client_configuration=cfg
-    )
-    return client.ApiClient(cfg)
+async def api_client(endpoint: ClusterEndpoint) -> RestClient:
+    """The operator's REST client for the endpoint's admin kubeconfig."""
+    return await client_for(endpoint)
 
 
 async def kubectl(
@@ -103,7 +100,7 @@ class WebhookEnv:
     """A running webhook wired into the real apiserver."""
 
     infra: ClusterEndpoint
-    api: client.ApiClient
+    api: RestClient
     server: WebhookServer
     certs: SelfManagedCerts
     configuration: str

@@ -19,6 +19,7 @@ import pytest
 from gpucellpool import __version__, flag_types
 from gpucellpool.cli import build_parser, main
 from gpucellpool.errors import UserError
+from gpucellpool.kube.errors import KubeError
 from gpucellpool.kube.kubeconfig import (
     KubeconfigError,
     check_files,
@@ -28,7 +29,6 @@ from gpucellpool.kube.kubeconfig import (
     load_configuration,
     merge,
 )
-from gpucellpool.kube.rest import ApiError
 from gpucellpool.leader import MIN_RETRY_S, ElectionSettings, LeaderElector
 from gpucellpool.preflight import explain, lease_path, pool_paths
 from gpucellpool.run import settings_from
@@ -426,8 +426,8 @@ def test_main_prints_a_user_error_as_one_line(
         main(["run", "--kubeconfig", missing])
 
 
-def api_error(status: int, body: str) -> ApiError:
-    return ApiError(status, f"GET /apis/x: HTTP {status}: {body}")
+def api_error(status: int, body: str) -> KubeError:
+    return KubeError(status, f"GET /apis/x: HTTP {status}: {body}")
 
 
 def test_explain_uses_the_apiservers_message() -> None:
@@ -436,15 +436,18 @@ def test_explain_uses_the_apiservers_message() -> None:
         'forbidden: gpucellpools is forbidden: User "u" cannot list '
         "(grant it with RBAC, e.g. the chart's roles)"
     )
-    as_bytes = str(body.encode())  # how ApiError renders a bytes body
+    as_bytes = str(body.encode())  # how an older client rendered a bytes body
     assert explain(api_error(403, as_bytes), "x").startswith(
         'forbidden: gpucellpools is forbidden: User "u"'
     )
-    cut = explain(api_error(403, body[: body.index(" cannot")]), "x")  # ApiError keeps 300
+    cut = explain(api_error(403, body[: body.index(" cannot")]), "x")  # a message is cut at 300
     assert cut.startswith('forbidden: gpucellpools is forbidden: User "u" (grant it')
     assert "401" in explain(api_error(401, "Unauthorized"), "GPUCellPools")
-    assert explain(api_error(500, "boom"), "the Lease") == (
-        "reading the Lease: GET /apis/x: HTTP 500: boom"
+    assert explain(api_error(500, "boom"), "the Lease") == "reading the Lease: HTTP 500: boom"
+    door = api_error(403, 'gpucellpools is forbidden: User "u" cannot list')  # the door's form
+    assert explain(door, "x") == (
+        'forbidden: gpucellpools is forbidden: User "u" cannot list '
+        "(grant it with RBAC, e.g. the chart's roles)"
     )
 
 

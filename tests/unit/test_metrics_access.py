@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import aiohttp
 import pytest
 
+from gpucellpool.kube.errors import KubeError, Unreachable
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.reviews import KubeAccessReviewer
 from gpucellpool.metrics_access import (
@@ -145,9 +145,13 @@ ALLOWED = {"status": {"allowed": True}}
 @pytest.mark.parametrize(
     "failure",
     [
-        aiohttp.ServerDisconnectedError(),  # not an OSError: used to escape as a 500
-        aiohttp.ClientPayloadError("truncated"),
-        json.JSONDecodeError("Expecting value", "<html>", 0),  # a proxy's error page
+        # what the door (gpucellpool.kube.rest) raises for a dropped connection, a timeout,
+        # an answer that is not JSON (a proxy's error page), an error status
+        Unreachable(0, "POST /apis/x: ServerDisconnectedError: Server disconnected"),
+        Unreachable(0, "POST /apis/x: timed out"),
+        KubeError(200, "POST /apis/x: HTTP 200: answer is not JSON"),
+        KubeError(500, "POST /apis/x: HTTP 500: etcd"),
+        json.JSONDecodeError("Expecting value", "<html>", 0),
     ],
 )
 async def test_reviewer_reports_any_failed_call_as_unavailable(failure: Exception) -> None:
