@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,11 +48,13 @@ from gpucellpool.kube.workload import (
     ClusterUID,
     WorkloadClusters,
 )
-from gpucellpool.leader import ElectionSettings, LeaderElector
+from gpucellpool.leader import ElectionSettings, LeaderElector, ShardedElection
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioner_wiring import ProvisionerSide, collection_path, pool_rules
 from gpucellpool.runtime.clock import SystemClock
 from gpucellpool.secure_metrics import MetricsOptions, secure_site
+from gpucellpool.shard_gate import ShardGate, for_pool, key_of
+from gpucellpool.shards import ShardPlan, lease_name
 from gpucellpool.status_metrics import StatusMetrics
 from webhook.kube import KubeCrdReader
 from webhook.rules import DEFAULT_SETTINGS, RuleSettings
@@ -93,6 +96,8 @@ class Settings:
     webhook: WebhookOptions | None = None  # None: no admission webhook in this process
     metrics: MetricsOptions = field(default_factory=MetricsOptions)  # secure=False: plain
     rules: RuleSettings = DEFAULT_SETTINGS  # admission rule settings: webhook + provisioner
+    shards: int = 1  # pools split across this many processes (gpucellpool.shards)
+    shard_index: int = 0  # this process's own shard; it stands by for the others
 
 
 class RoutedWorkloadView(CacheWorkloadView):
@@ -134,7 +139,11 @@ class App:
         self.clock = clock or SystemClock()
         self.registry = registry or CollectorRegistry()
         self.metrics = OperatorMetrics(self.registry)
-        self.elector = self._elector()
+        self.election = ShardedElection(
+            ShardPlan(settings.shards, settings.shard_index), self._elector
+        )
+        self.elector = self.election.own  # this process's own shard's (the only one unsharded)
+        self.gate = ShardGate(self.election.owns, lambda: self.election.electors[0].is_leader)
         self.clusters = WorkloadClusters(infra, workload_factory, self._cluster_changed)
         self.router = WorkloadRouter()
         self.usage = PrometheusUsage(infra, self.clock, settings.rules.allowed_prometheus_hosts)
@@ -151,12 +160,12 @@ class App:
             settings.rules,
             settings.api_timeout_s,
             watched_namespaces(settings),
-            lambda: self.elector.is_leader,
+            self.gate.acting,
         )
         self.nodes = self.provisioner.nodes
         self.reconciler = self.provisioner.reconciler
         self.driver = self.provisioner.driver
-        self.status_metrics = StatusMetrics(self.metrics, lambda: self.elector.is_leader)
+        self.status_metrics = StatusMetrics(self.metrics, self.gate.acting)
         self.pool_caches = [
             WatchCache(infra, Query(collection_path(ns, POOLS_PATH)), self._pool_changed)
             for ns in watched_namespaces(settings)
@@ -170,13 +179,21 @@ class App:
 
     # -- construction helpers -----------------------------------------------------------------
 
-    def _elector(self) -> LeaderElector:
+    def _elector(self, shard: int) -> LeaderElector:
         s = self.settings
+        name = lease_name(s.lease_name, s.shards, shard)
         election = ElectionSettings(
-            s.lease_namespace, s.lease_name, s.identity, s.lease_s, s.renew_deadline_s, s.retry_s
+            s.lease_namespace,
+            name,
+            s.identity,
+            s.lease_s,
+            s.renew_deadline_s,
+            s.retry_s,
+            preferred=shard == s.shard_index,
         )
-        lease = LeaseClient(self.infra, s.lease_namespace, s.lease_name)
-        return LeaderElector(lease, self.clock, election, self._leadership)
+        lease = LeaseClient(self.infra, s.lease_namespace, name)
+        on_change = functools.partial(self._leadership, shard=shard)
+        return LeaderElector(lease, self.clock, election, on_change)
 
     def _autoscaler(self) -> Autoscaler:
         return Autoscaler(
@@ -186,7 +203,7 @@ class App:
             metrics=self.metrics,
             usage=self.usage,
             settings=LoopSettings(debounce_s=self.settings.debounce_s, tick_s=self.settings.tick_s),
-            is_leader=lambda: self.elector.is_leader,
+            is_leader=self.gate.acting,
             activity=self.usage,
         )
 
@@ -202,8 +219,7 @@ class App:
     # -- wiring -------------------------------------------------------------------------------
 
     def _pool_changed(self, kind: str, raw: JSON) -> None:
-        meta = raw.get("metadata") or {}
-        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        key = key_of(raw)
         wc = (raw.get("spec") or {}).get("workloadCluster") or {}
         secret = (wc.get("kubeconfigSecretRef") or {}).get("name")
         if kind == "DELETED":
@@ -218,10 +234,11 @@ class App:
             self._cluster_of[key] = cluster
             self.clusters.ensure(cluster)
             self.router.pool_changed(pool_route(key, cluster, raw))
-        self.autoscaler.pool_event(kind, raw)
-        if self.settings.provision:
-            self.provisioner.pool_event(kind, raw)
-        self.status_metrics.observe(kind, raw)
+        with for_pool(key):  # the pool's tasks, created here, gate on its shard
+            self.autoscaler.pool_event(kind, raw)
+            if self.settings.provision:
+                self.provisioner.pool_event(kind, raw)
+            self.status_metrics.observe(kind, raw)
 
     def _cluster_changed(self, key: ClusterKey, kind: str, obj: JSON) -> None:
         """A workload watch event wakes only the pools it concerns (``autoscaler.routing``)."""
@@ -233,17 +250,23 @@ class App:
         for pool in wake.act:
             self.driver.wake(pool)
 
-    def _leadership(self, leader: bool) -> None:
+    def _leadership(self, leader: bool, shard: int = 0) -> None:
+        """Gaining or losing a shard (all pools when unsharded) starts or ends a term."""
         # A new term starts from a first sight of every pool: gauges now, no history counted.
         self.status_metrics.reset()
+        pools = [(key_of(raw), raw) for cache in self.pool_caches for raw in cache.items()]
         if not leader:  # a standby exports no per-pool series next to the new leader's
-            self.metrics.forget_all()
+            if self.settings.shards == 1:
+                self.metrics.forget_all()
+            for key, _ in pools:
+                if self.election.plan.of(key) == shard:
+                    self.metrics.forget(*key)
         if leader:
             self.autoscaler.wake_all()
             self.driver.wake_all()
-            for cache in self.pool_caches:
-                for raw in cache.items():
-                    self.status_metrics.observe("MODIFIED", raw)
+        for key, raw in pools:
+            with for_pool(key):
+                self.status_metrics.observe("MODIFIED", raw)
 
     # -- probes -------------------------------------------------------------------------------
 
@@ -254,7 +277,7 @@ class App:
     def ready(self) -> tuple[bool, str]:
         if not all(c.synced.is_set() for c in self.pool_caches):
             return False, "GPUCellPool cache not synced"
-        if not self.elector.known:
+        if not self.election.known:
             return False, "leader election has not completed a round"
         syncing = [
             f"{k.namespace}/{k.secret}"
@@ -273,7 +296,7 @@ class App:
         if self._metrics_cert is not None:
             self._metrics_cert.start()
         self._tasks = [
-            asyncio.create_task(self.elector.run(), name="leader-election"),
+            asyncio.create_task(self.election.run(), name="leader-election"),
             asyncio.create_task(self.gangs.run(), name="provisioning-requests"),
             *(asyncio.create_task(c.run(), name=f"watch:{c.query.path}") for c in self.pool_caches),
         ]
@@ -304,7 +327,7 @@ class App:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if release_lease:
-            await self.elector.release()
+            await self.election.release()
         await self.autoscaler.close()
         await self.provisioner.close()
         await self.requests.close()

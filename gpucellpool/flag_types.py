@@ -69,6 +69,21 @@ lease_seconds = duration_s(1.0, inclusive=True)
 """A Lease stores whole seconds (``leaseDurationSeconds``), so below 1 s it cannot be kept."""
 
 
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An integer of at least ``minimum`` (a count such as ``--shards``, an index)."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text.strip())
+        except ValueError:
+            raise _bad(text, f"want a whole number, at least {minimum}") from None
+        if number < minimum:
+            raise _bad(text, f"want a whole number, at least {minimum}")
+        return number
+
+    return parse
+
+
 def port(text: str) -> int:
     """A TCP port, 1-65535."""
     try:

@@ -8,10 +8,14 @@ clock skew between replicas cannot shorten a lease), and only with a resourceVer
 precondition (so two candidates cannot both win). A leader that cannot renew within
 ``renew_deadline_s`` steps down before anyone may take over. On a clean shutdown the holder
 releases the Lease so the standby takes over at its next retry instead of after a full lease.
+Sharded (``--shards N``, issue 13) each shard has its own Lease and elector
+(``ShardedElection``); which Lease a process may take, ask for or hand back is the pure rule
+``gpucellpool.shards.claim``; unsharded that rule is the one above, on today's Lease.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -20,6 +24,14 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gpucellpool.api.clock import Clock
+from gpucellpool.shards import (
+    STANDING_IN_ANNOTATION,
+    WANTED_BY_ANNOTATION,
+    Action,
+    LeaseSeen,
+    ShardPlan,
+    claim,
+)
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -55,6 +67,9 @@ class ElectionSettings:
     """A leader that could not renew for this long steps down (must be < lease_s)."""
     retry_s: float = 2.0
     """How often candidates read and the leader renews."""
+    preferred: bool = True
+    """This Lease's shard is our own (always so unsharded): take it when free, ask for it
+    back when another holds it; otherwise only stand by for it (``gpucellpool.shards``)."""
 
 
 def micro_time(seconds: float) -> str:
@@ -107,6 +122,8 @@ class LeaderElector:
         meta: JSON = {"name": self.settings.name, "namespace": self.settings.namespace}
         if old is not None:
             meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if not self.settings.preferred:
+            meta["annotations"] = {STANDING_IN_ANNOTATION: "true"}
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -115,29 +132,58 @@ class LeaderElector:
         }
 
     async def try_acquire_or_renew(self) -> bool:
-        """One round; True when we hold the Lease afterwards."""
+        """One round; True when we hold the Lease afterwards (the rule: ``shards.claim``)."""
         lease = await self.api.get()
         # After the read, as client-go does: a renewal the GET returned may have been written
         # while it was in flight, so it is timed no earlier than its answer (never early expiry).
         now = self.clock.now()
+        spec = (lease or {}).get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        self.holder = holder
+        # The record, not its resourceVersion: a wantedBy request is no renewal.
+        fields = ("holderIdentity", "renewTime", "leaseTransitions")
+        fingerprint = "|".join(str(spec.get(f)) for f in fields) if lease else "absent"
+        if fingerprint != self._observed[0]:
+            self._observed = (fingerprint, now)
+        annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
+        seen = LeaseSeen(
+            holder,
+            now - self._observed[1],
+            float(spec.get("leaseDurationSeconds") or self.settings.lease_s),
+            str(annotations.get(WANTED_BY_ANNOTATION) or ""),
+            annotations.get(STANDING_IN_ANNOTATION) == "true",
+        )
+        decision = claim(seen, self.settings.identity, self.settings.preferred)
+        log.debug("lease %s: %s (%s)", self.settings.name, decision.action.value, decision.reason)
+        if decision.action in (Action.WAIT, Action.ASK, Action.YIELD):
+            if lease is not None and decision.action is Action.ASK:
+                await self._ask(lease)
+            elif lease is not None and decision.action is Action.YIELD:
+                await self._release(lease)
+            return False
         if lease is None:
             await self.api.create(self._body(None, 0))
             return True
-        spec = lease.get("spec") or {}
-        holder = str(spec.get("holderIdentity") or "")
-        self.holder = holder
-        fingerprint = f"{holder}|{spec.get('renewTime')}|{lease['metadata'].get('resourceVersion')}"
-        if fingerprint != self._observed[0]:
-            self._observed = (fingerprint, now)
-        duration = float(spec.get("leaseDurationSeconds") or self.settings.lease_s)
-        mine = holder == self.settings.identity
-        expired = not holder or now - self._observed[1] >= duration
-        if not mine and not expired:
-            log.debug("lease held by %r", holder)
-            return False
+        mine = decision.action is Action.RENEW
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
         await self.api.replace(self._body(lease, transitions))
         return True
+
+    async def _ask(self, lease: JSON) -> None:
+        """Mark our own shard's Lease as wanted by us; its holder hands it back."""
+        log.info("asking %r for our own shard's Lease %s", self.holder, self.settings.name)
+        meta = lease.setdefault("metadata", {})
+        meta.setdefault("annotations", {})[WANTED_BY_ANNOTATION] = self.settings.identity
+        await self.api.replace(lease)
+
+    async def _release(self, lease: JSON) -> None:
+        """Write the Lease as free (no holder, a 1 s lease): the next candidate takes it."""
+        self._set(False)
+        body = self._body(lease, int((lease.get("spec") or {}).get("leaseTransitions") or 0))
+        body["spec"]["holderIdentity"] = ""
+        body["spec"]["leaseDurationSeconds"] = 1
+        body["metadata"].pop("annotations", None)
+        await self.api.replace(body)
 
     async def step(self) -> None:
         """One round with its consequences on ``is_leader`` (exposed for tests).
@@ -175,7 +221,43 @@ class LeaderElector:
         with contextlib.suppress(Exception):
             lease = await self.api.get()
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.settings.identity:
-                body = self._body(lease, int(lease["spec"].get("leaseTransitions") or 0))
-                body["spec"]["holderIdentity"] = ""
-                body["spec"]["leaseDurationSeconds"] = 1
-                await self.api.replace(body)
+                await self._release(lease)
+
+
+class ShardedElection:
+    """One ``LeaderElector`` per shard; ``owns(key)`` is the gate of every write about a pool.
+
+    Unsharded (``ShardPlan()``) it is one elector on today's Lease, and ``owns`` is exactly
+    ``is_leader``. ``make(shard)`` builds shard ``shard``'s elector (the composition root
+    chooses the Lease client, the clock and what a change of that shard's leadership does).
+    """
+
+    def __init__(self, plan: ShardPlan, make: Callable[[int], LeaderElector]) -> None:
+        self.plan = plan
+        self.electors = [make(shard) for shard in range(plan.shards)]
+
+    @property
+    def own(self) -> LeaderElector:
+        """The elector of this process's own shard (the only one when unsharded)."""
+        return self.electors[self.plan.index]
+
+    @property
+    def known(self) -> bool:
+        """Every shard's election completed a round: we know which pools are ours."""
+        return all(e.known for e in self.electors)
+
+    def held(self) -> frozenset[int]:
+        """The shards this process holds now."""
+        return frozenset(k for k, e in enumerate(self.electors) if e.is_leader)
+
+    def owns(self, key: tuple[str, str]) -> bool:
+        """Whether this process acts on the pool ``(namespace, name)`` now."""
+        return self.electors[self.plan.of(key)].is_leader
+
+    async def run(self) -> None:
+        await asyncio.gather(*(e.run() for e in self.electors))
+
+    async def release(self) -> None:
+        """Give every held Lease up (clean shutdown)."""
+        for elector in self.electors:
+            await elector.release()

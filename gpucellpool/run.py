@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from gpucellpool import __version__, flag_types, logs
 from gpucellpool.errors import UserError
 from gpucellpool.kube import kubeconfig
+from gpucellpool.shards import lease_name
 from webhook import rule_flags
 
 if TYPE_CHECKING:
@@ -133,6 +134,20 @@ def _election_arguments(parser: argparse.ArgumentParser) -> None:
         default=2.0,
         help="seconds (or a duration) between Lease reads and renewals; less than --renew-deadline",
     )
+    parser.add_argument(
+        "--shards",
+        type=flag_types.whole_number(1),
+        default=1,
+        help="split the pools across this many processes by a stable hash of namespace/name; "
+        "shard k is held through the Lease <lease-name>-shard-k (1: the one Lease as before)",
+    )
+    parser.add_argument(
+        "--shard-index",
+        type=flag_types.whole_number(0),
+        default=0,
+        help="this process's own shard, 0 .. --shards - 1; it stands by for the others and "
+        "takes over a shard whose holder stopped renewing for a lease",
+    )
 
 
 def _serving_arguments(parser: argparse.ArgumentParser) -> None:
@@ -174,6 +189,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     problem = flag_types.election_problem(
         args.lease_duration, args.renew_deadline, args.retry_period
     )
+    if problem is None and args.shard_index >= args.shards:
+        problem = f"--shard-index {args.shard_index} must be below --shards {args.shards}"
     if problem is None and args.metrics_cert_dir is not None:
         # Checked here, not by type=: in a pod it is a volume mount, absent where the chart's
         # rendered args are parsed in tests.
@@ -204,6 +221,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         pool_namespaces=tuple(ns for value in args.namespace for ns in value),
         provision=args.provision,
         rules=rule_flags.settings_from(args),
+        shards=args.shards,
+        shard_index=args.shard_index,
         webhook=webhook_options_from_env(os.environ),
         metrics=MetricsOptions(
             secure=args.metrics_secure,
@@ -224,7 +243,9 @@ async def _checked_client(args: argparse.Namespace) -> RestClient:
         await preflight.check_cluster(
             infra,
             preflight.pool_paths([ns for value in args.namespace for ns in value]),
-            preflight.lease_path(args.lease_namespace, args.lease_name),
+            preflight.lease_path(
+                args.lease_namespace, lease_name(args.lease_name, args.shards, args.shard_index)
+            ),
             str(infra.api_client.configuration.host),
         )
     except BaseException:

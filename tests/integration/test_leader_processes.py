@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,14 @@ def free_port() -> int:
 
 
 def spawn(
-    infra: ClusterEndpoint, namespace: str, identity: str, port: int, log: Path
+    infra: ClusterEndpoint,
+    namespace: str,
+    identity: str,
+    port: int,
+    log: Path,
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
+    """``gpucellpool run`` with this test's short Lease periods, and ``extra`` flags."""
     exe = Path(sys.executable).with_name("gpucellpool")
     args = [
         str(exe), "run",
@@ -49,7 +56,7 @@ def spawn(
         "--lease-namespace", namespace,
         "--namespace", namespace,
         "--lease-duration", str(LEASE_S), "--renew-deadline", "2", "--retry-period", str(RETRY_S),
-        "--health-host", "127.0.0.1", "--health-port", str(port),
+        "--health-host", "127.0.0.1", "--health-port", str(port), *extra,
     ]  # fmt: skip
     return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=os.environ)
 
