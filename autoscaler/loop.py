@@ -47,7 +47,8 @@ from autoscaler.observe import (
     index_pods,
     nodes_to_read,
     observation,
-    physical_bound_lifted,
+    plan_feedback,
+    refused_victims,
     with_requested,
 )
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
@@ -155,7 +156,7 @@ class Autoscaler:
             state.memory = None  # reload what the leader persisted when we take over
         if _relevant(pool, raw) != before:
             state.wake.set()
-        if physical_bound_lifted(state.last_decision, status_before, state.raw_status):
+        if plan_feedback(state.last_decision, status_before, state.raw_status):
             state.wake.set()
         if sharing_facts(pool) != expander_before:  # priority, selection, shape: re-share
             self.cluster_event(self._identity(pool))
@@ -348,7 +349,8 @@ class Autoscaler:
         state.measured = use
         idle = use.idle_for_policy(pool)
         free = free_gpus_for_new_cells(pool, cells, shape.gpus)  # the plan's physical bound
-        return replace(observation(pending, cells, unknown, health, True, free), idle_cells=idle)
+        obs = observation(pending, cells, unknown, health, True, free)
+        return replace(obs, idle_cells=idle, protected=refused_victims(pool))
 
     async def _read_usage(
         self, pool: GPUCellPool, nodes: Mapping[str, JSON], now: float

@@ -31,18 +31,23 @@ from autoscaler.loop_measure import add_to_status, due
 from autoscaler.loop_ports import PoolWriter
 from autoscaler.loop_state import LoopSettings, PoolState, scale_facts
 from autoscaler.measured_use import published
-from autoscaler.observe import live_cell_names
+from autoscaler.observe import live_cell_names, refused_victims
 from autoscaler.policy.config import pool_shape
 from autoscaler.policy.types import Decision
 
 
 def victims_in_force(state: PoolState) -> tuple[str, ...]:
-    """The cells our scale-down in force chose (the provisioner drains exactly those)."""
+    """The cells our scale-down in force chose (the provisioner drains exactly those), less
+    those it rejected (``status.planRejections``): a rejected victim stays, and is not carried
+    into the next plan."""
+    refused = refused_victims(state.pool)
     if state.published is not None:
-        return state.published.victims if state.published.act else ()
+        chosen = state.published.victims if state.published.act else ()
+        return tuple(v for v in chosen if v not in refused)
     last = state.raw_status.get("lastDecision") or {}
     victims = last.get("victims") if last.get("act") else None
-    return tuple(str(v) for v in victims) if isinstance(victims, list) else ()
+    chosen = tuple(str(v) for v in victims) if isinstance(victims, list) else ()
+    return tuple(v for v in chosen if v not in refused)
 
 
 def requested_target(state: PoolState) -> int:

@@ -35,7 +35,7 @@ from autoscaler.policy.types import (
     Reason,
 )
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase
+from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase, PlanStep
 
 JSON = dict[str, Any]
 ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
@@ -312,9 +312,19 @@ def free_gpus_for_new_cells(
     return max(free - max(gpus_per_cell, 1) * (waiting + requested), 0)
 
 
-def physical_bound_lifted(last: Decision | None, before: JSON, after: JSON) -> bool:
-    """Whether a status update gave a pool held by the physical bound more free GPUs (the
-    provisioner's new ledger reading): worth a decision now, not at the next resync."""
+def refused_victims(pool: GPUCellPool) -> frozenset[str]:
+    """The victims the provisioner rejected on its last check of our plan
+    (``status.planRejections``, step Remove): not in force, and not chosen again meanwhile."""
+    rows = pool.status.plan_rejections or []
+    return frozenset(r.cell for r in rows if r.step is PlanStep.REMOVE and r.cell)
+
+
+def plan_feedback(last: Decision | None, before: JSON, after: JSON) -> bool:
+    """Whether a status update is the provisioner's answer to our plan, worth a decision now
+    rather than at the next resync: its plan rejections changed, or a pool held by the physical
+    bound got more free GPUs (a new ledger reading)."""
+    if before.get("planRejections") != after.get("planRejections"):
+        return True
     if last is None or last.reason is not Reason.INSUFFICIENT_PHYSICAL_GPU:
         return False
     old, new = _ledger_free(before), _ledger_free(after)

@@ -16,13 +16,16 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
+from gpucellpool.api.conditions import ConditionType
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.api.status import CellPhase, CellStatus
+from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase, CellStatus
 from provisioner.backends.base import CellObjects
 from provisioner.cells import identity
+from provisioner.drain_holds import drain_timeout_s
 from provisioner.events import EventSink
 from provisioner.fsm.bootstrap import RenderError, RenderInputs, render_template
 from provisioner.fsm.drain import DrainCause
+from provisioner.fsm.drain_backoff import held_until_s
 from provisioner.fsm.events import PoolEvent
 from provisioner.fsm.identity import RELEASE_GUARD_ANNOTATION
 from provisioner.fsm.membership import (
@@ -33,8 +36,9 @@ from provisioner.fsm.membership import (
     release_guard_requested,
     release_guard_used,
 )
+from provisioner.fsm.plan_check import Bounds, CellFact, CheckedPlan, Plan, check_plan
 from provisioner.fsm.rows import failure_history, member_row, tombstone
-from provisioner.fsm.vocabulary import StallReason
+from provisioner.fsm.vocabulary import TEARDOWN_PHASES, StallReason
 from provisioner.kube import KINDS, KubeApi
 
 DIGEST_HEX_CHARS = 16
@@ -102,6 +106,7 @@ class PlanInput:
     creation_adjustment: int = 0
     free_gpus: int | None = None
     victims: tuple[str, ...] = ()
+    checked: CheckedPlan | None = None
 
 
 def decision_victims(pool: GPUCellPool, desired: int) -> tuple[str, ...]:
@@ -111,6 +116,51 @@ def decision_victims(pool: GPUCellPool, desired: int) -> tuple[str, ...]:
     if last is None or not last.act or last.desired_replicas != desired:
         return ()
     return tuple(last.victims or ())
+
+
+def published_plan(pool: GPUCellPool) -> Plan:
+    """The autoscaler's plan in force: ``status.desiredReplicas``, the victims of the decision
+    that set it, and the spec generation that decision saw (its ScalingActive condition)."""
+    target = pool.status.desired_replicas
+    active = pool.status.condition(ConditionType.SCALING_ACTIVE)
+    generation = active.observed_generation if active is not None else None
+    return Plan(target, decision_victims(pool, target), generation)
+
+
+def cell_facts(
+    pool: GPUCellPool, cells: dict[str, CellObjects], rows: dict[str, CellStatus]
+) -> tuple[CellFact, ...]:
+    """Each outer object as ``plan_check`` needs it: live, drain back-off, GPU taken yet."""
+    timeout = drain_timeout_s(pool)
+    facts = []
+    for name, cell in cells.items():
+        row = rows.get(name)
+        phase = row.phase if row is not None else None
+        leaving = bool(cell.drain_cause) or cell.deleting or phase in TEARDOWN_PHASES
+        held = held_until_s(cell.abandon_record, timeout)
+        facts.append(CellFact(name, not leaving, held, phase in PRE_GPU_PHASES))
+    return tuple(facts)
+
+
+def check_pool_plan(
+    pool: GPUCellPool,
+    cells: dict[str, CellObjects],
+    rows: dict[str, CellStatus],
+    free_gpus: int | None,
+    now: float,
+) -> CheckedPlan | None:
+    """The published plan checked against this pass's state; None for a pool the autoscaler
+    does not drive (membership's own rules serve it)."""
+    if not pool.spec.autoscaling.enabled:
+        return None
+    bounds = Bounds(
+        floor=pool.desired_floor(),
+        ceiling=pool.desired_ceiling(),
+        generation=pool.metadata.generation,
+        free_gpus=free_gpus,
+        gpus_per_cell=pool.spec.cell.gpu.count,
+    )
+    return check_plan(published_plan(pool), cell_facts(pool, cells, rows), bounds, now)
 
 
 def _template_error(inp: PlanInput) -> str:
@@ -147,6 +197,7 @@ def plan(inp: PlanInput) -> MembershipPlan:
             creation_adjustment=inp.creation_adjustment,
             free_physical_gpus=inp.free_gpus,
             victims=inp.victims,
+            plan=inp.checked,
             pool_ever_ready=any(r.ready_once for r in all_rows),
             release_guard=release_guard_requested(inp.pool.metadata.annotations),
         )

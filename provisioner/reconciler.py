@@ -10,7 +10,9 @@ crash left behind are swept. Order of a pass:
 1. read the pool; deletion -> ``pool_deletion`` (drain every cell, release the finalizer);
 2. add the pool finalizer; connect to and probe the workload cluster (failure is state);
 3. list the cells through the backend and run the cell state machine on each;
-4. plan membership (pure); scale-down victims in drain back-off are swapped or held
+4. check the autoscaler's plan (``fsm.plan_check``: target, victims, physical bound; the
+   rejections go to ``status.planRejections``) and plan membership (pure); a pool without
+   autoscaling swaps or holds its victims in drain back-off (``drain_holds``);
    (``drain_holds``); mark removals/replacements Draining on the outer object;
 5. drive every draining cell one re-checked step at a time; create new cells;
 6. sweep orphaned dependents and dead orphan Nodes; write status (rows, counts, conditions,
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpucellpool.api.clock import Clock
 from gpucellpool.api.pool import GPUCellPool
@@ -55,7 +57,7 @@ from provisioner.outer_drain import HostSource, NodeGets, plan_for_pool
 from provisioner.planning import (
     JoinTemplate,
     PlanInput,
-    decision_victims,
+    check_pool_plan,
     membership_limits,
     read_join_template,
     render,
@@ -197,11 +199,13 @@ class Reconciler:
         await self._mark(backend, cells, outer.drain, DrainCause.OUTER_NODE_DRAIN, now)
         join = await read_join_template(self.infra, pool)
         current_hash = template_hash(pool, join.digest)
-        desired = self._desired(pool)
+        free = await free_physical_gpus(self.infra, pool, recorder)
+        # An autoscaled pool's target and victims are the autoscaler's plan, checked here
+        # against this pass's state (fsm.plan_check); other pools converge to their replicas.
+        checked = check_pool_plan(pool, cells, rows, free, now)
+        desired = checked.target if checked is not None else pool.desired_floor()
         rollout = await rollout_plan(pool, cells, rows, current_hash, desired, workload, now)
         await self._mark(backend, cells, rollout.drain, DrainCause.ROLLING_UPDATE, now)
-        free = await free_physical_gpus(self.infra, pool, recorder)
-        victims = decision_victims(pool, desired) if pool.spec.autoscaling.enabled else ()
         plan = plan_cells(
             PlanInput(
                 pool,
@@ -216,10 +220,11 @@ class Reconciler:
                 limits=membership_limits(pool, self.limits),
                 creation_adjustment=rollout.creation_adjustment,
                 free_gpus=free,
-                victims=victims,
+                checked=checked,
             )
         )
-        plan = hold_scale_down(pool, cells, rows, plan, now, victims)
+        if checked is None:  # the plan's held victims wait instead (no stand-in)
+            plan = hold_scale_down(pool, cells, rows, plan, now)
         await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)
         await self._mark(backend, cells, plan.replace, DrainCause.REPLACE_FAILED, now)
         for cell in (c for c in cells.values() if c.drain_cause):
@@ -236,6 +241,7 @@ class Reconciler:
         summary = _summary(
             reach, desired, plan, len(created), rollout, free, rows, hami=hami, outer=outer
         )
+        summary = replace(summary, plan=checked)
         return await self._publish(pool, rows, prev, summary, now)
 
     async def _publish(
@@ -262,13 +268,6 @@ class Reconciler:
         busy = busy or any(r.phase is not CellPhase.READY for r in final)
         delay = BUSY_REQUEUE_S if busy else IDLE_REQUEUE_S
         return ReconcileResult(requeue_after_s=delay, ready=ready)
-
-    def _desired(self, pool: GPUCellPool) -> int:
-        scaling = pool.spec.autoscaling
-        if not scaling.enabled or pool.status.desired_replicas is None:
-            return pool.desired_floor()
-        wanted = pool.status.desired_replicas
-        return min(max(wanted, pool.desired_floor()), pool.desired_ceiling())
 
     async def _observe(
         self,

@@ -27,11 +27,13 @@ from typing import Any
 
 from gpucellpool.api.conditions import ConditionType
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.api.status import CellPhase, CellStatus, WorkloadCapacity
+from gpucellpool.api.status import CellPhase, CellStatus, PlanRejection, WorkloadCapacity
 from provisioner.backends.base import rfc3339
 from provisioner.fsm.device_shape import device_shape
 from provisioner.fsm.inventory import PhysicalCondition
+from provisioner.fsm.plan_check import CheckedPlan
 from provisioner.fsm.pool_capacity import physical_capacity, replacing
+from provisioner.fsm.rows import to_time
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi
 from provisioner.workload import Reachability
@@ -118,6 +120,7 @@ class PassSummary:
     workload: WorkloadCapacity | None = None
     provider: tuple[str, str, str] | None = None  # CapacityProviderReady (fsm.provider_health)
     drain_requested: tuple[str, str, str] | None = None  # CellDrainRequested (fsm.drain_outer)
+    plan: CheckedPlan | None = None  # the autoscaler's plan as checked (fsm.plan_check)
 
 
 def conditions(
@@ -198,7 +201,23 @@ def capacity_status(pool: GPUCellPool, rows: list[CellStatus], summary: PassSumm
     shape = device_shape(summary.workload, pool.status.cell_device_shape)
     if shape is not None:  # never cleared: a pool scaled to zero keeps the last one learned
         out["cellDeviceShape"] = replacing(shape)
+    if summary.plan is not None:  # the list replaces the stored one: [] clears it
+        out["planRejections"] = [r.to_api() for r in published_rejections(summary.plan)]
     return out
+
+
+def published_rejections(checked: CheckedPlan) -> list[PlanRejection]:
+    """``status.planRejections`` for ``checked`` (empty: the whole plan was accepted)."""
+    return [
+        PlanRejection(
+            step=v.step,
+            cell=v.cell,
+            reason=v.rejection.value,
+            message=v.message[:1024],
+            retry_after=to_time(v.retry_after_s),
+        )
+        for v in checked.rejections
+    ]
 
 
 def status_patch(

@@ -209,8 +209,13 @@ def scale_down(
         return _decision(inp.current, guard[0], guard[1], mem)
     window = config.scale_down.stabilization_window_seconds
     eligible = idle_for(inp.below, mem.idle_since, now, window)
+    refused = [c.name for c in eligible if c.name in obs.protected]  # the provisioner's word
+    eligible = [c for c in eligible if c.name not in obs.protected]
     if not eligible:
         msg = f"{len(inp.below)} cell(s) below threshold, none for the whole {window:g}s window"
+        if refused:
+            msg = f"idle cell(s) {', '.join(refused)} refused by the provisioner (drain back-off)"
+            return _decision(inp.current, Reason.NO_IDLE_CELL, msg, mem)
         return _decision(inp.current, Reason.STABILIZING, msg, mem)
     target = limits.stabilised_down(mem.recommendations, now, config.scale_down, raw)
     rate = limits.rate_allowance(config.scale_down, mem.scale_events, now, inp.current, -1)

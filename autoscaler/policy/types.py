@@ -198,6 +198,9 @@ class Observation:
     # Ready cells whose every pod has been idle (no GPU kernel) for the usage idle window, per
     # a fresh monitor reading; empty when unmeasured. Used only with scaleDownOn: Usage.
     idle_cells: frozenset[str] = frozenset()
+    # Cells the provisioner refused to drain for this plan (status.planRejections: a drain
+    # abandoned recently): not chosen as victims until it accepts them again.
+    protected: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -204,6 +204,34 @@ class LastDecision(KubeModel):
     drains these rather than the highest indexes)."""
 
 
+class PlanStep(StrEnum):
+    """The step of the autoscaler's plan a rejection is about."""
+
+    TARGET = "Target"
+    REMOVE = "Remove"
+    CREATE = "Create"
+
+
+class PlanRejection(KubeModel):
+    """One step of the autoscaler's published plan (desiredReplicas, lastDecision.victims) that
+    the provisioner did not carry out as planned, and why. Written by the provisioner on each
+    pass that checks the plan against fresh state; the autoscaler's next decision reads it (a
+    rejected victim is not chosen again before retryAfter)."""
+
+    step: PlanStep
+    """Target (the count is outside the spec's bounds: clamped), Remove (a victim) or Create
+    (cells the free physical GPUs cannot hold)."""
+    cell: CellName | None = None
+    """The victim a Remove rejection is about."""
+    reason: str = Field(max_length=128)
+    """Machine-readable reason: VictimGone, VictimInDrainBackoff, PhysicalGPUExceeded,
+    TargetOutOfBounds or StaleGeneration."""
+    message: str = Field(default="", max_length=1024)
+    """Human-readable detail."""
+    retry_after: Timestamp | None = None
+    """When the step may be accepted again (the end of a drain back-off), if known."""
+
+
 class GPUCellPoolStatus(KubeModel):
     """Observed state of a GPUCellPool."""
 
@@ -255,6 +283,9 @@ class GPUCellPoolStatus(KubeModel):
     """Conditions, keyed by type."""
     last_decision: LastDecision | None = None
     """The autoscaler's most recent decision."""
+    plan_rejections: list[PlanRejection] | None = Field(default=None, max_length=256)
+    """Steps of the autoscaler's plan the provisioner rejected on its last check (provisioner;
+    empty when the whole plan was accepted or the pool is not autoscaled)."""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of the given type, or None."""

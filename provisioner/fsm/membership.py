@@ -15,7 +15,10 @@ pure function of the current rows, the per-index failure history, the limits and
   FaultNotInTheCell (hopeless pool, or HAMi unusable pool-wide), BootstrapCredentialSuspect;
   the pool annotation ``cells.kubeswift.io/release-guard: "true"`` lifts the hopeless-pool and
   credential guards for one wave (the shell removes it once cells were created under it);
-* remove Failed cells first, then the autoscaler's victims, then the highest index;
+* remove Failed cells first, then the autoscaler's victims, then the highest index; an
+  autoscaled pool's plan is checked first (``fsm.plan_check``): its accepted victims go in the
+  plan's order, a rejected one is not replaced by another cell (the scale-down waits and says
+  why), and its physical bound is the check's, in GPUs per cell;
 * keep the failure history for EVERY index, autoscaled ones included (the earlier
   implementation dropped tombstones at ``index >= spec.replicas`` and with them the backoff);
 * a replaced cell comes back at its own index: while the failed object is being deleted the
@@ -28,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from provisioner.fsm.identity import MAX_INDEX, RELEASE_GUARD_ANNOTATION, cell_name
+from provisioner.fsm.plan_check import CheckedPlan
 from provisioner.fsm.vocabulary import (
     CREATING_PHASES,
     PRE_GPU_PHASES,
@@ -94,7 +98,10 @@ class MembershipInput:
     cell of this pool was ever Ready (status memory). ``release_guard``: the user set the
     release-guard annotation, lifting the hopeless-pool and credential guards.
     ``bootstrap_error``: the join template cannot be rendered (``bootstrap.RenderError``
-    message, which never quotes the template): no cell is created or replaced."""
+    message, which never quotes the template): no cell is created or replaced.
+    ``plan``: an autoscaled pool's checked plan (``plan_check.check_plan``; its target is
+    ``desired_replicas``, its accepted victims replace ``victims``, its ``create_limit`` the
+    bound from ``free_physical_gpus``); None: membership's own rules."""
 
     pool_name: str
     desired_replicas: int
@@ -110,6 +117,7 @@ class MembershipInput:
     pool_ever_ready: bool = False
     release_guard: bool = False
     bootstrap_error: str = ""
+    plan: CheckedPlan | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +178,16 @@ def _removals(inp: MembershipInput, live: list[MemberRow]) -> tuple[str, ...]:
     by_name = {r.name: r for r in live}
     failed = sorted((r for r in live if r.phase is CellPhase.FAILED), key=lambda r: -r.index)
     ordered = [r.name for r in failed]
-    ordered += [v for v in inp.victims if v in by_name and v not in ordered]
-    ordered += [r.name for r in sorted(live, key=lambda r: -r.index) if r.name not in ordered]
-    return tuple(ordered[:excess])
+    victims = inp.victims
+    held: tuple[str, ...] = ()
+    if inp.plan is not None:  # a held victim's slot waits: no other cell stands in
+        victims = inp.plan.victims
+        held = tuple(n for n in inp.plan.held if n in by_name)
+        excess -= len(held)
+    ordered += [v for v in victims if v in by_name and v not in ordered]
+    rest = sorted(live, key=lambda r: -r.index)
+    ordered += [r.name for r in rest if r.name not in ordered and r.name not in held]
+    return tuple(ordered[: max(excess, 0)])
 
 
 def _failed_decisions(
@@ -297,7 +312,12 @@ def _creations(
         allowed = wanted
     stall: StallReason | None = None
     message = ""
-    if inp.free_physical_gpus is not None:
+    if inp.plan is not None and inp.plan.create_limit is not None:
+        if inp.plan.create_limit == 0:
+            stall = StallReason.INSUFFICIENT_PHYSICAL_GPU
+            message = f"no free physical GPU for {wanted} more cell(s)"
+        allowed = min(allowed, inp.plan.create_limit)
+    elif inp.plan is None and inp.free_physical_gpus is not None:
         waiting_for_gpu = sum(1 for r in live if r.phase in PRE_GPU_PHASES)
         free = max(inp.free_physical_gpus - waiting_for_gpu, 0)
         if free == 0:
@@ -321,6 +341,10 @@ def plan_membership(inp: MembershipInput) -> MembershipPlan:
         )
     remove = _removals(inp, live)
     replace, stall, message, requeue = _failed_decisions(inp, live, set(remove))
+    if inp.plan is not None and inp.plan.held and stall is None:
+        stall, message = StallReason.SCALE_DOWN_HELD, f"scale-down held: {inp.plan.summary()}"
+        waits = [w for w in (requeue, inp.plan.requeue_after_s) if w is not None]
+        requeue = min(waits) if waits else None
     guard = _creation_guard(inp)
     if guard is not None and replace:
         # Nothing would be re-created: keep the failed VMs for inspection instead.

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from autoscaler.loop import Autoscaler, LoopSettings
-from autoscaler.observe import free_gpus_for_new_cells, physical_bound_lifted, with_requested
+from autoscaler.observe import free_gpus_for_new_cells, plan_feedback, with_requested
 from autoscaler.policy.types import CellState, CellView, Decision, PolicyMemory, Reason
 from gpucellpool.api.pool import GPUCellPool
 from tests.unit.test_loop_fakes import (
@@ -75,16 +75,16 @@ def test_no_physical_capacity_is_unknown() -> None:
     assert free_gpus_for_new_cells(pool, _cells(pool), 1) is None
 
 
-def test_physical_bound_lifted_only_for_a_pool_it_held() -> None:
+def test_plan_feedback_only_for_a_pool_it_held() -> None:
     held = Decision(1, Reason.INSUFFICIENT_PHYSICAL_GPU, "", PolicyMemory())
     other = Decision(1, Reason.SCALED_UP, "", PolicyMemory())
     before = {"physicalCapacity": {"freeGPUsInCluster": 0}}
     after = {"physicalCapacity": {"freeGPUsInCluster": 2}}
-    assert physical_bound_lifted(held, before, after)
-    assert not physical_bound_lifted(held, after, before)  # fewer: nothing to gain
-    assert not physical_bound_lifted(other, before, after)
-    assert not physical_bound_lifted(None, before, after)
-    assert not physical_bound_lifted(held, before, {"physicalCapacity": {"x": 1}})
+    assert plan_feedback(held, before, after)
+    assert not plan_feedback(held, after, before)  # fewer: nothing to gain
+    assert not plan_feedback(other, before, after)
+    assert not plan_feedback(None, before, after)
+    assert not plan_feedback(held, before, {"physicalCapacity": {"x": 1}})
 
 
 @pytest.fixture

@@ -1,0 +1,179 @@
+"""Check the autoscaler's plan against fresh state: accept or reject each step, with a reason.
+
+Why this module exists: ``decide`` makes the whole plan (target, victims in drain order, every
+bound applied: max, in-flight, rates, budgets, physical GPUs). The provisioner must not decide
+again - no re-ordering of victims, no stand-in for one it cannot drain - but the state it acts
+on is newer than the state the plan was made from, so it re-validates each step first, like
+Karpenter re-validates a disruption command before executing it and Cluster Autoscaler's
+actuator re-checks its planner's choice (autoscaler-anchors):
+
+* Target: kept when inside the spec's bounds (minReplicas..maxReplicas); otherwise clamped and
+  rejected as ``StaleGeneration`` (the plan was made for an older spec) or ``TargetOutOfBounds``.
+* Remove, per victim in the plan's order: ``VictimGone`` when the cell is no longer live (deleted,
+  already leaving), ``VictimInDrainBackoff`` while a drain of it was abandoned recently
+  (``fsm.drain_backoff``): its slot is not filled by another cell, the scale-down waits.
+* Create: the cells the plan adds beyond the live ones must fit the free physical GPUs (less the
+  GPUs of this pool's cells that have not taken theirs yet); the excess is ``PhysicalGPUExceeded``.
+
+The rejections are published (``status.planRejections``) so the next decision sees them; what
+was accepted is what membership executes (``fsm.membership``). Pools without autoscaling have
+no plan: membership serves them as before.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpucellpool.api.status import PlanStep
+
+
+class Rejection(enum.StrEnum):
+    """Why a step of the plan is not carried out as planned."""
+
+    VICTIM_GONE = "VictimGone"
+    VICTIM_IN_DRAIN_BACKOFF = "VictimInDrainBackoff"
+    PHYSICAL_GPU_EXCEEDED = "PhysicalGPUExceeded"
+    TARGET_OUT_OF_BOUNDS = "TargetOutOfBounds"
+    STALE_GENERATION = "StaleGeneration"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The published plan: ``target`` cells, ``victims`` in drain order (cheapest first), made
+    for spec ``generation`` (None: unknown)."""
+
+    target: int
+    victims: tuple[str, ...] = ()
+    generation: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CellFact:
+    """One cell as the check needs it: ``live`` counts toward the size (an object not being
+    torn down, Failed included); ``held_until_s``: the end of its drain back-off (None: none);
+    ``waiting_for_gpu``: it has not taken its physical GPU yet."""
+
+    name: str
+    live: bool = True
+    held_until_s: float | None = None
+    waiting_for_gpu: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What the fresh state allows: the spec's ``floor``..``ceiling`` at ``generation``, the
+    ledger's ``free_gpus`` (None: unknown, no bound) and ``gpus_per_cell``."""
+
+    floor: int
+    ceiling: int
+    generation: int | None = None
+    free_gpus: int | None = None
+    gpus_per_cell: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One rejected step: which, about which cell, why, and until when (if it can end)."""
+
+    step: PlanStep
+    rejection: Rejection
+    message: str
+    cell: str | None = None
+    retry_after_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedPlan:
+    """What membership executes: the ``target``, the accepted ``victims`` (the plan's order),
+    the ``held`` victims whose removal waits, at most ``create_limit`` new cells (None: no
+    physical bound), and the ``rejections``. ``requeue_after_s``: when the first hold ends."""
+
+    target: int
+    victims: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
+    create_limit: int | None = None
+    rejections: tuple[Verdict, ...] = ()
+    requeue_after_s: float | None = None
+
+    def summary(self) -> str:
+        """The rejections in one line ("" when the whole plan was accepted)."""
+        return "; ".join(v.message for v in self.rejections)
+
+
+def _target(plan: Plan, bounds: Bounds) -> tuple[int, Verdict | None]:
+    ceiling = max(bounds.ceiling, bounds.floor)
+    target = min(max(plan.target, bounds.floor), ceiling)
+    if target == plan.target:
+        return target, None
+    stale = plan.generation is not None and bounds.generation is not None
+    stale = stale and plan.generation != bounds.generation
+    kind = Rejection.STALE_GENERATION if stale else Rejection.TARGET_OUT_OF_BOUNDS
+    why = f"made for generation {plan.generation}, " if stale else ""
+    message = (
+        f"target {plan.target} {why}outside replicas {bounds.floor}..{ceiling}: "
+        f"{target} cells instead"
+    )
+    return target, Verdict(PlanStep.TARGET, kind, message)
+
+
+def _victims(
+    plan: Plan, cells: Sequence[CellFact], now_s: float
+) -> tuple[list[str], list[str], list[Verdict]]:
+    by_name = {c.name: c for c in cells}
+    accepted: list[str] = []
+    held: list[str] = []
+    verdicts: list[Verdict] = []
+    for name in dict.fromkeys(plan.victims):
+        fact = by_name.get(name)
+        if fact is None or not fact.live:
+            message = f"victim {name} is no longer live (deleted or already leaving)"
+            verdicts.append(Verdict(PlanStep.REMOVE, Rejection.VICTIM_GONE, message, name))
+        elif fact.held_until_s is not None and now_s < fact.held_until_s:
+            wait = fact.held_until_s - now_s
+            message = (
+                f"victim {name}: its last drain was abandoned at drain.timeout (a "
+                f"PodDisruptionBudget or busy GPU pods); not drained again for {wait:.0f}s"
+            )
+            kind = Rejection.VICTIM_IN_DRAIN_BACKOFF
+            verdicts.append(Verdict(PlanStep.REMOVE, kind, message, name, fact.held_until_s))
+            held.append(name)
+        else:
+            accepted.append(name)
+    return accepted, held, verdicts
+
+
+def _create_limit(
+    target: int, cells: Sequence[CellFact], bounds: Bounds
+) -> tuple[int | None, Verdict | None]:
+    if bounds.free_gpus is None:
+        return None, None
+    per_cell = max(bounds.gpus_per_cell, 1)
+    waiting = sum(1 for c in cells if c.live and c.waiting_for_gpu)
+    limit = max(bounds.free_gpus - waiting * per_cell, 0) // per_cell
+    wanted = target - sum(1 for c in cells if c.live)
+    if wanted <= limit:
+        return limit, None
+    message = (
+        f"plan adds {wanted} cell(s), {bounds.free_gpus} free physical GPU(s) hold {limit} "
+        f"({per_cell} per cell, {waiting} cell(s) of this pool still to take theirs)"
+    )
+    return limit, Verdict(PlanStep.CREATE, Rejection.PHYSICAL_GPU_EXCEEDED, message)
+
+
+def check_plan(plan: Plan, cells: Sequence[CellFact], bounds: Bounds, now_s: float) -> CheckedPlan:
+    """Each step of ``plan`` accepted or rejected against ``cells`` and ``bounds`` at ``now_s``."""
+    target, target_verdict = _target(plan, bounds)
+    accepted, held, verdicts = _victims(plan, cells, now_s)
+    limit, create_verdict = _create_limit(target, cells, bounds)
+    rejections = [v for v in (target_verdict, *verdicts, create_verdict) if v is not None]
+    waits = [v.retry_after_s - now_s for v in rejections if v.retry_after_s is not None]
+    return CheckedPlan(
+        target=target,
+        victims=tuple(accepted),
+        held=tuple(held),
+        create_limit=limit,
+        rejections=tuple(rejections),
+        requeue_after_s=min(waits) if waits else None,
+    )

@@ -1,0 +1,135 @@
+"""The provisioner checks the autoscaler's plan, step by step (provisioner.fsm.plan_check).
+
+What these prove: a plan inside the spec's bounds whose victims are live and not in drain
+back-off is accepted as is (victims in the plan's order); each kind of rejection is typed and
+explained - a victim gone or already leaving, a victim in drain back-off (with the time it may
+go), a target outside the spec's bounds (StaleGeneration when the plan was made for another
+generation), more cells than the free physical GPUs hold (in GPUs per cell, less this pool's
+cells still to take theirs). Membership executes the checked plan: Failed cells first, then the
+accepted victims in the plan's order - never re-ordered, and a held victim's slot is not filled
+by another cell (the scale-down waits with ScaleDownHeld and the reason) - and creates no more
+cells than the check allows. The published rows say the same (status.planRejections).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucellpool.api.status import PlanStep
+from provisioner.fsm.membership import MemberRow, MembershipInput, plan_membership
+from provisioner.fsm.plan_check import Bounds, CellFact, Plan, Rejection, check_plan
+from provisioner.fsm.vocabulary import CellPhase, StallReason
+from provisioner.status import published_rejections
+
+NOW = 1000.0
+CELLS = tuple(CellFact(f"p-{i}") for i in range(4))
+BOUNDS = Bounds(floor=0, ceiling=10, generation=3)
+
+
+def test_a_valid_plan_is_accepted_as_is() -> None:
+    checked = check_plan(Plan(2, ("p-1", "p-3"), 3), CELLS, BOUNDS, NOW)
+    assert checked.target == 2 and checked.victims == ("p-1", "p-3")
+    assert checked.rejections == () and checked.held == () and checked.summary() == ""
+    assert checked.create_limit is None  # ledger unknown: no physical bound
+
+
+def test_victim_gone_or_leaving_is_rejected() -> None:
+    cells = (*CELLS[:2], CellFact("p-2", live=False))
+    checked = check_plan(Plan(1, ("p-9", "p-2", "p-0"), 3), cells, BOUNDS, NOW)
+    assert checked.victims == ("p-0",)
+    assert [(v.step, v.rejection, v.cell) for v in checked.rejections] == [
+        (PlanStep.REMOVE, Rejection.VICTIM_GONE, "p-9"),
+        (PlanStep.REMOVE, Rejection.VICTIM_GONE, "p-2"),
+    ]
+
+
+def test_victim_in_drain_backoff_is_held_until_it_ends() -> None:
+    cells = (CellFact("p-0"), CellFact("p-1", held_until_s=NOW + 120.0), CellFact("p-2"))
+    checked = check_plan(Plan(1, ("p-1", "p-2"), 3), cells, BOUNDS, NOW)
+    assert checked.victims == ("p-2",) and checked.held == ("p-1",)
+    (verdict,) = checked.rejections
+    assert verdict.rejection is Rejection.VICTIM_IN_DRAIN_BACKOFF
+    assert verdict.retry_after_s == NOW + 120.0 and checked.requeue_after_s == 120.0
+    assert "p-1" in checked.summary() and "120s" in checked.summary()
+    later = check_plan(Plan(1, ("p-1", "p-2"), 3), cells, BOUNDS, NOW + 120.0)
+    assert later.victims == ("p-1", "p-2") and later.rejections == ()
+
+
+@pytest.mark.parametrize(
+    ("generation", "kind"),
+    [(2, Rejection.STALE_GENERATION), (3, Rejection.TARGET_OUT_OF_BOUNDS)],
+)
+def test_target_outside_the_spec_is_clamped(generation: int, kind: Rejection) -> None:
+    checked = check_plan(Plan(12, (), generation), CELLS, BOUNDS, NOW)
+    assert checked.target == 10
+    (verdict,) = checked.rejections
+    assert verdict.step is PlanStep.TARGET and verdict.rejection is kind
+    assert "outside replicas 0..10" in verdict.message
+    assert check_plan(Plan(0, (), 3), CELLS, Bounds(2, 10, 3), NOW).target == 2
+
+
+def test_creations_beyond_the_free_physical_gpus_are_rejected() -> None:
+    cells = (*CELLS, CellFact("p-4", waiting_for_gpu=True))  # 5 live, one without its GPU
+    two_gpu = Bounds(0, 20, 3, free_gpus=9, gpus_per_cell=2)
+    fits = check_plan(Plan(8, (), 3), cells, two_gpu, NOW)  # (9 - 2) // 2 = 3 new cells
+    assert fits.create_limit == 3 and fits.rejections == ()
+    over = check_plan(Plan(9, (), 3), cells, two_gpu, NOW)
+    (verdict,) = over.rejections
+    assert verdict.step is PlanStep.CREATE and verdict.rejection is Rejection.PHYSICAL_GPU_EXCEEDED
+    assert over.create_limit == 3 and "adds 4 cell(s)" in verdict.message
+
+
+def _rows(*phases: CellPhase) -> tuple[MemberRow, ...]:
+    return tuple(MemberRow(f"p-{i}", i, phase) for i, phase in enumerate(phases))
+
+
+R = CellPhase.READY
+
+
+def test_membership_executes_accepted_victims_in_the_plans_order() -> None:
+    rows = _rows(R, R, R, R)
+    checked = check_plan(Plan(2, ("p-0", "p-2"), 3), CELLS, BOUNDS, NOW)
+    plan = plan_membership(MembershipInput("p", 2, rows, {}, NOW, plan=checked))
+    assert plan.remove == ("p-0", "p-2")  # not the highest indexes, not re-ordered
+
+
+def test_a_held_victim_is_not_replaced_by_another_cell() -> None:
+    rows = _rows(R, R, R, R)
+    cells = (*CELLS[:3], CellFact("p-3", held_until_s=NOW + 60.0))
+    checked = check_plan(Plan(2, ("p-3", "p-1"), 3), cells, BOUNDS, NOW)
+    plan = plan_membership(MembershipInput("p", 2, rows, {}, NOW, plan=checked))
+    assert plan.remove == ("p-1",)  # p-3 waits; p-2 (highest free index) does not stand in
+    assert plan.stall is StallReason.SCALE_DOWN_HELD and "p-3" in plan.stall_message
+    assert plan.requeue_after_s == 60.0
+
+
+def test_failed_cells_go_first_and_a_clamped_target_removes_by_index() -> None:
+    rows = _rows(R, CellPhase.FAILED, R, R)
+    checked = check_plan(Plan(2, ("p-0",), 3), CELLS, BOUNDS, NOW)
+    plan = plan_membership(MembershipInput("p", 2, rows, {}, NOW, plan=checked))
+    assert plan.remove == ("p-1", "p-0")
+    clamped = check_plan(Plan(4, (), 2), CELLS, Bounds(0, 2, 3), NOW)  # maxReplicas lowered
+    plan = plan_membership(MembershipInput("p", clamped.target, _rows(R, R, R, R), {}, NOW))
+    assert plan.remove == ("p-3", "p-2")
+
+
+def test_membership_creates_within_the_checks_physical_limit() -> None:
+    rows = _rows(R, CellPhase.PENDING)
+    cells = (CellFact("p-0"), CellFact("p-1", waiting_for_gpu=True))
+    checked = check_plan(Plan(6, (), 3), cells, Bounds(0, 10, 3, 5, 2), NOW)
+    assert checked.create_limit == 1  # (5 - 2) // 2
+    inp = MembershipInput("p", 6, rows, {}, NOW, free_physical_gpus=5, plan=checked)
+    plan = plan_membership(inp)
+    assert [c.name for c in plan.create] == ["p-2"]
+    none_left = check_plan(Plan(6, (), 3), cells, Bounds(0, 10, 3, 2, 2), NOW)
+    stalled = plan_membership(MembershipInput("p", 6, rows, {}, NOW, plan=none_left))
+    assert stalled.create == () and stalled.stall is StallReason.INSUFFICIENT_PHYSICAL_GPU
+
+
+def test_rejections_are_published_as_status_rows() -> None:
+    cells = (CellFact("p-0", held_until_s=NOW + 90.0), CellFact("p-1"))
+    checked = check_plan(Plan(1, ("p-0",), 3), cells, BOUNDS, NOW)
+    (row,) = [r.to_api() for r in published_rejections(checked)]
+    assert row["step"] == "Remove" and row["cell"] == "p-0"
+    assert row["reason"] == "VictimInDrainBackoff"
+    assert row["retryAfter"] == "1970-01-01T00:18:10Z"  # NOW + 90 s
