@@ -159,7 +159,7 @@ class LeaderElector:
             if lease is not None and decision.action is Action.ASK:
                 await self._ask(lease)
             elif lease is not None and decision.action is Action.YIELD:
-                await self._release(lease)
+                await self._release(lease, for_asker=True)
             return False
         if lease is None:
             await self.api.create(self._body(None, 0))
@@ -176,13 +176,21 @@ class LeaderElector:
         meta.setdefault("annotations", {})[WANTED_BY_ANNOTATION] = self.settings.identity
         await self.api.replace(lease)
 
-    async def _release(self, lease: JSON) -> None:
-        """Write the Lease as free (no holder, a 1 s lease): the next candidate takes it."""
+    async def _release(self, lease: JSON, for_asker: bool = False) -> None:
+        """Write the Lease as free. On shutdown with a 1 s lease: the next candidate takes it.
+        Handed back (``for_asker``) it keeps ``wanted-by`` and a whole lease: the asker takes
+        it at once (its own shard), other stand-ins wait a lease for it (no race with it)."""
         self._set(False)
         body = self._body(lease, int((lease.get("spec") or {}).get("leaseTransitions") or 0))
         body["spec"]["holderIdentity"] = ""
         body["spec"]["leaseDurationSeconds"] = 1
         body["metadata"].pop("annotations", None)
+        wanted_by = ((lease.get("metadata") or {}).get("annotations") or {}).get(
+            WANTED_BY_ANNOTATION
+        )
+        if for_asker and wanted_by:
+            body["spec"]["leaseDurationSeconds"] = max(1, round(self.settings.lease_s))
+            body["metadata"]["annotations"] = {WANTED_BY_ANNOTATION: wanted_by}
         await self.api.replace(body)
 
     async def step(self) -> None:

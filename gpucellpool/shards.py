@@ -15,7 +15,10 @@ per shard with them, and ``gpucellpool.app`` gates every write of a pool on its 
   for a whole lease (its holder, and its own process, are gone). A process that holds another
   process's shard marks it as standing in and hands it back when that shard's own process
   asks for it (``wanted-by``), so a restarted replica gets its pools back instead of leaving
-  one process with all of them. Unsharded, no annotation is ever written: today's Lease.
+  one process with all of them; the Lease it hands back keeps ``wanted-by`` and a whole lease,
+  so no other stand-in snatches it first. A Lease released on shutdown (a 1 s lease) is taken
+  by a stand-in within seconds, as today's standby does. Unsharded, no annotation is ever
+  written: today's Lease.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ What these prove: a pool's shard is the same in every process (no salted ``hash(
 pools spread evenly; unsharded, the Lease keeps today's name and no annotation is ever written;
 a process takes its own shard at once and another's only after that Lease stood still for a
 whole lease; a process standing in for another's shard hands it back when asked, without both
-ever holding it; a killed process's shard is taken over after one lease; the gate answers per
-pool, in the tasks a pool's event created.
+ever holding it and without a third process snatching it; a shard released on shutdown is taken
+over within seconds; a killed process's shard is taken over after one lease; the gate answers
+per pool, in the tasks a pool's event created.
 """
 
 from __future__ import annotations
@@ -165,6 +166,43 @@ async def test_killed_processs_shard_taken_over_after_one_lease() -> None:
     assert LEASE_S <= clock.t - killed_at <= LEASE_S + 2 + 1
     pool = next(f"p{i}" for i in range(20) if shard_of("ns", f"p{i}", 2) == 1)
     assert a.election.owns(("ns", pool))
+
+
+async def test_a_shard_handed_back_is_not_snatched_by_another_stand_in() -> None:
+    clock, stores = Clock(), [MemoryLease(), MemoryLease()]
+    a = Process("a", 0, stores, clock)
+    c = Process("c", 0, stores, clock)  # a second replica of shard 0: a stand-in for shard 1
+    for _ in range(10):
+        await a.step()
+        await c.step()
+        clock.t += 2
+    assert (a.election.held(), c.election.held()) == ({0, 1}, set())
+    b = Process("b", 1, stores, clock)
+    await b.step()  # asks for its shard
+    await a.step()  # hands it back
+    assert a.election.held() == {0}
+    await c.step()
+    clock.t += 1.5  # longer than the 1 s of a released-on-shutdown Lease
+    await c.step()
+    assert c.election.held() == set(), "another stand-in took the shard handed to b"
+    await b.step()
+    assert b.election.held() == {1}
+
+
+async def test_own_process_shutting_down_hands_its_shard_over_within_seconds() -> None:
+    clock, stores = Clock(), [MemoryLease(), MemoryLease()]
+    a, b = Process("a", 0, stores, clock), Process("b", 1, stores, clock)
+    for _ in range(3):
+        await a.step()
+        await b.step()
+        clock.t += 2
+    await b.election.release()  # SIGTERM: a rolling update, say
+    released_at = clock.t
+    while 1 not in a.election.held():
+        assert clock.t - released_at < LEASE_S, "a released shard waited a whole lease"
+        clock.t += 2
+        await a.step()
+    assert clock.t - released_at <= 4
 
 
 async def test_unsharded_writes_todays_lease() -> None:
