@@ -37,9 +37,10 @@ from gpucellpool.kube.adapters import (
     PrometheusUsage,
 )
 from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.connections import Connections
 from gpucellpool.kube.events import EventSink, ObjectEvents, rest_creator
 from gpucellpool.kube.provreq import KubeProvisioningRequests
-from gpucellpool.kube.rest import RestClient, client_from_kubeconfig, client_in_cluster_or
+from gpucellpool.kube.rest import AUTOSCALER_FIELD_MANAGER, RestClient, client_in_cluster_or
 from gpucellpool.kube.reviews import KubeAccessReviewer
 from gpucellpool.kube.workload import (
     IDENTITY_EVENT,
@@ -132,7 +133,7 @@ class App:
         infra: RestClient,
         clock: Any = None,
         registry: CollectorRegistry | None = None,
-        workload_factory: ClientFactory = client_from_kubeconfig,
+        workload_factory: ClientFactory | None = None,
     ) -> None:
         self.settings = settings
         self.infra = infra
@@ -144,7 +145,10 @@ class App:
         )
         self.elector = self.election.own  # this process's own shard's (the only one unsharded)
         self.gate = ShardGate(self.election.owns, lambda: self.election.electors[0].is_leader)
-        self.clusters = WorkloadClusters(infra, workload_factory, self._cluster_changed)
+        # one connection per workload cluster credential, for both controllers
+        self.connections = Connections()
+        connect = workload_factory or self.connections.factory(AUTOSCALER_FIELD_MANAGER)
+        self.clusters = WorkloadClusters(infra, connect, self._cluster_changed)
         self.router = WorkloadRouter()
         self.usage = PrometheusUsage(infra, self.clock, settings.rules.allowed_prometheus_hosts)
         self.writer = KubePoolWriter(infra, settings.identity, self.clock)
@@ -161,6 +165,7 @@ class App:
             settings.api_timeout_s,
             watched_namespaces(settings),
             self.gate.acting,
+            self.connections,
         )
         self.nodes = self.provisioner.nodes
         self.reconciler = self.provisioner.reconciler
@@ -332,6 +337,7 @@ class App:
         await self.provisioner.close()
         await self.requests.close()
         await self.clusters.close()
+        await self.connections.close()
         await self.usage.close()
         if self._metrics_cert is not None:
             await self._metrics_cert.stop()

@@ -9,15 +9,16 @@ wiring. Building that cluster here keeps ``App`` short and still the one root: `
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from gpucellpool.infra_nodes import InfraNodes
 from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.connections import Connections
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
-from provisioner.kube import FIELD_MANAGER, RestKubeApi
+from provisioner.kube import FIELD_MANAGER, KubeApi, RestKubeApi, api_from_kubeconfig
 from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
 from provisioner.rule_gate import PoolRules
@@ -40,6 +41,18 @@ def collection_path(ns: str | None, cluster_path: str) -> str:
     return f"{head}/namespaces/{ns}/{plural}"
 
 
+def shared_workload_apis(
+    connections: Connections,
+) -> Callable[[Mapping[str, Any]], Awaitable[KubeApi]]:
+    """The provisioner's workload clients on the connections the autoscaler's caches use
+    (``gpucellpool.kube.connections``), writing as the provisioner (``gpucellpool``)."""
+
+    async def connect(kubeconfig: Mapping[str, Any]) -> KubeApi:
+        return RestKubeApi(await connections.acquire(kubeconfig, FIELD_MANAGER))
+
+    return connect
+
+
 class ProvisionerSide:
     """The reconciler, its driver, the Node mirror and the outer-object watches that wake it."""
 
@@ -52,13 +65,20 @@ class ProvisionerSide:
         api_timeout_s: float,
         namespaces: tuple[str | None, ...],
         is_leader: Callable[[], bool],
+        connections: Connections | None = None,
     ) -> None:
         operator_api = RestKubeApi(infra.for_manager(FIELD_MANAGER, api_timeout_s))
+        workloads = shared_workload_apis(connections) if connections else api_from_kubeconfig
         # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
         # (through the driver, built below from the reconciler that reads them).
         self.nodes = InfraNodes(infra, NodeGets(operator_api), self._wake)
         self.reconciler = Reconciler(
-            operator_api, clock, metrics=metrics, rules=pool_rules(rules), hosts=self.nodes
+            operator_api,
+            clock,
+            metrics=metrics,
+            rules=pool_rules(rules),
+            hosts=self.nodes,
+            workload_factory=workloads,
         )
         self.driver = ProvisionerDriver(self.reconciler, clock, is_leader)
         self.outer = [

@@ -68,6 +68,7 @@ class RestClient:
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
         owns_client: bool = True,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._client = api_client
         self.timeout_s = timeout_s
@@ -75,6 +76,7 @@ class RestClient:
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._owns_client = owns_client
+        self._on_close = on_close
 
     @property
     def api_client(self) -> k8s_client.ApiClient:
@@ -86,12 +88,17 @@ class RestClient:
         """The apiserver's URL."""
         return str(self._client.configuration.host)
 
-    def for_manager(self, field_manager: str, timeout_s: float | None = None) -> RestClient:
-        """The same connection writing as another field manager (its ``close`` is a no-op:
-        the client it came from owns the connection)."""
+    def for_manager(
+        self,
+        field_manager: str,
+        timeout_s: float | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> RestClient:
+        """The same connection writing as another field manager. Its ``close`` leaves the
+        connection to the client it came from and only calls ``on_close`` (once)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         return RestClient(
-            self._client, timeout, field_manager, self.retry, self._sleep, owns_client=False
+            self._client, timeout, field_manager, self.retry, self._sleep, False, on_close
         )
 
     async def _send(
@@ -250,8 +257,13 @@ class RestClient:
         return True
 
     async def close(self) -> None:
+        """Close the connection when this client owns it, else let go of it (``on_close``)."""
         if self._owns_client:
             await self._client.close()
+            return
+        release, self._on_close = self._on_close, None
+        if release is not None:
+            await release()
 
 
 def _unreachable(method: str, path: str, exc: BaseException) -> Unreachable:

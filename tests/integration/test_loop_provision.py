@@ -55,5 +55,9 @@ async def test_pending_pod_becomes_a_ready_cell(
                 f"/apis/swift.kubeswift.io/v1alpha1/namespaces/{namespace}/swiftguests/e2e-0"
             )
             assert guest is not None
+            # the autoscaler's caches and the provisioner reached the workload cluster over
+            # one connection (gpucellpool.kube.connections), one handle each
+            assert (app.connections.open_count, app.connections.holders) == (1, 2)
+            assert app.connections.opened == 1
     finally:
         await shut_down(app, [task], (infra_api, workload_api, twin_infra, twin_workload))
