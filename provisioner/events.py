@@ -15,10 +15,10 @@ from typing import Any, Protocol
 from gpucellpool.api.clock import Clock
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellStatus
-from gpucellpool.kube.events import EVENTS_API, EventNote
+from gpucellpool.kube.events import EVENTS_API, EventNote, regarding
 from gpucellpool.kube.events import EventSink as OneSink
 from provisioner.fsm.events import PoolEvent, pass_events
-from provisioner.kube import JSON, Kind, KubeApi
+from provisioner.kube import Kind, KubeApi
 from provisioner.status import own_conditions
 
 EVENT = Kind(EVENTS_API, "Event", "events")
@@ -34,18 +34,6 @@ class EventSink(Protocol):
 class NullEventSink:
     async def emit(self, pool: GPUCellPool, event: PoolEvent) -> None:
         return None
-
-
-def regarding(pool: GPUCellPool) -> JSON:
-    """The pool as an Event's ``regarding`` reference."""
-    meta = pool.metadata
-    return {
-        "apiVersion": pool.api_version,
-        "kind": pool.kind,
-        "name": meta.name,
-        "namespace": meta.namespace,
-        "uid": meta.uid,
-    }
 
 
 class KubeEventSink:

@@ -23,7 +23,7 @@ from autoscaler.signals.prometheus_config import source_from_spec
 from gpucellpool.api.pool import PLURAL, GPUCellPool
 from gpucellpool.kube.cache import WatchCache
 from gpucellpool.kube.errors import Conflict, KubeError
-from gpucellpool.kube.events import EventNote, EventSink, rest_creator
+from gpucellpool.kube.events import EventNote, EventSink, regarding, rest_creator
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
 from gpucellpool.leader import LeaseConflict
@@ -56,18 +56,6 @@ class KubePoolWriter:
     async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None:
         """One Event about the pool through the one sink (never raises)."""
         await self.events.post(regarding(pool), EventNote(reason, note, "Scale", warning))
-
-
-def regarding(pool: GPUCellPool) -> JSON:
-    """The pool as an Event's ``regarding`` reference."""
-    meta = pool.metadata
-    return {
-        "apiVersion": pool.api_version,
-        "kind": pool.kind,
-        "name": meta.name,
-        "namespace": meta.namespace,
-        "uid": meta.uid,
-    }
 
 
 class CacheWorkloadView:

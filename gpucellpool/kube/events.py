@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.kube.errors import KubeError
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.leader import micro_time
@@ -50,6 +51,18 @@ class EventNote:
     note: str
     action: str
     warning: bool = False
+
+
+def regarding(pool: GPUCellPool) -> JSON:
+    """A pool as an Event's ``regarding`` reference (the autoscaler's and the provisioner's)."""
+    meta = pool.metadata
+    return {
+        "apiVersion": pool.api_version,
+        "kind": pool.kind,
+        "name": meta.name,
+        "namespace": meta.namespace,
+        "uid": meta.uid,
+    }
 
 
 def event_namespace(regarding: Mapping[str, Any]) -> str:
