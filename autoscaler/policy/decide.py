@@ -32,14 +32,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from autoscaler.policy import limits, next_change
+from autoscaler.policy import cell_index, limits, next_change
 from autoscaler.policy.decide_paths import Inputs, hold, scale_down, scale_up
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.forecast import forecast_demand
-from autoscaler.policy.packing import PackingResult, pack
+from autoscaler.policy.packing import PackingResult, pack_bins
 from autoscaler.policy.scale_down import (
-    candidates,
-    is_empty,
     pods_to_move,
     update_idle_since,
     with_idle_cells,
@@ -108,9 +106,15 @@ def _displaced(cells: Sequence[CellView]) -> list[PendingPod]:
     return out
 
 
-def _removable(below: Sequence[CellView], packing: PackingResult, empty: int, headroom: int) -> int:
+def _removable(
+    below: Sequence[CellView],
+    packing: PackingResult,
+    empty: int,
+    headroom: int,
+    index: cell_index.CellIndex,
+) -> int:
     """Candidates that could go while keeping ``headroom`` empty cells."""
-    empty_below = sum(1 for c in below if is_empty(c, packing.usage.get(c.name, ())))
+    empty_below = index.empty_among(below, packing)
     return (len(below) - empty_below) + min(empty_below, max(0, empty - headroom))
 
 
@@ -133,11 +137,12 @@ def _inputs(
     observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
 ) -> Inputs:
     cells = observation.cells
-    current = sum(1 for c in cells if c.state in (CellState.READY, CellState.BOOTING))
-    booting = sum(1 for c in cells if c.state == CellState.BOOTING)
-    ready = sum(1 for c in cells if c.state == CellState.READY)
-    failed = sum(1 for c in cells if c.state == CellState.FAILED)
-    draining = sum(1 for c in cells if c.state == CellState.DRAINING and not is_empty(c, c.gpus))
+    # each cell's facts are derived once per view and kept between calls (cell_index)
+    index = cell_index.index_of(cells, config.shape, config.utilization_threshold)
+    booting, ready = index.count(CellState.BOOTING), index.count(CellState.READY)
+    current = ready + booting
+    failed = index.count(CellState.FAILED)
+    draining = index.draining_busy()
     trusted = observation.metrics.fresh and observation.workload_cluster_reachable
     pending = observation.pending if observation.workload_cluster_reachable else ()
     fitting, unfit = _split_fit(pending, config)
@@ -145,16 +150,12 @@ def _inputs(
     rehome = config.rehome_draining_pods and observation.workload_cluster_reachable
     idle = observation.idle_cells if config.scale_down_on_usage else frozenset()
     displaced = _displaced([c for c in cells if c.name not in idle]) if rehome else []
-    packing = pack(
-        (*fitting, *displaced), cells, config.shape, config.packing_heuristic, excluded=stuck
+    packing = pack_bins(
+        (*fitting, *displaced), index.bins, config.shape, config.packing_heuristic, excluded=stuck
     )
-    live = [c for c in cells if c.state in (CellState.READY, CellState.BOOTING)]
-    empty = sum(1 for c in live if is_empty(c, packing.usage.get(c.name, ())))
-    below = tuple(
-        with_idle_cells(
-            cells, candidates(cells, packing.utilisation, config.utilization_threshold), idle
-        )
-    )
+    empty = index.empty_after(packing)
+    below_packed = index.below(packing)  # scale_down.candidates on the packed utilisation
+    below = tuple(with_idle_cells(cells, below_packed, idle) if idle else below_packed)
     forecast, forecast_target = (
         _forecast(observation, memory, config, now, packing.cells_used()) if trusted else (None, 0)
     )
@@ -168,7 +169,7 @@ def _inputs(
         below=below,
         empty_cells=empty,
         headroom_missing=max(0, config.headroom_cells - empty),
-        removable=_removable(below, packing, empty, config.headroom_cells),
+        removable=_removable(below, packing, empty, config.headroom_cells, index),
         forecast=forecast,
         forecast_target=forecast_target,
         trusted=trusted,

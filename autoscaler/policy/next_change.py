@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from autoscaler.policy import limits
+from autoscaler.policy.cell_index import state_count
 from autoscaler.policy.types import (
     CellState,
     Decision,
@@ -95,8 +96,8 @@ def steady(
         return None  # the forecast moves with the clock and with every sample
     if _records_scale_event(memory, decision.memory, config, now):
         return None
-    live = (CellState.READY, CellState.BOOTING)
-    current = sum(1 for c in observation.cells if c.state in live)
+    cells = observation.cells
+    current = state_count(cells, CellState.READY) + state_count(cells, CellState.BOOTING)
     clocks = _memory_clocks(decision.memory, config, raw, current)
     stuck = config.stuck_pending_seconds
     if stuck > 0 and observation.workload_cluster_reachable:

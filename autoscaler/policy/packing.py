@@ -55,6 +55,8 @@ class PackingResult:
     utilisation: Mapping[str, float] = field(default_factory=dict)
     # ``cells_used()`` as ``pack`` counted it (None: count it from ``usage`` on each call)
     used_cells: int | None = None
+    # Ready or Booting cells (by name) that pods were placed on; their usage changed
+    changed: tuple[str, ...] = ()
 
     def cells_used(self) -> int:
         """Cells (existing or new) that hold anything after packing."""
@@ -149,10 +151,10 @@ def _empty_gpus(count: int) -> tuple[GPUUsage, ...]:
     return tuple(GPUUsage() for _ in range(count))
 
 
-_Row = tuple[tuple[int, int, str], tuple[GPUUsage, ...], int]
+Row = tuple[tuple[int, int, str], tuple[GPUUsage, ...], int]
 
 
-def _row(cell: CellView, shape: CellShape) -> _Row | None:
+def _row(cell: CellView, shape: CellShape) -> Row | None:
     """A live cell's (bin order key, padded usage, most free MiB); None if not live."""
     tier = TIERS.get(cell.state)
     if tier is None:
@@ -164,10 +166,46 @@ def _row(cell: CellView, shape: CellShape) -> _Row | None:
 _row_of = _ByIdentity(_row)
 
 
-def _bins(cells: Sequence[CellView], shape: CellShape) -> list[_Bin]:
-    rows = [row for row in (_row_of(c, shape) for c in cells) if row is not None]
-    rows.sort(key=lambda row: row[0])
-    return [_Bin(k[2], k[0], i, gpus, free) for i, (k, gpus, free) in enumerate(rows)]
+@dataclass(frozen=True, slots=True)
+class Bins:
+    """A pool's live cells as packing sees them before any pod is placed.
+
+    ``rows`` are in bin order (Ready, then Booting; by index, then name), each (order key,
+    padded usage, most free MiB on a GPU with a free slot or -1); ``usage``/``utilisation``
+    map cell names to them in that order; ``used`` counts the cells holding anything;
+    ``open`` lists the positions of rows with a free slot (no pod fits the others).
+    ``unique`` is False when two rows share a name (``usage`` then keeps the last).
+    ``cell_index`` keeps one of these up to date between ``decide`` calls.
+    """
+
+    rows: Sequence[Row]
+    usage: Mapping[str, tuple[GPUUsage, ...]]
+    utilisation: Mapping[str, float]
+    used: int
+    open: Sequence[int]
+    unique: bool
+
+
+def row(cell: CellView, shape: CellShape) -> Row | None:
+    """``cell``'s bin row, or None if it is not live (memoised by the view's identity)."""
+    return _row_of(cell, shape)
+
+
+def bins_from_rows(rows: Sequence[Row], shape: CellShape) -> Bins:
+    """``Bins`` of rows already in bin order."""
+    usage = {key[2]: gpus for key, gpus, _ in rows}
+    facts = {name: _facts_of(g, shape) for name, g in usage.items()}
+    util = {name: f[0] for name, f in facts.items()}
+    used = sum(1 for f in facts.values() if f[2])
+    free = [i for i, r in enumerate(rows) if r[2] >= 0]
+    return Bins(rows, usage, util, used, free, len(usage) == len(rows))
+
+
+def live_bins(cells: Sequence[CellView], shape: CellShape) -> Bins:
+    """``Bins`` of ``cells``' Ready and Booting cells, from scratch."""
+    rows = [r for r in (_row_of(c, shape) for c in cells) if r is not None]
+    rows.sort(key=lambda r: r[0])
+    return bins_from_rows(rows, shape)
 
 
 def _order(pods: Sequence[PendingPod], heuristic: str, shape: CellShape) -> list[PendingPod]:
@@ -180,6 +218,11 @@ def _order(pods: Sequence[PendingPod], heuristic: str, shape: CellShape) -> list
 _place = functools.lru_cache(maxsize=1 << 16)(place_asks)
 
 
+def _need_mib(asks: Sequence[GPUAsk], shape: CellShape) -> int:
+    """The least memory one GPU must have free for any of the pod's containers."""
+    return min(a.memory_on(shape.memory_mib) for a in asks)
+
+
 def _choose(
     bins: Sequence[_Bin],
     asks: Sequence[GPUAsk],
@@ -190,7 +233,7 @@ def _choose(
     """The bin the heuristic picks for one pod, and its usage afterwards; None if none fits."""
     best: tuple[_Bin, tuple[GPUUsage, ...]] | None = None
     best_key: tuple[int, float, int] | None = None
-    need_mib = min(a.memory_on(shape.memory_mib) for a in asks)
+    need_mib = _need_mib(asks, shape)
     for b in bins:
         if best is not None and b.tier > best[0].tier:
             break  # an earlier tier already fits: never spill into a later one
@@ -207,6 +250,44 @@ def _choose(
     return best
 
 
+def _candidates(pods: Sequence[PendingPod], bins: Bins, shape: CellShape) -> tuple[list[_Bin], int]:
+    """The live bins any of ``pods`` could go to, and the smallest need. A bin's most free MiB
+    only shrinks as pods land, so a bin with less than the smallest need is skipped by every
+    ``_choose`` (and may leave the scan once it closes)."""
+    if not pods:
+        return [], 0
+    need = min(_need_mib(p.asks(), shape) for p in pods)
+    rows = bins.rows
+    scan = [
+        _Bin(rows[i][0][2], rows[i][0][0], i, rows[i][1], rows[i][2])
+        for i in bins.open
+        if rows[i][2] >= need
+    ]
+    return scan, need
+
+
+def _result_maps(
+    bins: Bins, touched: Mapping[int, _Bin], fresh: Sequence[_Bin], shape: CellShape
+) -> tuple[dict[str, tuple[GPUUsage, ...]], dict[str, float], int]:
+    """(usage, utilisation, cells used) after packing: ``bins``' maps with the bins pods
+    went to, and the new cells, in bin order."""
+    if bins.unique and not any(b.name in bins.usage for b in fresh):
+        usage, util, used = dict(bins.usage), dict(bins.utilisation), bins.used
+        for b in (*touched.values(), *fresh):
+            before = _facts_of(bins.rows[b.order][1], shape)[2] if b.tier != TIER_NEW else False
+            after = _facts_of(b.gpus, shape)
+            usage[b.name], util[b.name] = b.gpus, after[0]
+            used += after[2] - before
+        return usage, util, used
+    usage = {}
+    for i, (key, gpus, _) in enumerate(bins.rows):
+        usage[key[2]] = touched[i].gpus if i in touched else gpus
+    usage.update((b.name, b.gpus) for b in fresh)
+    facts = {name: _facts_of(g, shape) for name, g in usage.items()}
+    util = {name: f[0] for name, f in facts.items()}
+    return usage, util, sum(1 for f in facts.values() if f[2])
+
+
 def pack(
     pods: Sequence[PendingPod],
     cells: Sequence[CellView],
@@ -219,35 +300,55 @@ def pack(
 
     ``excluded`` maps a pod key to cell names it must not be placed on.
     """
+    return pack_bins(pods, live_bins(cells, shape), shape, heuristic, max_new_cells, excluded)
+
+
+def pack_bins(
+    pods: Sequence[PendingPod],
+    bins: Bins,
+    shape: CellShape,
+    heuristic: str = DEFAULT_HEURISTIC,
+    max_new_cells: int | None = None,
+    excluded: Mapping[str, Collection[str]] | None = None,
+) -> PackingResult:
+    """``pack`` over live cells already turned into ``Bins`` (only the bins pods go to are
+    copied; the rest of the result is ``bins``' own maps)."""
     excluded = excluded or {}
     if heuristic not in HEURISTICS:
         heuristic = DEFAULT_HEURISTIC
-    bins = _bins(cells, shape)
+    ordered = _order(pods, heuristic, shape)
+    scan, need = _candidates(ordered, bins, shape)
+    closed = 0  # bins in ``scan`` that no pod can take any more
+    touched: dict[int, _Bin] = {}
+    fresh: list[_Bin] = []
     placements: list[tuple[str, str]] = []
     unplaced: list[str] = []
-    new_count = 0
-    for pod in _order(pods, heuristic, shape):
+    for pod in ordered:
         asks = pod.asks()
-        chosen = _choose(bins, asks, shape, heuristic, excluded.get(pod.key, ()))
+        chosen = _choose(scan, asks, shape, heuristic, excluded.get(pod.key, ()))
         if chosen is None:
-            can_open = max_new_cells is None or new_count < max_new_cells
+            can_open = max_new_cells is None or len(fresh) < max_new_cells
             if not can_open or not resources_fit(asks, shape).ok:
                 unplaced.append(pod.key)
                 continue
             empty = _empty_gpus(shape.gpus)
-            fresh = _Bin(f"{NEW_CELL_PREFIX}{new_count}", TIER_NEW, len(bins), empty)
-            fresh.update(empty, shape)
-            bins.append(fresh)
-            new_count += 1
-            chosen = (fresh, _place(asks, empty, shape)[0])
+            name = f"{NEW_CELL_PREFIX}{len(fresh)}"
+            new_bin = _Bin(name, TIER_NEW, len(bins.rows) + len(fresh), empty)
+            new_bin.update(empty, shape)
+            scan.append(new_bin)
+            fresh.append(new_bin)
+            chosen = (new_bin, _place(asks, empty, shape)[0])
         target, after = chosen
         target.update(after, shape)
+        closed += target.max_free_mib < need
+        if closed > 8 and 4 * closed > len(scan):
+            scan, closed = [b for b in scan if b.max_free_mib >= need], 0
+        if target.tier != TIER_NEW:
+            touched.setdefault(target.order, target)
         placements.append((pod.key, target.name))
-    usage = {b.name: b.gpus for b in bins}
-    facts = {name: _facts_of(g, shape) for name, g in usage.items()}
-    util = {name: f[0] for name, f in facts.items()}
-    used = sum(1 for f in facts.values() if f[2])
-    return PackingResult(tuple(placements), new_count, tuple(unplaced), usage, util, used)
+    usage, util, used = _result_maps(bins, touched, fresh, shape)
+    changed = tuple(b.name for b in touched.values())
+    return PackingResult(tuple(placements), len(fresh), tuple(unplaced), usage, util, used, changed)
 
 
 def lower_bound_cells(pods: Sequence[PendingPod], shape: CellShape) -> int:
@@ -274,3 +375,9 @@ def lower_bound_cells(pods: Sequence[PendingPod], shape: CellShape) -> int:
         exclusive / max(shape.gpus, 1),
     )
     return max(1, math.ceil(max(per_cell) - 1e-9))
+
+
+def usage_facts(gpus: tuple[GPUUsage, ...], shape: CellShape) -> tuple[float, int, bool]:
+    """(utilisation, most free MiB on a GPU with a free slot or -1, holds anything) of one
+    cell's padded usage, as packing counts them (memoised by the usage's identity)."""
+    return _facts_of(gpus, shape)

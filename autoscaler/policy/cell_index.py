@@ -1,0 +1,226 @@
+"""What ``decide`` reads from every cell, derived once per cell view and kept between calls.
+
+Why this module exists: a decision reads each cell of the pool several times (state counts,
+packing's bins in tier order, projected emptiness, scale-down candidates). In a 400-cell pool
+that was most of a decision's cost, yet between two calls only the few cells a pod landed on
+or left have a new view: the live loop's cache and the simulator's world hand back the very
+same ``CellView`` object for an unchanged cell. ``CellIndex`` holds each view's facts by the
+view's identity and is derived from the previous index by the views that changed. Every fact
+comes from the rule it stands for (``packing``'s rows, ``scale_down.is_empty``,
+``scale_down.candidates``), and the answers are exactly those of a pass over every cell
+(tests/unit/test_cell_index.py compares them on random pools and changes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from autoscaler.policy.packing import (
+    NEW_CELL_PREFIX,
+    Bins,
+    PackingResult,
+    Row,
+    bins_from_rows,
+    live_bins,
+    row,
+)
+from autoscaler.policy.packing import usage_facts as _usage_facts
+from autoscaler.policy.scale_down import candidates, is_empty
+from autoscaler.policy.types import CellShape, CellState, CellView
+
+RECENT = 8  # indices remembered (one per pool being decided, in practice)
+LIVE = (CellState.READY, CellState.BOOTING)
+_STATE = operator.attrgetter("state")
+
+
+def state_count(cells: Sequence[CellView], state: CellState) -> int:
+    """Cells in ``state`` (one pass in C: decide asks this of every cell on every call)."""
+    return operator.countOf(map(_STATE, cells), state)
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """One cell view's facts. ``view`` is kept so that no other object takes its id."""
+
+    view: CellView
+    row: Row | None  # packing's bin row; None: not Ready or Booting
+    empty: bool  # is_empty on its usage as packing projects it (none for a non-live cell)
+    live_empty: bool  # live and empty
+    candidate: bool  # a scale-down candidate before any pod is packed
+    draining_busy: bool  # Draining and still holding something
+
+
+def _cell_facts(view: CellView, shape: CellShape, threshold: float) -> _Facts:
+    bin_row = row(view, shape)
+    usage = bin_row[1] if bin_row is not None else ()
+    util = {view.name: _usage_facts(bin_row[1], shape)[0]} if bin_row is not None else {}
+    empty = is_empty(view, usage)
+    busy = view.state == CellState.DRAINING and not is_empty(view, view.gpus)
+    live = bin_row is not None
+    candidate = bool(candidates((view,), util, threshold))
+    return _Facts(view, bin_row, empty, live and empty, candidate, busy)
+
+
+@dataclass(frozen=True, slots=True)
+class CellIndex:
+    """One observation's cells, their facts by view identity, and packing's bins.
+
+    ``exact`` is True when no view appears twice and names are unique: then a cell's name
+    finds its facts, and the answers below add up per-cell facts; otherwise they are the
+    plain passes over every cell.
+    """
+
+    cells: Sequence[CellView]
+    shape: CellShape
+    threshold: float
+    facts: Mapping[int, _Facts]
+    by_name: Mapping[str, _Facts]
+    bins: Bins
+    positions: Mapping[tuple[int, int, str], int]  # row key -> position in bins.rows
+    exact: bool
+
+    def _each(self, views: Sequence[CellView], attr: str) -> Iterator[bool]:
+        return map(operator.attrgetter(attr), map(self.facts.__getitem__, map(id, views)))
+
+    def _plain(self, packing: PackingResult) -> bool:
+        """Whether to answer by a pass over every cell: names are not unique, or a new cell
+        of ``packing`` took the name of one of ours (its usage then replaced that cell's)."""
+        if not self.exact:
+            return True
+        names = (f"{NEW_CELL_PREFIX}{k}" for k in range(packing.new_cells))
+        return any(map(self.by_name.__contains__, names))
+
+    def count(self, state: CellState) -> int:
+        return state_count(self.cells, state)
+
+    def draining_busy(self) -> int:
+        """Draining cells that still hold pods or allocations."""
+        return sum(self._each(self.cells, "draining_busy"))
+
+    def empty_after(self, packing: PackingResult) -> int:
+        """Ready and Booting cells that hold nothing once ``packing``'s pods are placed."""
+        if self._plain(packing):
+            return sum(
+                1
+                for c in self.cells
+                if c.state in LIVE and is_empty(c, packing.usage.get(c.name, ()))
+            )
+        base = sum(self._each(self.cells, "live_empty"))
+        for name in packing.changed:
+            f = self.by_name[name]
+            base += is_empty(f.view, packing.usage[name]) - f.live_empty
+        return base
+
+    def below(self, packing: PackingResult) -> list[CellView]:
+        """``scale_down.candidates`` of the cells on ``packing``'s projected utilisation.
+
+        Packing only adds asks, so only a cell a pod went to can stop being a candidate."""
+        if self._plain(packing):
+            return candidates(self.cells, packing.utilisation, self.threshold)
+        base = list(itertools.compress(self.cells, self._each(self.cells, "candidate")))
+        changed = set(packing.changed)
+        if not changed:
+            return base
+        util = packing.utilisation
+        return [c for c in base if c.name not in changed or candidates((c,), util, self.threshold)]
+
+    def empty_among(self, views: Sequence[CellView], packing: PackingResult) -> int:
+        """How many of ``views`` (cells of this index) hold nothing after ``packing``."""
+        if self._plain(packing) or not all(map(self.facts.__contains__, map(id, views))):
+            return sum(1 for c in views if is_empty(c, packing.usage.get(c.name, ())))
+        base = sum(self._each(views, "empty"))
+        if packing.changed:
+            ids = set(map(id, views))
+            for name in packing.changed:
+                f = self.by_name[name]
+                if id(f.view) in ids:
+                    base += is_empty(f.view, packing.usage[name]) - f.empty
+        return base
+
+
+def _build(cells: Sequence[CellView], shape: CellShape, threshold: float) -> CellIndex:
+    """An index from scratch."""
+    facts = {id(c): _cell_facts(c, shape, threshold) for c in cells}
+    by_name = {f.view.name: f for f in facts.values()}
+    exact = len(facts) == len(cells) == len(by_name)
+    if not exact:
+        return CellIndex(cells, shape, threshold, facts, {}, live_bins(cells, shape), {}, False)
+    rows = sorted((f.row for f in facts.values() if f.row is not None), key=lambda r: r[0])
+    positions = {r[0]: i for i, r in enumerate(rows)}
+    bins = bins_from_rows(rows, shape)
+    return CellIndex(cells, shape, threshold, facts, by_name, bins, positions, True)
+
+
+def _rows_replaced(prev: CellIndex, old: list[Row], new: list[Row]) -> Bins:
+    """``prev``'s bins with rows of the same keys replaced in place (only usage changed)."""
+    shape, bins = prev.shape, prev.bins
+    rows, usage, util = list(bins.rows), dict(bins.usage), dict(bins.utilisation)
+    used = bins.used - sum(_usage_facts(r[1], shape)[2] for r in old)
+    free = set(bins.open)
+    for r in new:
+        position, facts = prev.positions[r[0]], _usage_facts(r[1], shape)
+        rows[position], usage[r[0][2]], util[r[0][2]] = r, r[1], facts[0]
+        used += facts[2]
+        if r[2] >= 0:
+            free.add(position)
+        else:
+            free.discard(position)
+    return Bins(rows, usage, util, used, sorted(free), True)
+
+
+def _update(prev: CellIndex, cells: Sequence[CellView]) -> CellIndex:
+    """``prev`` moved on to ``cells``: facts only for the views not seen before."""
+    by_id = dict(zip(map(id, cells), cells, strict=True))
+    added = by_id.keys() - prev.facts.keys()
+    removed = prev.facts.keys() - by_id.keys()
+    if not prev.exact or len(by_id) != len(cells) or len(added) > len(cells) // 2 + 8:
+        return _build(cells, prev.shape, prev.threshold)
+    facts, by_name = dict(prev.facts), dict(prev.by_name)
+    old = [prev.facts[i].row for i in removed]
+    for i in removed:
+        del by_name[facts.pop(i).view.name]
+    for i in added:
+        f = _cell_facts(by_id[i], prev.shape, prev.threshold)
+        if f.view.name in by_name:
+            return _build(cells, prev.shape, prev.threshold)
+        facts[i] = by_name[f.view.name] = f
+    old_rows = [r for r in old if r is not None]
+    new_rows = [f.row for i in added if (f := facts[i]).row is not None]
+    bins, positions = prev.bins, prev.positions
+    if {r[0] for r in old_rows} == {r[0] for r in new_rows}:
+        if new_rows:
+            bins = _rows_replaced(prev, old_rows, new_rows)
+    else:
+        gone = {r[0] for r in old_rows}
+        rows = [r for r in bins.rows if r[0] not in gone] + new_rows
+        rows.sort(key=lambda r: r[0])
+        bins, positions = bins_from_rows(rows, prev.shape), {r[0]: i for i, r in enumerate(rows)}
+    return CellIndex(cells, prev.shape, prev.threshold, facts, by_name, bins, positions, True)
+
+
+_recent: list[CellIndex] = []
+
+
+def index_of(cells: Sequence[CellView], shape: CellShape, threshold: float) -> CellIndex:
+    """The index of ``cells``: derived from a remembered index that shares views with them
+    (the same pool's previous call), or built from scratch."""
+    related = None
+    probes = {id(cells[i]) for i in (0, len(cells) // 2, -1)} if cells else set()
+    for slot, known in enumerate(_recent):
+        if known.shape != shape or known.threshold != threshold:
+            continue
+        if known.cells is cells:
+            return known
+        if related is None and any(p in known.facts for p in probes):
+            related = slot
+    if related is None:
+        index = _build(cells, shape, threshold)
+        _recent.insert(0, index)
+        del _recent[RECENT:]
+    else:
+        index = _update(_recent[related], cells)
+        _recent[related] = index
+    return index
