@@ -1,10 +1,12 @@
 """The autoscaling control loop: one asyncio task per pool, woken by watch events.
 
-Why this module exists: it is the shell around the pure ``decide``. Per pool one task waits for a
+Why this module exists: it is the shell around the pure ``decide``. Per pool the one keyed runner
+(``gpucellpool.runtime.runner``, whose semantics are documented there) waits for a
 wake-up (a watch event on the pool itself, or a workload event routed to the pool by
 ``autoscaler.routing``) or its next timed decision (a tick, or, while the last decision holds,
 ``Decision.steady``'s ``until`` capped by a resync: ``loop_state.due``), debounces (a burst of pod
-creations becomes one decision), builds the ``Observation`` from the caches
+creations becomes one decision), backs off after a failure, and steps (``Autoscaler._step``):
+builds the ``Observation`` from the caches
 (``autoscaler.observe``), calls ``decide`` and publishes the outcome (``autoscaler.explain``)
 through the ``PoolWriter`` port: status, the ScalingActive condition, an Event when the reason
 changes, metrics, and the policy memory. An event that left the decision's inputs unchanged decides
@@ -17,7 +19,6 @@ virtually); nothing here imports a Kubernetes client.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -69,6 +70,7 @@ from autoscaler.policy.types import (
 )
 from autoscaler.sharing import Rival, rivals_of, share_pending, sharing_facts
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.runtime.runner import KeyedRunner, RunnerSettings
 
 __all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
 
@@ -103,6 +105,8 @@ class Autoscaler:
         settings: LoopSettings | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         activity: ActivitySource | None = None,
+        *,
+        owns: Callable[[tuple[str, str]], bool] = lambda _key: True,
     ) -> None:
         self.activity = activity  # HAMi monitor (measured use): autoscaler.loop_measure
         self.workload = workload
@@ -113,6 +117,15 @@ class Autoscaler:
         self.is_leader = is_leader
         self.pools: dict[tuple[str, str], PoolState] = {}
         self.publisher = Publisher(writer, self.settings)
+        self.runner: KeyedRunner[tuple[str, str]] = KeyedRunner(
+            self._step,
+            clock,
+            runner_settings(self.settings),
+            owns,  # shard ownership: a pool another process owns is not decided here
+            name="autoscale",
+            label="/".join,
+            failure_message="decision failed",
+        )
 
     @property
     def writer(self) -> PoolWriter:
@@ -143,9 +156,7 @@ class Autoscaler:
         state = self.pools.get(key)
         if state is None:
             state = self.pools[key] = PoolState(pool, dict(raw.get("status") or {}))
-            state.task = asyncio.create_task(
-                self._run_pool(key), name=f"autoscale:{key[0]}/{key[1]}"
-            )
+            self.runner.add(key, wake=False, delay_s=self.settings.tick_s)
             self.cluster_event(self._identity(pool))  # the expander's options grew
             return
         before = _relevant(state.pool, {"status": state.raw_status})
@@ -155,23 +166,23 @@ class Autoscaler:
         if not self.is_leader():
             state.memory = None  # reload what the leader persisted when we take over
         if _relevant(pool, raw) != before:
-            state.wake.set()
+            self.runner.wake(key)
         if plan_feedback(state.last_decision, status_before, state.raw_status):
-            state.wake.set()
+            self.runner.wake(key)
         if sharing_facts(pool) != expander_before:  # priority, selection, shape: re-share
             self.cluster_event(self._identity(pool))
         if state.published is not None and drifted(state.published, state.raw_status):
             # Someone (a concurrent whole-list status write, a human) changed what we
             # published: write it again on the next pass.
             state.published = None
-            state.wake.set()
+            self.runner.wake(key)
 
     def cluster_event(self, identity: object) -> None:
         """Wake every pool of that workload cluster, whichever Secret reaches it (``identity``
         as ``WorkloadView.identity`` gives it; cheap, no I/O)."""
-        for state in self.pools.values():
+        for key, state in self.pools.items():
             if self._identity(state.pool) == identity:
-                state.wake.set()
+                self.runner.wake(key)
 
     def _identity(self, pool: GPUCellPool) -> object:
         return self.workload.identity(self.workload.cluster_of(pool))
@@ -179,73 +190,37 @@ class Autoscaler:
     def wake(self, keys: Iterable[tuple[str, str]]) -> None:
         """Wake these pools: a workload event routed to them (``autoscaler.routing``)."""
         for key in keys:
-            state = self.pools.get(key)
-            if state is not None:
-                state.wake.set()
+            self.runner.wake(key)
 
     def wake_all(self) -> None:
         for state in self.pools.values():
             state.memory = None
             state.published = None
             state.event_reason = None
-            state.wake.set()
+        self.runner.wake_all()
 
-    # -- the per-pool task ------------------------------------------------------------------
+    # -- the per-pool step (the keyed runner schedules it) ----------------------------------
 
-    async def _wait(self, state: PoolState) -> bool:
-        """Until woken or ``due``, then the debounce; whether an event woke it."""
-        # Counted from the last decision, not from a skipped one; a full tick after a failure.
+    async def _step(self, key: tuple[str, str], woken: bool) -> float | None:
+        """Decide once (``skip_unchanged`` when an event woke it); the seconds until the next
+        timed decision: ``due``, counted from the last decision, not from a skipped one."""
+        state = self.pools.get(key)
+        if state is None:
+            return None
+        await self.decide_once(key, skip_unchanged=woken)
         delay = due(state, self.settings) - self.clock.now()
         if not 0.0 < delay < float("inf"):
             delay = self.settings.tick_s if state.synced else self.settings.unsynced_retry_s
-        waiter = asyncio.ensure_future(state.wake.wait())
-        ticker = asyncio.ensure_future(self.clock.sleep(delay))
-        try:
-            await asyncio.wait({waiter, ticker}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            ticker.cancel()
-        if not state.wake.is_set():
-            return False  # the tick
-        # Trailing debounce: decide once events have been quiet for ``debounce_s``, but never
-        # later than ``max_debounce_s`` after the first one (a steady stream must not starve).
-        first = self.clock.now()
-        while True:
-            state.wake.clear()
-            await self.clock.sleep(self.settings.debounce_s)
-            if not state.wake.is_set() or self.clock.now() - first >= self.settings.max_debounce_s:
-                break
-        state.wake.clear()
-        return True
-
-    async def _run_pool(self, key: tuple[str, str]) -> None:
-        while True:
-            state = self.pools.get(key)
-            if state is None:
-                return
-            woken = await self._wait(state)
-            try:
-                await self.decide_once(key, skip_unchanged=woken)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # one pool's failure never stops the others (or itself)
-                state.errors += 1
-                log.exception("decision failed", extra={"pool": "/".join(key)})
+        return delay
 
     def _stop(self, key: tuple[str, str]) -> None:
-        state = self.pools.pop(key, None)
-        if state is not None and state.task is not None:
-            state.task.cancel()
+        self.pools.pop(key, None)
+        self.runner.remove(key)
         if self.metrics is not None:
             self.metrics.forget(*key)
 
     async def close(self) -> None:
-        tasks = [s.task for s in self.pools.values() if s.task is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.runner.close()
         self.pools.clear()
 
     # -- one decision -----------------------------------------------------------------------
@@ -300,7 +275,7 @@ class Autoscaler:
         deciding again differs from the last decision only by ``now``: the time-based rules
         (stabilisation, delays, cooldowns) and the memory's samples. Without events those run
         at ``due`` (a tick after the last decision, or the held decision's ``steady.until`` /
-        resync), so skipping is allowed only before that instant (``_wait`` counts it from the
+        resync), so skipping is allowed only before that instant (``_step`` counts it from the
         last decision, so a stream of no-op events cannot starve those rules; the samples of
         the ticks skipped are replayed by ``replayed``), and never while something is left to
         publish (``published`` reset by drift or a takeover).
@@ -379,6 +354,19 @@ class Autoscaler:
         identity = self._identity(pool)
         same = (s.pool for s in self.pools.values() if self._identity(s.pool) == identity)
         return rivals_of(pool, same)
+
+
+def runner_settings(settings: LoopSettings) -> RunnerSettings:
+    """The keyed runner's timing for decisions: the loop's debounce (a pending pod decided
+    within ~``debounce_s``, a storm within ``max_debounce_s``), and a failed decision retried
+    after 1 s, doubling up to a tick (never more often than before once it keeps failing)."""
+    return RunnerSettings(
+        debounce_min_s=settings.debounce_s,
+        debounce_max_s=settings.max_debounce_s,
+        backoff_base_s=min(1.0, settings.tick_s),
+        backoff_max_s=settings.tick_s,
+        gate_recheck_s=settings.tick_s,
+    )
 
 
 def _meta(obj: JSON, field_name: str) -> str:

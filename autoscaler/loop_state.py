@@ -8,7 +8,6 @@ kept here so the loop module stays readable.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -68,8 +67,6 @@ class LoopSettings:
 class PoolState:
     pool: GPUCellPool
     raw_status: JSON
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
     memory: PolicyMemory | None = None
     first_seen: dict[str, float] = field(default_factory=dict)
     published: Outcome | None = None
@@ -80,7 +77,6 @@ class PoolState:
     status_written_at: float = float("-inf")
     decisions: int = 0
     skipped: int = 0  # wake-ups whose decision inputs had not changed (see ``_unchanged``)
-    errors: int = 0
     last_decision: Decision | None = None
     last_inputs: tuple[Any, ...] | None = None
     decided_at: float = float("-inf")

@@ -97,7 +97,7 @@ async def test_one_pool_failing_does_not_stop_another(world) -> None:  # type: i
     scaler.cluster_event("wl")
     await clock.advance(0.2)
     assert last_decision(writer, "good")["reason"] == "ScaledUp"
-    bad = scaler.pools[("ns", "bad")]
+    bad = scaler.runner.keys[("ns", "bad")]  # the runner counts failed steps
     assert bad.errors == 2 and bad.task is not None and not bad.task.done()
     writer.fail_for.clear()  # the failing pool recovers on its next wake-up
     scaler.cluster_event("wl")
