@@ -119,6 +119,14 @@ class Process:
             await elector.step()
 
 
+async def rounds(clock: Clock, count: int, *processes: Process) -> None:
+    """``count`` rounds: each process steps once, then the clock moves on a retry (2 s)."""
+    for _ in range(count):
+        for process in processes:
+            await process.step()
+        clock.t += 2
+
+
 async def test_own_shard_at_once_anothers_after_a_lease_then_handed_back() -> None:
     clock, stores = Clock(), [MemoryLease(), MemoryLease()]
     a = Process("a", 0, stores, clock)
@@ -151,10 +159,7 @@ async def test_own_shard_at_once_anothers_after_a_lease_then_handed_back() -> No
 async def test_killed_processs_shard_taken_over_after_one_lease() -> None:
     clock, stores = Clock(), [MemoryLease(), MemoryLease()]
     a, b = Process("a", 0, stores, clock), Process("b", 1, stores, clock)
-    for _ in range(3):
-        await a.step()
-        await b.step()
-        clock.t += 2
+    await rounds(clock, 3, a, b)
     assert (a.election.held(), b.election.held()) == ({0}, {1})
     killed_at = clock.t - 2  # b's last renewal; from now on only a runs
     while 1 not in a.election.held():
@@ -172,10 +177,7 @@ async def test_a_shard_handed_back_is_not_snatched_by_another_stand_in() -> None
     clock, stores = Clock(), [MemoryLease(), MemoryLease()]
     a = Process("a", 0, stores, clock)
     c = Process("c", 0, stores, clock)  # a second replica of shard 0: a stand-in for shard 1
-    for _ in range(10):
-        await a.step()
-        await c.step()
-        clock.t += 2
+    await rounds(clock, 10, a, c)
     assert (a.election.held(), c.election.held()) == ({0, 1}, set())
     b = Process("b", 1, stores, clock)
     await b.step()  # asks for its shard
@@ -192,10 +194,7 @@ async def test_a_shard_handed_back_is_not_snatched_by_another_stand_in() -> None
 async def test_own_process_shutting_down_hands_its_shard_over_within_seconds() -> None:
     clock, stores = Clock(), [MemoryLease(), MemoryLease()]
     a, b = Process("a", 0, stores, clock), Process("b", 1, stores, clock)
-    for _ in range(3):
-        await a.step()
-        await b.step()
-        clock.t += 2
+    await rounds(clock, 3, a, b)
     await b.election.release()  # SIGTERM: a rolling update, say
     released_at = clock.t
     while 1 not in a.election.held():
@@ -208,10 +207,7 @@ async def test_own_process_shutting_down_hands_its_shard_over_within_seconds() -
 async def test_unsharded_writes_todays_lease() -> None:
     clock, store = Clock(), MemoryLease()
     a, b = Process("a", 0, [store], clock), Process("b", 0, [store], clock)
-    for _ in range(4):
-        await a.step()
-        await b.step()
-        clock.t += 2
+    await rounds(clock, 4, a, b)
     assert store.lease is not None
     assert store.lease["metadata"]["name"] == "l"
     assert "annotations" not in store.lease["metadata"]
