@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from autoscaler.policy.types import GPUAsk
 from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, kind_of
+from simulations.engine.clock import VirtualClock
 from simulations.harness import ClusterEndpoint
 from simulations.traces.model import TracePod
 from simulations.twin import PodLifecycle, TracePlayer, start_hami_exporter
@@ -372,21 +373,13 @@ class ListCountingKubeApi(RecordingKubeApi):
         return await super().list(kind, namespace, label_selector, **kw)
 
 
-@dataclass
-class StepClock:
-    t: float = 1000.0
-
-    def now(self) -> float:
-        return self.t
-
-
 async def test_bound_pods_are_listed_once_per_refresh_and_never_double_booked(
     api: KubeApi, namespace: str
 ) -> None:
     """Between refreshes HAMi places from its cache plus its own bookings (a pass costs no
     list of every placed pod); a freed GPU is seen at the next refresh, never earlier."""
     node = await register_node(api, namespace, "0", memory_mib=24 * GIB)
-    counting, clock = ListCountingKubeApi(api), StepClock()
+    counting, clock = ListCountingKubeApi(api), VirtualClock(1000.0)
     hami = new_hami(counting, namespace, clock=clock, refresh_s=1.0)
     await api.create(hami_pod(namespace, "a", 16 * GIB))
     await hami.step()

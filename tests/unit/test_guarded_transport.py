@@ -23,16 +23,12 @@ from autoscaler.signals.guarded_transport import GuardedTransport
 from autoscaler.signals.prometheus import PrometheusSource
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.kube.adapters import PrometheusUsage
+from simulations.engine.clock import VirtualClock
 from tests.unit.test_webhook_rules import POOL
 from webhook import certs
 
 NAME = "prom.tenant.example"
 BODY_SECRET = "db-password-hunter2-from-the-body"
-
-
-class FakeClock:
-    def now(self) -> float:
-        return 1_700_000_000.0
 
 
 class StaticResolver:
@@ -82,7 +78,9 @@ async def server() -> AsyncIterator[tuple[Server, int]]:
 
 def _source(port: int, resolver: StaticResolver, allowed: frozenset[str]) -> PrometheusSource:
     url = f"http://{NAME}:{port}"
-    return PrometheusSource(url, clock=FakeClock(), allowed_hosts=allowed, resolver=resolver)
+    return PrometheusSource(
+        url, clock=VirtualClock(1_700_000_000.0), allowed_hosts=allowed, resolver=resolver
+    )
 
 
 async def test_a_name_resolving_to_loopback_is_refused_before_connecting(
@@ -168,11 +166,11 @@ def _pool(url: str) -> GPUCellPool:
 async def test_the_operator_usage_source_applies_the_policy(server: tuple[Server, int]) -> None:
     """``PrometheusUsage`` (what the operator runs) refuses loopback unless allowlisted."""
     state, port = server
-    refused = PrometheusUsage(None, FakeClock())  # type: ignore[arg-type]  # no Secret to read
+    refused = PrometheusUsage(None, VirtualClock(1_700_000_000.0))  # type: ignore[arg-type]  # no Secret to read
     _, health = await refused.usage(_pool(f"http://127.0.0.1:{port}"), ["cell-0"])
     await refused.close()
     assert "loopback" in health.detail and state.hosts == []
-    allowed = PrometheusUsage(None, FakeClock(), frozenset({"127.0.0.1"}))  # type: ignore[arg-type]
+    allowed = PrometheusUsage(None, VirtualClock(1_700_000_000.0), frozenset({"127.0.0.1"}))  # type: ignore[arg-type]
     _, health = await allowed.usage(_pool(f"http://127.0.0.1:{port}"), ["cell-0"])
     await allowed.close()
     assert state.hosts == [f"127.0.0.1:{port}"] * len(state.hosts) and state.hosts
@@ -219,7 +217,7 @@ async def test_https_to_the_pinned_address_verifies_the_original_host_name(
         async with PrometheusSource(
             f"https://{NAME}:{port}",
             ca_pem=ca.cert_pem.decode(),
-            clock=FakeClock(),
+            clock=VirtualClock(1_700_000_000.0),
             allowed_hosts=frozenset({NAME}),
             resolver=StaticResolver("127.0.0.1"),
         ) as src:

@@ -31,6 +31,7 @@ from autoscaler.signals.hami_usage import interpret_usage
 from autoscaler.signals.prometheus import PrometheusSource
 from autoscaler.signals.promql import QueryResult, Series
 from gpucellpool.api.pool import GPUCellPool
+from simulations.engine.clock import VirtualClock
 from simulations.twin.hami_dra import hami_slice, webhook_pod
 from simulations.twin.hami_dra_exporter import render_dra_metrics
 
@@ -189,11 +190,6 @@ def test_a_dra_pool_with_unfresh_allocations_is_not_available() -> None:
     assert judge(pool, failed_read, None, {}).reason == "Unreachable"
 
 
-class _Clock:
-    def now(self) -> float:
-        return NOW
-
-
 async def test_the_source_asks_only_for_hami_dra_names_for_a_dra_pool() -> None:
     url = "http://prometheus.test:9090"
     empty = {"status": "success", "data": {"resultType": "matrix", "result": []}}
@@ -201,7 +197,7 @@ async def test_the_source_asks_only_for_hami_dra_names_for_a_dra_pool() -> None:
         route = router.post(f"{url}/api/v1/query").mock(
             return_value=httpx.Response(200, json=empty)
         )
-        async with PrometheusSource(url, clock=_Clock()) as source:
+        async with PrometheusSource(url, clock=VirtualClock(NOW)) as source:
             reading = await source.node_gpu_usage(["cell-0"], dra=True)
     assert route.call_count == 1  # the device-plugin names are not tried for a DRA pool
     query = parse_qs(route.calls.last.request.content.decode())["query"][0]

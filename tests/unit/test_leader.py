@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from gpucellpool.leader import ElectionSettings, LeaderElector, LeaseConflict
+from simulations.engine.clock import VirtualClock
 
 JSON = dict[str, Any]
 
@@ -50,18 +51,7 @@ class MemoryLease:
         return copy.deepcopy(self.lease)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def now(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        self.t += seconds
-
-
-def pair(store: MemoryLease, clock: Clock) -> tuple[LeaderElector, LeaderElector]:
+def pair(store: MemoryLease, clock: VirtualClock) -> tuple[LeaderElector, LeaderElector]:
     def make(identity: str) -> LeaderElector:
         settings = ElectionSettings("ops", identity=identity, lease_s=15, renew_deadline_s=10)
         return LeaderElector(store, clock, settings)
@@ -70,7 +60,7 @@ def pair(store: MemoryLease, clock: Clock) -> tuple[LeaderElector, LeaderElector
 
 
 async def test_exactly_one_leads_and_standby_waits_the_whole_lease() -> None:
-    store, clock = MemoryLease(), Clock()
+    store, clock = MemoryLease(), VirtualClock(1000.0, jump_on_sleep=True)
     a, b = pair(store, clock)
     await a.step()
     await b.step()
@@ -90,7 +80,7 @@ async def test_exactly_one_leads_and_standby_waits_the_whole_lease() -> None:
 
 
 async def test_leader_that_cannot_renew_steps_down_before_takeover() -> None:
-    store, clock = MemoryLease(), Clock()
+    store, clock = MemoryLease(), VirtualClock(1000.0, jump_on_sleep=True)
     a, _ = pair(store, clock)
     await a.step()
     last_renewal = clock.t
@@ -102,7 +92,7 @@ async def test_leader_that_cannot_renew_steps_down_before_takeover() -> None:
 
 
 async def test_release_hands_over_at_next_retry() -> None:
-    store, clock = MemoryLease(), Clock()
+    store, clock = MemoryLease(), VirtualClock(1000.0, jump_on_sleep=True)
     a, b = pair(store, clock)
     await a.step()
     await b.step()
@@ -114,7 +104,7 @@ async def test_release_hands_over_at_next_retry() -> None:
 
 
 async def test_stale_write_loses_the_race() -> None:
-    store, clock = MemoryLease(), Clock()
+    store, clock = MemoryLease(), VirtualClock(1000.0, jump_on_sleep=True)
     a, b = pair(store, clock)
     await a.step()
     clock.t += 30  # a's lease has expired from b's point of view once b has observed it
@@ -135,7 +125,7 @@ async def test_stale_write_loses_the_race() -> None:
 class SlowLease(MemoryLease):
     """A GET that takes ``latency_s`` on the clock; the record is read as it was at its end."""
 
-    def __init__(self, clock: Clock, latency_s: float) -> None:
+    def __init__(self, clock: VirtualClock, latency_s: float) -> None:
         super().__init__()
         self.clock, self.latency_s = clock, latency_s
 
@@ -147,7 +137,7 @@ class SlowLease(MemoryLease):
 async def test_a_renewal_is_timed_from_the_answer_that_showed_it_not_the_request() -> None:
     """A renewal a slow GET returned may have been written just before the answer: the standby
     times the record from the answer, so it never expires the lease early (client-go does)."""
-    clock = Clock()
+    clock = VirtualClock(1000.0, jump_on_sleep=True)
     store = SlowLease(clock, latency_s=0.0)
     a, b = pair(store, clock)
     await a.step()

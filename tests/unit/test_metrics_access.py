@@ -19,6 +19,7 @@ from gpucellpool.metrics_access import (
     decide,
     token_key,
 )
+from simulations.engine.clock import VirtualClock
 
 
 @pytest.mark.parametrize(
@@ -65,21 +66,13 @@ class CountingReviewer:
         return identity.user in self.allowed
 
 
-@dataclass
-class Clock:
-    t: float = 1000.0
-
-    def now(self) -> float:
-        return self.t
-
-
 def reviewer() -> CountingReviewer:
     users = {"good": Identity("prom"), "other": Identity("bob")}
     return CountingReviewer(users, allowed={"prom"})
 
 
 async def test_guard_answers_and_asks_for_get_metrics() -> None:
-    r, clock = reviewer(), Clock()
+    r, clock = reviewer(), VirtualClock(1000.0)
     guard = MetricsGuard(r, clock.now)
     assert (await guard.check(None)).status == 401
     assert (await guard.check("Bearer unknown")).status == 401
@@ -89,7 +82,7 @@ async def test_guard_answers_and_asks_for_get_metrics() -> None:
 
 
 async def test_guard_caches_per_token_until_the_ttl() -> None:
-    r, clock = reviewer(), Clock()
+    r, clock = reviewer(), VirtualClock(1000.0)
     guard = MetricsGuard(r, clock.now, ttl_s=60)
     await guard.check("Bearer good")
     calls = len(r.calls)
@@ -102,7 +95,7 @@ async def test_guard_caches_per_token_until_the_ttl() -> None:
 
 
 async def test_guard_never_caches_an_unavailable_review_and_keeps_no_raw_token() -> None:
-    r, clock = reviewer(), Clock()
+    r, clock = reviewer(), VirtualClock(1000.0)
     guard = MetricsGuard(r, clock.now)
     r.down = True
     answer = await guard.check("Bearer good")
@@ -114,7 +107,7 @@ async def test_guard_never_caches_an_unavailable_review_and_keeps_no_raw_token()
 
 async def test_guard_cache_is_bounded() -> None:
     users = {f"t{i}": Identity(f"u{i}") for i in range(20)}
-    r, clock = CountingReviewer(users, allowed=set()), Clock()
+    r, clock = CountingReviewer(users, allowed=set()), VirtualClock(1000.0)
     guard = MetricsGuard(r, clock.now, max_entries=5)
     for i in range(20):
         assert (await guard.check(f"Bearer t{i}")).status == 403
@@ -159,7 +152,9 @@ async def test_reviewer_reports_any_failed_call_as_unavailable(failure: Exceptio
     with pytest.raises(ReviewUnavailable) as caught:
         await reviewer.authenticate("secret-token")
     assert "secret-token" not in str(caught.value)
-    guard = MetricsGuard(KubeAccessReviewer(cast(RestClient, ScriptedRest([failure]))), Clock().now)
+    guard = MetricsGuard(
+        KubeAccessReviewer(cast(RestClient, ScriptedRest([failure]))), VirtualClock(1000.0).now
+    )
     assert (await guard.check("Bearer secret-token")).status == 503
 
 
@@ -168,7 +163,7 @@ async def test_guard_does_not_cache_a_token_review_that_reported_an_error() -> N
     answer 401 now, but ask again next time, as kube-apiserver's own token cache does."""
     broken = {"status": {"authenticated": False, "error": "webhook authenticator: timeout"}}
     rest = ScriptedRest([broken, AUTHENTICATED, ALLOWED])
-    guard = MetricsGuard(KubeAccessReviewer(cast(RestClient, rest)), Clock().now)
+    guard = MetricsGuard(KubeAccessReviewer(cast(RestClient, rest)), VirtualClock(1000.0).now)
     first = await guard.check("Bearer tok")
     assert first.status == 401 and "timeout" not in first.reason
     assert (await guard.check("Bearer tok")).allowed  # same instant: not served from a cache
@@ -177,7 +172,7 @@ async def test_guard_does_not_cache_a_token_review_that_reported_an_error() -> N
 
 async def test_guard_caches_a_plain_rejection() -> None:
     rest = ScriptedRest([{"status": {"authenticated": False}}])
-    guard = MetricsGuard(KubeAccessReviewer(cast(RestClient, rest)), Clock().now)
+    guard = MetricsGuard(KubeAccessReviewer(cast(RestClient, rest)), VirtualClock(1000.0).now)
     assert (await guard.check("Bearer forged")).status == 401
     assert (await guard.check("Bearer forged")).status == 401
     assert len(rest.bodies) == 1

@@ -10,13 +10,9 @@ import respx
 
 from autoscaler.signals.prometheus_config import settings_from_spec, source_from_spec
 from gpucellpool.api import PrometheusSource as PrometheusSpec
+from simulations.engine.clock import VirtualClock
 
 TOKEN = "pool-token-0a1b2c"
-
-
-class Clock:
-    def now(self) -> float:
-        return 1_800_000_000.0
 
 
 def spec(**fields: object) -> PrometheusSpec:
@@ -56,7 +52,9 @@ def test_tls_secret_needs_its_ca_bundle() -> None:
 def test_auth_secret_needs_its_token() -> None:
     with pytest.raises(ValueError, match="authSecretRef 'prom-auth' given but no token read"):
         source_from_spec(
-            spec(authSecretRef={"name": "prom-auth"}), bearer_token=None, clock=Clock()
+            spec(authSecretRef={"name": "prom-auth"}),
+            bearer_token=None,
+            clock=VirtualClock(1_800_000_000.0),
         )
 
 
@@ -68,7 +66,9 @@ async def test_source_from_spec_sends_the_token_and_uses_stale_after() -> None:
             )
         )
         pool = spec(authSecretRef={"name": "prom-auth"}, staleAfter="30s")
-        async with source_from_spec(pool, bearer_token=TOKEN, clock=Clock()) as src:
+        async with source_from_spec(
+            pool, bearer_token=TOKEN, clock=VirtualClock(1_800_000_000.0)
+        ) as src:
             await src.query("up")
             assert src.stale_after_seconds == 30.0
             assert TOKEN not in repr(src)
@@ -80,7 +80,10 @@ def test_a_real_ca_bundle_is_accepted() -> None:
     if pem is None:
         pytest.skip("no system CA bundle to load")
     src = source_from_spec(
-        spec(tlsSecretRef={"name": "prom-ca"}), bearer_token=None, ca_pem=pem, clock=Clock()
+        spec(tlsSecretRef={"name": "prom-ca"}),
+        bearer_token=None,
+        ca_pem=pem,
+        clock=VirtualClock(1_800_000_000.0),
     )
     assert repr(src).startswith("PrometheusSource(url=")
 
@@ -91,5 +94,5 @@ def test_a_garbage_ca_bundle_is_an_error() -> None:
             spec(tlsSecretRef={"name": "prom-ca"}),
             bearer_token=None,
             ca_pem="-----BEGIN CERTIFICATE-----\nbad\n-----END CERTIFICATE-----\n",
-            clock=Clock(),
+            clock=VirtualClock(1_800_000_000.0),
         )

@@ -24,19 +24,12 @@ from autoscaler.signals.hami_metrics import CURRENT, LEGACY, MIB, MetricFamily, 
 from autoscaler.signals.ports import MetricsSource, PrometheusUnavailable
 from autoscaler.signals.prometheus import PrometheusSource, tls_context
 from autoscaler.signals.prometheus_config import PrometheusSettings, source_from_settings
+from simulations.engine.clock import VirtualClock
 
 URL = "http://prom.test:9090"
 QUERY_URL = f"{URL}/api/v1/query"
 TOKEN = "s3cr3t-T0KEN-value-9f8e7d"
 NOW = 1_800_000_000.0
-
-
-class FakeClock:
-    def __init__(self, t: float = NOW) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
 
 
 def gpu(
@@ -91,7 +84,7 @@ def router() -> Iterator[respx.MockRouter]:
 @pytest.fixture
 async def source() -> AsyncIterator[PrometheusSource]:
     async with PrometheusSource(
-        URL, bearer_token=TOKEN, timeout_seconds=2, clock=FakeClock()
+        URL, bearer_token=TOKEN, timeout_seconds=2, clock=VirtualClock(NOW)
     ) as src:
         yield src
 
@@ -121,7 +114,7 @@ async def test_healthy_reading_sends_token_time_and_timeout(
 
 async def test_no_token_no_authorization_header(router: respx.MockRouter) -> None:
     route = router.post(QUERY_URL).mock(return_value=httpx.Response(200, json=matrix()))
-    async with PrometheusSource(URL, bearer_token=None, clock=FakeClock()) as src:
+    async with PrometheusSource(URL, bearer_token=None, clock=VirtualClock(NOW)) as src:
         await src.query("up")
     assert "Authorization" not in route.calls.last.request.headers
 
@@ -179,7 +172,7 @@ async def test_upgrade_from_legacy_to_current_switches_family(
 
 async def test_no_series_in_either_family(router: respx.MockRouter) -> None:
     router.post(QUERY_URL).mock(return_value=httpx.Response(200, json=matrix()))
-    clock = FakeClock(NOW - 42)
+    clock = VirtualClock(NOW - 42)
     async with PrometheusSource(URL, clock=clock) as src:
         clock.t = NOW
         reading = await src.node_gpu_usage(["cell-1", "cell-0"])
@@ -347,14 +340,14 @@ async def test_hard_deadline_even_if_the_transport_never_answers(router: respx.M
         raise AssertionError("unreachable")
 
     router.post(QUERY_URL).mock(side_effect=hang)
-    async with PrometheusSource(URL, timeout_seconds=0.05, clock=FakeClock()) as src:
+    async with PrometheusSource(URL, timeout_seconds=0.05, clock=VirtualClock(NOW)) as src:
         reading = await src.node_gpu_usage(["cell-0"])
     assert not reading.health.fresh
     assert reading.health.detail == f"prometheus timeout: no answer from {URL} within 0.05s"
 
 
 async def test_age_on_failure_counts_from_the_last_fresh_reading(router: respx.MockRouter) -> None:
-    clock = FakeClock()
+    clock = VirtualClock(NOW)
     healthy = True
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -388,7 +381,7 @@ async def test_token_never_leaks(
     for url in (URL, userinfo_url):
         router.post(f"{url}/api/v1/query").mock(side_effect=echoes + echoes)
         async with PrometheusSource(
-            url, bearer_token=TOKEN, clock=FakeClock(), verify=False
+            url, bearer_token=TOKEN, clock=VirtualClock(NOW), verify=False
         ) as src:
             texts += [repr(src), str(src)]
             for _ in echoes:
@@ -407,7 +400,9 @@ async def test_token_never_leaks(
 
 
 def test_repr_hides_userinfo_and_token() -> None:
-    src = PrometheusSource("https://admin:hunter2@prom.test", bearer_token=TOKEN, clock=FakeClock())
+    src = PrometheusSource(
+        "https://admin:hunter2@prom.test", bearer_token=TOKEN, clock=VirtualClock(NOW)
+    )
     assert repr(src) == "PrometheusSource(url='https://prom.test', auth='bearer ***', family=None)"
 
 
@@ -415,7 +410,7 @@ async def test_userinfo_becomes_basic_auth_not_part_of_the_url(router: respx.Moc
     route = router.post("https://prom.test/api/v1/query").mock(
         return_value=httpx.Response(200, json=matrix())
     )
-    async with PrometheusSource("https://admin:p%40ss@prom.test", clock=FakeClock()) as src:
+    async with PrometheusSource("https://admin:p%40ss@prom.test", clock=VirtualClock(NOW)) as src:
         await src.query("up")
     request = route.calls.last.request
     assert request.url == "https://prom.test/api/v1/query"
@@ -424,9 +419,9 @@ async def test_userinfo_becomes_basic_auth_not_part_of_the_url(router: respx.Moc
 
 def test_invalid_settings_are_rejected() -> None:
     with pytest.raises(ValueError, match="positive"):
-        PrometheusSource(URL, timeout_seconds=0, clock=FakeClock())
+        PrometheusSource(URL, timeout_seconds=0, clock=VirtualClock(NOW))
     with pytest.raises(ValueError, match="positive"):
-        PrometheusSource(URL, stale_after_seconds=-1, clock=FakeClock())
+        PrometheusSource(URL, stale_after_seconds=-1, clock=VirtualClock(NOW))
 
 
 async def test_factory_from_pool_settings(router: respx.MockRouter) -> None:
@@ -436,7 +431,7 @@ async def test_factory_from_pool_settings(router: respx.MockRouter) -> None:
     settings = PrometheusSettings(
         url="https://prom.test/", stale_after_seconds=15, insecure_skip_verify=True
     )
-    src = source_from_settings(settings, bearer_token=TOKEN, clock=FakeClock())
+    src = source_from_settings(settings, bearer_token=TOKEN, clock=VirtualClock(NOW))
     async with src:
         reading = await src.node_gpu_usage(["cell-0"])
     assert src.stale_after_seconds == 15
@@ -465,7 +460,7 @@ async def test_logging_is_transitions_plus_once_a_minute(
     router: respx.MockRouter, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="autoscaler.signals.prometheus")
-    clock = FakeClock()
+    clock = VirtualClock(NOW)
     healthy = False
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -495,7 +490,7 @@ async def test_logging_is_transitions_plus_once_a_minute(
 async def test_oversized_bodies_are_refused(router: respx.MockRouter) -> None:
     huge = matrix(*(gpu(f"cell-{i}", "GPU-a") for i in range(50)))
     router.post(QUERY_URL).mock(return_value=httpx.Response(200, json=huge))
-    async with PrometheusSource(URL, max_body_bytes=1000, clock=FakeClock()) as src:
+    async with PrometheusSource(URL, max_body_bytes=1000, clock=VirtualClock(NOW)) as src:
         reading = await src.node_gpu_usage(["cell-0"])
     assert not reading.health.fresh
     assert reading.health.detail == (
@@ -505,7 +500,7 @@ async def test_oversized_bodies_are_refused(router: respx.MockRouter) -> None:
 
 async def test_satisfies_the_metrics_source_port() -> None:
     # mypy checks the assignment; at runtime the port's methods must exist and be async.
-    src: MetricsSource = PrometheusSource(URL, clock=FakeClock())
+    src: MetricsSource = PrometheusSource(URL, clock=VirtualClock(NOW))
     assert inspect.iscoroutinefunction(src.node_gpu_usage)
     assert inspect.iscoroutinefunction(src.query)
     await src.aclose()  # type: ignore[attr-defined]

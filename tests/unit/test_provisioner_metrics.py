@@ -28,6 +28,7 @@ from provisioner.inventory import free_physical_gpus, read_capacity
 from provisioner.kube import JSON, Conflict, Kind, KubeError, NotFound, Unreachable
 from provisioner.metrics_port import NO_METRICS, ProvisionerMetrics
 from provisioner.reconciler import PoolKey, Reconciler
+from simulations.engine.clock import VirtualClock
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 REGISTER = "GPU-a,10,8192,100,NVIDIA-T4,0,true:"
@@ -69,11 +70,6 @@ class ScriptedApi:
         return None
 
 
-class Clock:
-    def now(self) -> float:
-        return 1_790_000_000.0
-
-
 def _pool(backend: str = "Native") -> GPUCellPool:
     body = yaml.safe_load((SAMPLES / "autoscaling-off.yaml").read_text())
     body["metadata"].update({"namespace": "ns", "uid": "u-1", "resourceVersion": "1"})
@@ -97,7 +93,9 @@ def _metrics(reg: CollectorRegistry) -> ProvisionerMetrics:
 
 async def test_a_failed_pass_is_counted_and_still_raised(reg: CollectorRegistry) -> None:
     api = ScriptedApi(fail={"GPUCellPool": Unreachable(0, "connection refused")})
-    reconciler = Reconciler(api, Clock(), events=NullEventSink(), metrics=_metrics(reg))  # type: ignore[arg-type]
+    reconciler = Reconciler(
+        api, VirtualClock(1_790_000_000.0), events=NullEventSink(), metrics=_metrics(reg)
+    )  # type: ignore[arg-type]
     with pytest.raises(Unreachable):
         await reconciler.reconcile_once(PoolKey("ns", "p"))
     with pytest.raises(Unreachable):
@@ -107,7 +105,9 @@ async def test_a_failed_pass_is_counted_and_still_raised(reg: CollectorRegistry)
 
 async def test_a_lost_race_is_not_a_reconcile_error(reg: CollectorRegistry) -> None:
     api = ScriptedApi(fail={"GPUCellPool": Conflict(409, "the object has been modified")})
-    reconciler = Reconciler(api, Clock(), events=NullEventSink(), metrics=_metrics(reg))  # type: ignore[arg-type]
+    reconciler = Reconciler(
+        api, VirtualClock(1_790_000_000.0), events=NullEventSink(), metrics=_metrics(reg)
+    )  # type: ignore[arg-type]
     result = await reconciler.reconcile_once(PoolKey("ns", "p"))
     assert result.requeue_after_s is not None
     assert _value(reg, "gpucell_reconcile_errors_total") == 0
@@ -115,7 +115,7 @@ async def test_a_lost_race_is_not_a_reconcile_error(reg: CollectorRegistry) -> N
 
 async def test_without_metrics_a_failure_is_only_raised() -> None:
     api = ScriptedApi(fail={"GPUCellPool": RuntimeError("boom")})
-    reconciler = Reconciler(api, Clock(), events=NullEventSink())  # type: ignore[arg-type]
+    reconciler = Reconciler(api, VirtualClock(1_790_000_000.0), events=NullEventSink())  # type: ignore[arg-type]
     assert reconciler.metrics is NO_METRICS
     with pytest.raises(RuntimeError):
         await reconciler.reconcile_once(PoolKey("ns", "p"))

@@ -6,6 +6,7 @@ import pytest
 
 from autoscaler.policy.demand import container_ask
 from autoscaler.policy.types import GPUAsk
+from simulations.engine.clock import VirtualClock
 from simulations.traces.model import TracePod
 from simulations.twin.player import (
     PlayerProgress,
@@ -15,14 +16,6 @@ from simulations.twin.player import (
     trace_pod_manifest,
 )
 from simulations.twin.pod_lifecycle import DURATION_ANNOTATION, duration_of
-
-
-class FixedClock:
-    def __init__(self, now: float) -> None:
-        self.t = now
-
-    def now(self) -> float:
-        return self.t
 
 
 @pytest.mark.parametrize(
@@ -64,7 +57,7 @@ def test_names_sort_in_arrival_order() -> None:
 
 def test_timeline_is_relative_to_the_first_arrival_and_scaled() -> None:
     pods = [TracePod(f"k{i}", at, 1.0, GPUAsk()) for i, at in enumerate([130.0, 100.0, 110.0])]
-    clock = FixedClock(1000.0)
+    clock = VirtualClock(1000.0)
     player = TracePlayer(None, pods, clock, "ns", speed=10.0)  # type: ignore[arg-type]
     assert [p.arrival_seconds for p in player.pods] == [100.0, 110.0, 130.0]  # sorted
     assert [player.due_at(i, 1000.0) for i in range(3)] == [1000.0, 1001.0, 1003.0]
