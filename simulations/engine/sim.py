@@ -7,8 +7,9 @@ seeded RNG (boot times and boot failures only) the same inputs always give the s
 Events at the same instant run in this order: pod ends, boots, drains, arrivals, ticks,
 timeline samples; ties by insertion order. After every event the pending queue is offered to
 HAMi placement if capacity may have grown. A policy's ``Decision`` is applied as the
-provisioner would: create cells up to ``desired_replicas``; drain named ``victims`` (at most
-down to ``desired_replicas``); nothing when ``act`` is False. Whether a tick calls ``decide``
+provisioner would, through its plan check (``engine.actuator``): create cells up to
+``desired_replicas`` within the free physical GPUs; drain the named ``victims`` (at most down to
+``desired_replicas``); nothing when ``act`` is False. Whether a tick calls ``decide``
 or repeats the last decision is ``engine.decider``'s rule (idle ticks cost almost nothing).
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 from autoscaler.policy.fit import constraints_fit
 from autoscaler.policy.types import CellState, Decision
 from simulations.engine import hami
+from simulations.engine.actuator import actions
 from simulations.engine.config import BootModel, DrainMode, SimConfig
 from simulations.engine.decider import Decider
 from simulations.engine.gangs import GangBook, GangScaleUp, hostable_gangs
@@ -280,9 +282,6 @@ class Simulation:
             self.push(now + self.cfg.drain_timeout_seconds, DRAIN_TIMEOUT, cell.name)
 
     def _create_cells(self, count: int, now: float) -> None:
-        if self.cfg.physical_gpus is not None:
-            free = self.cfg.physical_gpus // self.shape.gpus - len(self.world.cells)
-            count = min(count, max(0, free))
         for _ in range(count):
             cell = self.world.add_cell(now, CellState.BOOTING)
             seconds, failed = self.cfg.boot.sample(self.rng)
@@ -332,20 +331,12 @@ class Simulation:
         self.desired = decision.desired_replicas
         if not decision.act:
             return
-        active = [
-            c for c in self.world.cells.values() if c.state in (CellState.BOOTING, CellState.READY)
-        ]
-        if decision.desired_replicas > len(active):
-            self._create_cells(decision.desired_replicas - len(active), now)
-            return
-        excess = len(active) - decision.desired_replicas
-        by_name = {c.name: c for c in active}
-        for name in decision.victims:
-            if excess <= 0:
-                break
-            if name in by_name:
-                self._start_drain(by_name.pop(name), now)
-                excess -= 1
+        cells, config = self.world.cells, self.cfg.policy_config
+        todo = actions(decision, cells.values(), config, self.cfg.physical_gpus, now)
+        if todo.create:
+            self._create_cells(todo.create, now)
+        for name in todo.drain:
+            self._start_drain(cells[name], now)
 
     def _sample(self, now: float) -> None:
         self.push(now + self.timeline.every_seconds, SAMPLE)

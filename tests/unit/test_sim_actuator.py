@@ -1,0 +1,61 @@
+"""The simulator carries out a decision through the provisioner's plan check (engine.actuator).
+
+What these prove: the simulated actuator runs ``provisioner.fsm.plan_check`` on the world's
+cells, so what the live provisioner would trim is trimmed for the same typed reason - new cells
+beyond the free physical GPUs (every simulated cell holds its GPUs, draining ones included;
+GPUs per cell counted) and a target outside the spec's bounds - and the accepted victims are
+drained in the plan's order, at most down to the target, a cell no longer live being skipped
+(VictimGone) without another cell standing in.
+"""
+
+from __future__ import annotations
+
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    Decision,
+    PolicyConfig,
+    PolicyMemory,
+    Reason,
+)
+from provisioner.fsm.plan_check import Rejection
+from simulations.engine.actuator import actions
+from simulations.engine.world import World
+
+CONFIG = PolicyConfig(min_replicas=0, max_replicas=6, shape=CellShape(gpus=2))
+
+
+def world(*states: CellState) -> World:
+    w = World(CONFIG.shape, "binpack", "binpack")
+    for state in states:
+        w.add_cell(0.0, state)
+    return w
+
+
+def plan(target: int, *victims: str) -> Decision:
+    return Decision(target, Reason.SCALED_UP, "", PolicyMemory(), victims)
+
+
+def test_creations_stop_at_the_free_physical_gpus() -> None:
+    w = world(CellState.READY, CellState.DRAINING)  # the draining cell still holds its 2 GPUs
+    todo = actions(plan(5), w.cells.values(), CONFIG, 9, 0.0)  # (9 - 4) // 2 = 2 new cells
+    assert (todo.create, todo.drain) == (2, ())
+    (verdict,) = todo.checked.rejections
+    assert verdict.rejection is Rejection.PHYSICAL_GPU_EXCEEDED
+    assert actions(plan(5), w.cells.values(), CONFIG, None, 0.0).create == 4  # no ledger
+
+
+def test_a_target_beyond_max_is_clamped_as_the_provisioner_does() -> None:
+    todo = actions(plan(9), world().cells.values(), CONFIG, None, 0.0)
+    assert todo.create == 6
+    assert todo.checked.rejections[0].rejection is Rejection.TARGET_OUT_OF_BOUNDS
+
+
+def test_victims_in_the_plans_order_down_to_the_target_only() -> None:
+    w = world(CellState.READY, CellState.READY, CellState.READY, CellState.DRAINING)
+    todo = actions(
+        plan(1, "cell-3", "cell-0", "cell-2", "cell-1"), w.cells.values(), CONFIG, None, 0
+    )
+    assert todo.drain == ("cell-0", "cell-2")  # cell-3 is already leaving: not replaced
+    assert [v.rejection for v in todo.checked.rejections] == [Rejection.VICTIM_GONE]
+    assert actions(plan(3, "cell-0"), w.cells.values(), CONFIG, None, 0).drain == ()
