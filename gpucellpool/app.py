@@ -210,7 +210,17 @@ class App:
             settings=LoopSettings(debounce_s=self.settings.debounce_s, tick_s=self.settings.tick_s),
             is_leader=self.gate.acting,
             activity=self.usage,
+            owns=self._decides,
         )
+
+    def _decides(self, key: tuple[str, str]) -> bool:
+        """Whether this process decides the pool at all (writes are gated by ``gate.acting``).
+
+        Unsharded, a standby decides every pool too (warm, writing nothing). Sharded, a process
+        decides only the pools of the shards it holds: spreading that CPU is why one shards;
+        on gaining a shard its pools re-read their memory from the pool, as on a takeover.
+        """
+        return self.settings.shards == 1 or self.election.owns(key)
 
     def _health(self) -> tuple[HealthServer, FileWatcher | None]:
         """The probe and metrics server, and the metrics certificate it may rotate."""

@@ -34,7 +34,8 @@ from gpucellpool.shards import (
     lease_name,
     shard_of,
 )
-from tests.unit.test_leader import Clock, MemoryLease
+from simulations.engine.clock import VirtualClock
+from tests.unit.test_leader import MemoryLease
 
 LEASE_S = 15.0
 
@@ -99,7 +100,7 @@ def test_takeover_rule(seen: LeaseSeen, preferred: bool, action: Action) -> None
 class Process:
     """One operator process's per-shard electors (two shards, one store per shard's Lease)."""
 
-    def __init__(self, identity: str, index: int, stores: list[MemoryLease], clock: Clock):
+    def __init__(self, identity: str, index: int, stores: list[MemoryLease], clock: VirtualClock):
         def make(shard: int) -> LeaderElector:
             settings = ElectionSettings(
                 "ops",
@@ -119,7 +120,7 @@ class Process:
             await elector.step()
 
 
-async def rounds(clock: Clock, count: int, *processes: Process) -> None:
+async def rounds(clock: VirtualClock, count: int, *processes: Process) -> None:
     """``count`` rounds: each process steps once, then the clock moves on a retry (2 s)."""
     for _ in range(count):
         for process in processes:
@@ -128,7 +129,7 @@ async def rounds(clock: Clock, count: int, *processes: Process) -> None:
 
 
 async def test_own_shard_at_once_anothers_after_a_lease_then_handed_back() -> None:
-    clock, stores = Clock(), [MemoryLease(), MemoryLease()]
+    clock, stores = VirtualClock(1000.0, jump_on_sleep=True), [MemoryLease(), MemoryLease()]
     a = Process("a", 0, stores, clock)
     await a.step()
     assert a.election.held() == {0}, "its own shard at once, not another's"
@@ -157,7 +158,7 @@ async def test_own_shard_at_once_anothers_after_a_lease_then_handed_back() -> No
 
 
 async def test_killed_processs_shard_taken_over_after_one_lease() -> None:
-    clock, stores = Clock(), [MemoryLease(), MemoryLease()]
+    clock, stores = VirtualClock(1000.0, jump_on_sleep=True), [MemoryLease(), MemoryLease()]
     a, b = Process("a", 0, stores, clock), Process("b", 1, stores, clock)
     await rounds(clock, 3, a, b)
     assert (a.election.held(), b.election.held()) == ({0}, {1})
@@ -174,7 +175,7 @@ async def test_killed_processs_shard_taken_over_after_one_lease() -> None:
 
 
 async def test_a_shard_handed_back_is_not_snatched_by_another_stand_in() -> None:
-    clock, stores = Clock(), [MemoryLease(), MemoryLease()]
+    clock, stores = VirtualClock(1000.0, jump_on_sleep=True), [MemoryLease(), MemoryLease()]
     a = Process("a", 0, stores, clock)
     c = Process("c", 0, stores, clock)  # a second replica of shard 0: a stand-in for shard 1
     await rounds(clock, 10, a, c)
@@ -192,7 +193,7 @@ async def test_a_shard_handed_back_is_not_snatched_by_another_stand_in() -> None
 
 
 async def test_own_process_shutting_down_hands_its_shard_over_within_seconds() -> None:
-    clock, stores = Clock(), [MemoryLease(), MemoryLease()]
+    clock, stores = VirtualClock(1000.0, jump_on_sleep=True), [MemoryLease(), MemoryLease()]
     a, b = Process("a", 0, stores, clock), Process("b", 1, stores, clock)
     await rounds(clock, 3, a, b)
     await b.election.release()  # SIGTERM: a rolling update, say
@@ -205,7 +206,7 @@ async def test_own_process_shutting_down_hands_its_shard_over_within_seconds() -
 
 
 async def test_unsharded_writes_todays_lease() -> None:
-    clock, store = Clock(), MemoryLease()
+    clock, store = VirtualClock(1000.0, jump_on_sleep=True), MemoryLease()
     a, b = Process("a", 0, [store], clock), Process("b", 0, [store], clock)
     await rounds(clock, 4, a, b)
     assert store.lease is not None

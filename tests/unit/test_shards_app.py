@@ -1,7 +1,8 @@
 """The composition root with ``--shards 2``: one elector per shard Lease, and per-pool gates.
 
 What these prove: ``App`` builds one elector per shard on ``<lease-name>-shard-k``, its own
-shard preferred; a pool's status metrics are recorded only while this process holds the pool's
+shard preferred; a pool is decided at all only while its shard is held (unsharded, a standby
+decides every pool); a pool's status metrics are recorded only while this process holds the pool's
 shard; losing one shard forgets that shard's pools' series and keeps the other's; gaining it
 back records its pools again as a first sight. Unsharded, ``App`` keeps one elector on today's
 Lease name.
@@ -53,6 +54,7 @@ async def test_unsharded_app_keeps_one_elector_on_todays_lease() -> None:
     try:
         assert [e.settings.name for e in app.election.electors] == ["gpucellpool-autoscaler"]
         assert app.elector is app.election.electors[0] and app.elector.settings.preferred
+        assert app._decides(("ns", "any"))  # a standby decides too (warm), writing nothing
     finally:
         await app.autoscaler.close()
         await app.infra.close()
@@ -76,10 +78,12 @@ async def test_sharded_app_records_and_forgets_per_shard() -> None:
             app._pool_changed("ADDED", _raw(name))
         assert (_held(reg, mine), _held(reg, theirs)) == (None, 0)
         assert app.gate.owns(("ns", theirs)) and not app.gate.owns(("ns", mine))
+        assert app._decides(("ns", theirs)) and not app._decides(("ns", mine))
 
         electors[0].is_leader = True  # shard 0 taken over (its process died)
         app._leadership(True, shard=0)
         assert (_held(reg, mine), _held(reg, theirs)) == (0, 0)
+        assert app._decides(("ns", mine))
 
         electors[0].is_leader = False  # handed back: only shard 0's series go
         app._leadership(False, shard=0)
