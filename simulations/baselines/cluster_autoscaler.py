@@ -90,6 +90,8 @@ class ClusterAutoscalerStyle:
         return with_steady(made, memory, current, clocks, now)
 
     def _scale_up_estimate(self, observation: Observation, config: PolicyConfig) -> int:
+        if not observation.pending:
+            return 0  # nothing to fit: no cell's free devices need counting
         gpus = config.shape.gpus
         free = [gpus for _ in booting(observation.cells)]
         free += [gpus - self._used(c) for c in ready(observation.cells)]
@@ -103,14 +105,14 @@ class ClusterAutoscalerStyle:
 
     def _unneeded(self, cells: Sequence[CellView], config: PolicyConfig) -> list[CellView]:
         gpus = config.shape.gpus
-        used_by = {c.name: self._used(c) for c in ready(cells)}
-        spare = sum(gpus - used for used in used_by.values())
-        out = []
-        for cell in ready(cells):
-            used = used_by[cell.name]
-            if used / gpus < GPU_UTILISATION_THRESHOLD and spare - (gpus - used) >= used:
-                out.append(cell)
-        return out
+        candidates = ready(cells)
+        used_by = [self._used(c) for c in candidates]
+        spare = sum([gpus - used for used in used_by])
+        return [
+            cell
+            for cell, used in zip(candidates, used_by, strict=True)
+            if used / gpus < GPU_UTILISATION_THRESHOLD and spare - (gpus - used) >= used
+        ]
 
     def _scale_down(
         self,

@@ -21,7 +21,10 @@ from autoscaler.policy.types import (
     PendingPod,
 )
 from simulations.engine import hami
+from simulations.engine.node_order import NodeOrder
 from simulations.traces.model import TracePod
+
+_UNKNOWN = object()  # a cell's GPU choice for an ask not computed yet
 
 
 @dataclass(slots=True)
@@ -63,23 +66,16 @@ class SimCell:
     cached_view: CellView | None = None
     cached_util: float | None = None
     cached_score: float | None = None
-    # HAMi's GPU choice per ask on the current usage (None: does not fit); placement asks the
-    # same few asks of every cell after every event, while a cell's usage changes rarely
-    cached_choice: dict[GPUAsk, tuple[int, ...] | None] = field(default_factory=dict)
+    # HAMi's GPU choice per ask on the current usage (None: does not fit), keyed by the
+    # world's small-int number for the ask; placement asks the same few asks of every cell
+    # after every event, while a cell's usage changes rarely
+    cached_choice: dict[int, tuple[int, ...] | None] = field(default_factory=dict)
 
     def touch(self) -> None:
         self.cached_view = None
         self.cached_util = None
         self.cached_score = None
         self.cached_choice.clear()
-
-    def choice(self, ask: GPUAsk, shape: CellShape, gpu_policy: str) -> tuple[int, ...] | None:
-        """``hami.choose_gpus`` for ``ask`` on this cell, memoised until the usage changes."""
-        if ask in self.cached_choice:
-            return self.cached_choice[ask]
-        chosen = hami.choose_gpus(self.gpus, shape, ask, gpu_policy)
-        self.cached_choice[ask] = chosen
-        return chosen
 
     def score(self, shape: CellShape) -> float:
         """``hami.node_score`` of this cell, memoised until the usage changes."""
@@ -121,8 +117,14 @@ class World:
         self.next_index = 0
         self._pending_views: tuple[PendingPod, ...] | None = None
         self._observation: Observation | None = None
-        # Ready cells in HAMi's node order (best score first, then index); None: re-sort
-        self._ready_order: list[SimCell] | None = None
+        # Ready cells in HAMi's node order (best score first, then index)
+        self._order: NodeOrder[SimCell] = NodeOrder(shape, node_policy)
+        # since the last change: find_cell's answer per ask number, the cells' views, the
+        # Ready cells' utilisation sum (all cleared by ``_changed``)
+        self._found: dict[int, tuple[SimCell, tuple[int, ...]] | None] = {}
+        self._cell_views: tuple[CellView, ...] | None = None
+        self._util_sum: tuple[float, int] | None = None
+        self._ask_numbers: dict[GPUAsk, int] = {}  # equal asks share one number
 
     # ----- cells -----------------------------------------------------------------------------
 
@@ -134,24 +136,30 @@ class World:
         if state is CellState.READY:
             cell.ready_at = now
         self.cells[cell.name] = cell
-        self._changed()
+        self._changed(cell)
         return cell
 
     def remove_cell(self, name: str) -> SimCell | None:
-        self._changed()
-        return self.cells.pop(name, None)
+        cell = self.cells.pop(name, None)
+        if cell is not None:
+            self._changed(cell, present=False)
+        return cell
 
     def set_state(self, cell: SimCell, state: CellState, now: float) -> None:
         cell.state = state
         if state is CellState.READY:
             cell.ready_at = now
         cell.touch()
-        self._changed()
+        self._changed(cell)
 
-    def _changed(self) -> None:
-        """A cell's state or usage changed: the observation and node order are stale."""
+    def _changed(self, cell: SimCell, present: bool = True) -> None:
+        """``cell``'s state or usage changed (or it left): the observation, its place in the
+        node order and the memos are stale."""
+        self._order.changed(cell, present)
         self._observation = None
-        self._ready_order = None
+        self._found.clear()
+        self._cell_views = None
+        self._util_sum = None
 
     def count(self, state: CellState) -> int:
         return sum(1 for c in self.cells.values() if c.state is state)
@@ -167,17 +175,30 @@ class World:
     def find_cell(self, ask: GPUAsk) -> tuple[SimCell, tuple[int, ...]] | None:
         """The Ready cell and GPUs HAMi would choose for ``ask``, or None: the first cell in
         node order (``binpack``: highest score first; ``spread``: lowest; then lowest index)
-        that fits. The order is kept until a cell changes, so most calls stop early."""
-        order = self._ready_order
-        if order is None:
-            sign = -1.0 if self.node_policy == hami.BINPACK else 1.0
-            ready = [c for c in self.cells.values() if c.state is CellState.READY]
-            order = sorted(ready, key=lambda c: (sign * c.score(self.shape), c.index))
-            self._ready_order = order
+        that fits. The order is kept until a cell changes, so most calls stop early; the
+        answer per ask, too (asks repeat: arrivals into a full pool, the pending queue)."""
+        number = self._ask_numbers.get(ask)
+        if number is None:
+            number = self._ask_numbers[ask] = len(self._ask_numbers)
+        found = self._found
+        if number in found:
+            return found[number]
+        answer = found[number] = self._first_fit(self._order.cells(), ask, number)
+        return answer
+
+    def _first_fit(
+        self, order: list[SimCell], ask: GPUAsk, number: int
+    ) -> tuple[SimCell, tuple[int, ...]] | None:
+        """The first cell of ``order`` HAMi's GPU choice fits ``ask`` on (memoised per cell
+        until its usage changes, under the ask's ``number``)."""
         for cell in order:
-            chosen = cell.choice(ask, self.shape, self.gpu_policy)
+            choices = cell.cached_choice
+            chosen = choices.get(number, _UNKNOWN)
+            if chosen is _UNKNOWN:
+                chosen = hami.choose_gpus(cell.gpus, self.shape, ask, self.gpu_policy)
+                choices[number] = chosen
             if chosen is not None:
-                return cell, chosen
+                return cell, chosen  # type: ignore[return-value]
         return None
 
     def bind(
@@ -189,7 +210,7 @@ class World:
         cell.touch()
         del self.pending[entry.pod.key]
         self._pending_views = None
-        self._changed()
+        self._changed(cell)
         return running
 
     def unbind(self, running: Running) -> SimCell:
@@ -197,7 +218,7 @@ class World:
         hami.release(cell.gpus, self.shape, running.pod.ask, running.gpus)
         del cell.pods[running.pod.key]
         cell.touch()
-        self._changed()
+        self._changed(cell)
         return cell
 
     # ----- what the policy sees --------------------------------------------------------------
@@ -209,7 +230,11 @@ class World:
             return cached
         if self._pending_views is None:
             self._pending_views = tuple(p.view for p in self.pending.values())
-        cells = tuple(c.view() for c in self.cells.values() if c.state is not CellState.FAILED)
+        cells = self._cell_views
+        if cells is None:
+            failed = CellState.FAILED
+            cells = tuple([c.view() for c in self.cells.values() if c.state is not failed])
+            self._cell_views = cells
         self._observation = Observation(
             pending=self._pending_views,
             cells=cells,
@@ -230,9 +255,11 @@ class World:
         )
 
     def utilisation_sum(self) -> tuple[float, int]:
-        """(sum of Ready cells' utilisation, number of Ready cells)."""
-        ready = [c for c in self.cells.values() if c.state is CellState.READY]
-        return sum(c.utilisation(self.shape) for c in ready), len(ready)
+        """(sum of Ready cells' utilisation, number of Ready cells), kept until a change."""
+        if self._util_sum is None:
+            ready = [c for c in self.cells.values() if c.state is CellState.READY]
+            self._util_sum = sum([c.utilisation(self.shape) for c in ready]), len(ready)
+        return self._util_sum
 
     def demand_asks(self) -> list[GPUAsk]:
         """Asks of every pod running or pending: what the pool must hold right now."""
