@@ -9,9 +9,11 @@ actuator re-checks its planner's choice (autoscaler-anchors):
 
 * Target: kept when inside the spec's bounds (minReplicas..maxReplicas); otherwise clamped and
   rejected as ``StaleGeneration`` (the plan was made for an older spec) or ``TargetOutOfBounds``.
-* Remove, per victim in the plan's order: ``VictimGone`` when the cell is no longer live (deleted,
-  already leaving), ``VictimInDrainBackoff`` while a drain of it was abandoned recently
-  (``fsm.drain_backoff``): its slot is not filled by another cell, the scale-down waits.
+* Remove, per victim in the plan's order: nothing to do when it is already leaving (or gone once
+  the pool is down to the target: the step is done); ``VictimGone`` when it no longer exists
+  while the pool is still above the target (the excess then goes highest index first);
+  ``VictimInDrainBackoff`` while a drain of it was abandoned recently (``fsm.drain_backoff``):
+  its slot is not filled by another cell, the scale-down waits.
 * Create: the cells the plan adds beyond the live ones must fit the free physical GPUs (less the
   GPUs of this pool's cells that have not taken theirs yet); the excess is ``PhysicalGPUExceeded``.
 
@@ -119,17 +121,20 @@ def _target(plan: Plan, bounds: Bounds) -> tuple[int, Verdict | None]:
 
 
 def _victims(
-    plan: Plan, cells: Sequence[CellFact], now_s: float
+    plan: Plan, target: int, cells: Sequence[CellFact], now_s: float
 ) -> tuple[list[str], list[str], list[Verdict]]:
     by_name = {c.name: c for c in cells}
+    above_target = sum(1 for c in cells if c.live) > target
     accepted: list[str] = []
     held: list[str] = []
     verdicts: list[Verdict] = []
     for name in dict.fromkeys(plan.victims):
         fact = by_name.get(name)
-        if fact is None or not fact.live:
-            message = f"victim {name} is no longer live (deleted or already leaving)"
+        if fact is None and above_target:
+            message = f"victim {name} no longer exists; the excess goes highest index first"
             verdicts.append(Verdict(PlanStep.REMOVE, Rejection.VICTIM_GONE, message, name))
+        elif fact is None or not fact.live:
+            continue  # leaving already, or gone with the step done
         elif fact.held_until_s is not None and now_s < fact.held_until_s:
             wait = fact.held_until_s - now_s
             message = (
@@ -165,7 +170,7 @@ def _create_limit(
 def check_plan(plan: Plan, cells: Sequence[CellFact], bounds: Bounds, now_s: float) -> CheckedPlan:
     """Each step of ``plan`` accepted or rejected against ``cells`` and ``bounds`` at ``now_s``."""
     target, target_verdict = _target(plan, bounds)
-    accepted, held, verdicts = _victims(plan, cells, now_s)
+    accepted, held, verdicts = _victims(plan, target, cells, now_s)
     limit, create_verdict = _create_limit(target, cells, bounds)
     rejections = [v for v in (target_verdict, *verdicts, create_verdict) if v is not None]
     waits = [v.retry_after_s - now_s for v in rejections if v.retry_after_s is not None]

@@ -3,22 +3,31 @@
 The policy chooses scale-down victims cheapest to drain first and publishes them in
 ``status.lastDecision.victims``; the provisioner honours them when that decision is the one in
 force (acted on, same target). Otherwise (a stale or Shadow decision) it falls back to removing
-the highest index.
+the highest index. A victim it cannot drain now (in drain back-off) is rejected with its reason
+in ``status.planRejections`` and kept, and no other cell stands in for it: the autoscaler's next
+plan chooses again.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from provisioner.kube import KINDS, KubeApi
+from provisioner.backends.base import DRAIN_STARTED_ANNOTATION, rfc3339
+from provisioner.fsm.drain_backoff import (
+    DRAIN_ABANDON_COUNT_ANNOTATION,
+    DRAIN_ABANDONED_ANNOTATION,
+)
+from provisioner.kube import JSON, KINDS, KubeApi
 from provisioner.reconciler import PoolKey
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
+    cond,
     names,
     ready_with,
     running_pool,
+    status,
 )
 
 
@@ -50,3 +59,40 @@ async def test_scale_down_drains_the_published_victim(
         await publish(infra_api, run.key, 1, act=False, victims=["vic-1"])
         await run.converge(ready_with(1), timeout_s=60)
         assert await names(infra_api, "SwiftGuest", namespace) == {"vic-1"}
+
+
+async def test_a_victim_in_drain_backoff_is_rejected_not_replaced(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api = apis[0]
+    async with running_pool(apis, workload, autoscaled("hld", namespace)) as run:
+        await publish(infra_api, run.key, 3, reason="ScaledUp")
+        await run.converge(ready_with(3), timeout_s=60)
+        abandoned = {  # one drain of hld-0 abandoned just now: held for 2 x 300 s
+            DRAIN_ABANDONED_ANNOTATION: rfc3339(run.clock.now()),
+            DRAIN_ABANDON_COUNT_ANNOTATION: "1",
+        }
+        patch = {"metadata": {"annotations": abandoned}}
+        await infra_api.patch(KINDS["SwiftGuest"], namespace, "hld-0", patch)
+        await publish(infra_api, run.key, 2, victims=["hld-0"])
+
+        def rejected(pool: JSON | None) -> bool:
+            return bool(status(pool).get("planRejections"))
+
+        held = await run.converge(rejected, timeout_s=60)
+        await run.passes(2)  # and it stays so: nothing else is drained meanwhile
+        (rejection,) = status(held)["planRejections"]
+        assert rejection["step"] == "Remove" and rejection["cell"] == "hld-0"
+        assert rejection["reason"] == "VictimInDrainBackoff" and rejection["retryAfter"]
+        progressing = cond(held, "Progressing")
+        assert progressing["reason"] == "ScaleDownHeld" and "hld-0" in progressing["message"]
+        assert await names(infra_api, "SwiftGuest", namespace) == {"hld-0", "hld-1", "hld-2"}
+        for guest in await infra_api.list(KINDS["SwiftGuest"], namespace):
+            assert DRAIN_STARTED_ANNOTATION not in guest["metadata"].get("annotations", {})
+        # The next plan names another victim: accepted, drained, the rejection cleared.
+        await publish(infra_api, run.key, 2, victims=["hld-1"])
+        done = await run.converge(ready_with(2), timeout_s=60)
+        assert status(done).get("planRejections") == []
+        assert await names(infra_api, "SwiftGuest", namespace) == {"hld-0", "hld-2"}

@@ -2,7 +2,8 @@
 
 What these prove: a plan inside the spec's bounds whose victims are live and not in drain
 back-off is accepted as is (victims in the plan's order); each kind of rejection is typed and
-explained - a victim gone or already leaving, a victim in drain back-off (with the time it may
+explained - a victim gone while the pool is above its target (one already leaving or gone
+once the target is reached is simply done), a victim in drain back-off (with the time it may
 go), a target outside the spec's bounds (StaleGeneration when the plan was made for another
 generation), more cells than the free physical GPUs hold (in GPUs per cell, less this pool's
 cells still to take theirs). Membership executes the checked plan: Failed cells first, then the
@@ -33,14 +34,15 @@ def test_a_valid_plan_is_accepted_as_is() -> None:
     assert checked.create_limit is None  # ledger unknown: no physical bound
 
 
-def test_victim_gone_or_leaving_is_rejected() -> None:
-    cells = (*CELLS[:2], CellFact("p-2", live=False))
-    checked = check_plan(Plan(1, ("p-9", "p-2", "p-0"), 3), cells, BOUNDS, NOW)
+def test_victim_gone_is_rejected_only_while_the_pool_is_above_target() -> None:
+    cells = (*CELLS[:3], CellFact("p-3", live=False))  # p-3 leaving: in progress, no rejection
+    checked = check_plan(Plan(1, ("p-9", "p-3", "p-0"), 3), cells, BOUNDS, NOW)
     assert checked.victims == ("p-0",)
     assert [(v.step, v.rejection, v.cell) for v in checked.rejections] == [
         (PlanStep.REMOVE, Rejection.VICTIM_GONE, "p-9"),
-        (PlanStep.REMOVE, Rejection.VICTIM_GONE, "p-2"),
     ]
+    done = check_plan(Plan(3, ("p-9", "p-3"), 3), cells, BOUNDS, NOW)  # down to the target
+    assert done.victims == () and done.rejections == ()
 
 
 def test_victim_in_drain_backoff_is_held_until_it_ends() -> None:

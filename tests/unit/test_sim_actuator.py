@@ -4,8 +4,8 @@ What these prove: the simulated actuator runs ``provisioner.fsm.plan_check`` on 
 cells, so what the live provisioner would trim is trimmed for the same typed reason - new cells
 beyond the free physical GPUs (every simulated cell holds its GPUs, draining ones included;
 GPUs per cell counted) and a target outside the spec's bounds - and the accepted victims are
-drained in the plan's order, at most down to the target, a cell no longer live being skipped
-(VictimGone) without another cell standing in.
+drained in the plan's order, at most down to the target, a cell already leaving being skipped
+and a missing one rejected (VictimGone), without another cell standing in.
 """
 
 from __future__ import annotations
@@ -57,5 +57,8 @@ def test_victims_in_the_plans_order_down_to_the_target_only() -> None:
         plan(1, "cell-3", "cell-0", "cell-2", "cell-1"), w.cells.values(), CONFIG, None, 0
     )
     assert todo.drain == ("cell-0", "cell-2")  # cell-3 is already leaving: not replaced
-    assert [v.rejection for v in todo.checked.rejections] == [Rejection.VICTIM_GONE]
+    assert todo.checked.rejections == ()
+    gone = actions(plan(1, "cell-9", "cell-1"), w.cells.values(), CONFIG, None, 0)
+    assert gone.drain == ("cell-1",)  # no stand-in for the missing cell-9
+    assert [v.rejection for v in gone.checked.rejections] == [Rejection.VICTIM_GONE]
     assert actions(plan(3, "cell-0"), w.cells.values(), CONFIG, None, 0).drain == ()
