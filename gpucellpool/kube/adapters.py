@@ -22,7 +22,7 @@ from autoscaler.signals.prometheus import PrometheusSource
 from autoscaler.signals.prometheus_config import source_from_spec
 from gpucellpool.api.pool import PLURAL, GPUCellPool
 from gpucellpool.kube.cache import WatchCache
-from gpucellpool.kube.errors import Conflict, KubeError
+from gpucellpool.kube.errors import Conflict, KubeError, RetryPolicy
 from gpucellpool.kube.events import EventNote, EventSink, regarding, rest_creator
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
@@ -32,6 +32,7 @@ JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 POOLS_PATH = f"/apis/cells.kubeswift.io/v1alpha1/{PLURAL}"
 REPORTING_CONTROLLER = "cells.kubeswift.io/gpucellpool-autoscaler"
+NO_RETRY = RetryPolicy(attempts=0)
 
 
 def pool_path(namespace: str, name: str) -> str:
@@ -116,12 +117,22 @@ class CacheWorkloadView:
 
 
 class LeaseClient:
-    """``LeaseApi`` for one Lease."""
+    """``LeaseApi`` for one Lease. A throttled lease request is not retried here: a round must
+    end within the renew deadline, and the elector's next round (``retry_s`` later) is the
+    retry."""
 
     def __init__(self, client: RestClient, namespace: str, name: str) -> None:
-        self.client = client
+        self._client: RestClient | None = None
+        self._shared = client
         self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
         self.path = f"{self.collection}/{name}"
+
+    @property
+    def client(self) -> RestClient:
+        """The shared connection, without throttling retries (made on first use)."""
+        if self._client is None:
+            self._client = self._shared.for_manager(self._shared.field_manager, retry=NO_RETRY)
+        return self._client
 
     async def get(self) -> JSON | None:
         return await self.client.get(self.path)

@@ -93,12 +93,15 @@ class RestClient:
         field_manager: str,
         timeout_s: float | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> RestClient:
-        """The same connection writing as another field manager. Its ``close`` leaves the
-        connection to the client it came from and only calls ``on_close`` (once)."""
+        """The same connection writing as another field manager (with another timeout or
+        retry policy when given). Its ``close`` leaves the connection to the client it came
+        from and only calls ``on_close`` (once)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        policy = self.retry if retry is None else retry
         return RestClient(
-            self._client, timeout, field_manager, self.retry, self._sleep, False, on_close
+            self._client, timeout, field_manager, policy, self._sleep, False, on_close
         )
 
     async def _send(

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
 
 from gpucellpool.kube import errors
+from gpucellpool.kube.adapters import LeaseClient
 from gpucellpool.kube.errors import RetryPolicy, error_for, retry_decision, server_message
 from gpucellpool.kube.events import EventNote, EventSink, rest_creator
 from gpucellpool.kube.rest import RestClient
@@ -254,3 +255,15 @@ async def test_a_dropped_connection_or_a_page_that_is_not_json_is_in_the_tree() 
     finally:
         await rest.close()
         await server.close()
+
+
+async def test_a_lease_round_is_not_retried_within_itself(door: Door) -> None:
+    """The elector's next round is the retry: a throttled renew must not outlast the renew
+    deadline by sleeping in the door."""
+    lease = LeaseClient(door.rest, "ops", "gpucellpool-autoscaler")
+    door.script.answers += [status(429, "slow down", "5"), ok({"kind": "Lease"})]
+    with pytest.raises(errors.Throttled):
+        await lease.replace({"metadata": {"name": "gpucellpool-autoscaler"}})
+    assert door.slept == [] and len(door.script.seen) == 1
+    assert await lease.get() == {"kind": "Lease"}
+    assert door.script.seen[0][1].endswith("?fieldManager=gpucellpool-autoscaler")
