@@ -3,6 +3,8 @@
 Why this module exists: a policy's cost and wait depend on *when* things happen (boot time, tick
 period, drain time). A heap of timed events replays months of demand in seconds, and with one
 seeded RNG (boot times and boot failures only) the same inputs always give the same result.
+The time of the event being handled is kept on ``Simulation.clock``, the one virtual clock
+(``engine.clock.VirtualClock``) that the live loop's tests run on as well.
 
 Events at the same instant run in this order: pod ends, boots, drains, arrivals, ticks,
 timeline samples; ties by insertion order. After every event the pending queue is offered to
@@ -25,6 +27,7 @@ from autoscaler.policy.fit import constraints_fit
 from autoscaler.policy.types import CellState, Decision
 from simulations.engine import hami
 from simulations.engine.actuator import actions
+from simulations.engine.clock import VirtualClock
 from simulations.engine.config import BootModel, DrainMode, SimConfig
 from simulations.engine.decider import Decider
 from simulations.engine.gangs import GangBook, GangScaleUp, hostable_gangs
@@ -52,6 +55,7 @@ class Simulation:
         self.tick_seconds = float(getattr(policy, "tick_seconds", config.tick_seconds))
         self.react = bool(getattr(policy, "react_on_arrival", config.react_on_arrival))
         self.world = World(self.shape, config.node_policy, config.gpu_policy)
+        self.clock = VirtualClock(0.0)  # the one virtual clock (the loop tests' too): event time
         self.rng = random.Random(config.seed)
         template = config.policy_config.node_template
         self.pods = [
@@ -62,6 +66,9 @@ class Simulation:
         ]
         gangs = hostable_gangs(pods, self.pods)  # a gang with an unhostable member never starts
         self.pods = [p for p in self.pods if not p.gang or p.gang in gangs]
+        # Arrivals are pushed one at a time in this order: out of order, one would land in the
+        # past (the clock refuses that). A stable sort leaves a sorted trace exactly as it was.
+        self.pods.sort(key=lambda p: p.arrival_seconds)
         self.unschedulable = len(pods) - len(self.pods)
         mode = GangScaleUp(getattr(policy, "gang_scale_up", GangScaleUp.PER_POD))
         self.book = GangBook(self.pods, mode)
@@ -101,6 +108,7 @@ class Simulation:
             if now > self.horizon:
                 now = self.horizon
                 break
+            self.clock.move_to(now)
             self.integrals.advance(now)
             self.counters.events += 1
             self._handle(kind, payload, now)

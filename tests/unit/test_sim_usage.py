@@ -24,6 +24,8 @@ from autoscaler.policy.types import (
     ScalingRules,
 )
 from simulations.engine import BootModel, DrainMode, ProductionPolicy, SimConfig, simulate
+from simulations.engine.clock import VirtualClock
+from simulations.engine.sim import Simulation
 from simulations.traces import TracePod
 from simulations.traces.generic import parse_generic, write_generic
 
@@ -117,3 +119,18 @@ def test_rate_limits_and_budget_still_bound_usage_scale_down() -> None:
     assert run.evictions == 4
     # One cell per hour: the last idler's cell goes about three hours after the first.
     assert run.cost_cell_hours > 4 * (600 / HOUR) + 5.5
+
+
+def test_the_simulator_runs_on_the_virtual_clock_and_sorts_arrivals() -> None:
+    """Arrivals out of order (``late`` before ``half``) run as if sorted, and the run's event
+    time is the one virtual clock's (``Simulation.clock``), which never goes back."""
+    trace = [
+        *pods(),
+        TracePod("late", 2 * HOUR, 3 * HOUR, WHOLE, usage=0.5),
+        TracePod("half", HOUR, 4 * HOUR, GPUAsk(memory_percent=50, cores_percent=50), usage=0.0),
+    ]
+    ordered = sorted(trace, key=lambda p: p.arrival_seconds)
+    run = Simulation(trace, ProductionPolicy(), config(USAGE))
+    result = run.run()
+    assert result == simulate(ordered, ProductionPolicy(), config(USAGE))
+    assert isinstance(run.clock, VirtualClock) and 5 * HOUR <= run.clock.now() <= run.horizon
