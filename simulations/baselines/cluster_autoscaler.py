@@ -94,7 +94,7 @@ class ClusterAutoscalerStyle:
             return 0  # nothing to fit: no cell's free devices need counting
         gpus = config.shape.gpus
         free = [gpus for _ in booting(observation.cells)]
-        free += [gpus - self._used(c) for c in ready(observation.cells)]
+        free += [gpus - used for used in self._used.values(ready(observation.cells))]
         new: list[int] = []
         for pod in sorted(observation.pending, key=lambda p: (p.first_seen, p.key)):
             need = pod.ask.gpu_count
@@ -106,7 +106,7 @@ class ClusterAutoscalerStyle:
     def _unneeded(self, cells: Sequence[CellView], config: PolicyConfig) -> list[CellView]:
         gpus = config.shape.gpus
         candidates = ready(cells)
-        used_by = [self._used(c) for c in candidates]
+        used_by = self._used.values(candidates)
         spare = sum([gpus - used for used in used_by])
         return [
             cell

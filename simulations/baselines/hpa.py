@@ -63,7 +63,7 @@ class HPAStyle:
         if self._util is None:
             shape = config.shape
             self._util = ViewMemo(lambda cell: cell_utilisation(cell.gpus, shape))
-        utils = [self._util(c) for c in ready(observation.cells)]
+        utils = self._util.values(ready(observation.cells))
         not_ready = current - len(utils)
         ratio = (sum(utils) / len(utils) if utils else 0.0) / self.target
         if ratio > 1.0:

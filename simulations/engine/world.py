@@ -25,6 +25,7 @@ from simulations.engine.node_order import NodeOrder
 from simulations.traces.model import TracePod
 
 _UNKNOWN = object()  # a cell's GPU choice for an ask not computed yet
+CHOICE_MEMO_ENTRIES = 1 << 16  # bound on the (usage, ask) -> GPU choice memo
 
 
 @dataclass(slots=True)
@@ -66,6 +67,7 @@ class SimCell:
     cached_view: CellView | None = None
     cached_util: float | None = None
     cached_score: float | None = None
+    cached_usage: tuple[GPUUsage, ...] | None = None  # ``gpus`` as a tuple (a memo key)
     # HAMi's GPU choice per ask on the current usage (None: does not fit), keyed by the
     # world's small-int number for the ask; placement asks the same few asks of every cell
     # after every event, while a cell's usage changes rarely
@@ -75,6 +77,7 @@ class SimCell:
         self.cached_view = None
         self.cached_util = None
         self.cached_score = None
+        self.cached_usage = None
         self.cached_choice.clear()
 
     def score(self, shape: CellShape) -> float:
@@ -88,9 +91,15 @@ class SimCell:
             self.cached_util = hami.utilisation(self.gpus, shape)
         return self.cached_util
 
+    def usage(self) -> tuple[GPUUsage, ...]:
+        """The GPUs' usage as a tuple, the same object until the usage changes."""
+        if self.cached_usage is None:
+            self.cached_usage = tuple(self.gpus)
+        return self.cached_usage
+
     def view(self) -> CellView:
         if self.cached_view is None:
-            usage = tuple(self.gpus)
+            usage = self.usage()
             self.cached_view = CellView(
                 name=self.name,
                 index=self.index,
@@ -125,6 +134,8 @@ class World:
         self._cell_views: tuple[CellView, ...] | None = None
         self._util_sum: tuple[float, int] | None = None
         self._ask_numbers: dict[GPUAsk, int] = {}  # equal asks share one number
+        # HAMi's GPU choice per (usage, ask number): cells often pass through equal usages
+        self._choices: dict[tuple[tuple[GPUUsage, ...], int], tuple[int, ...] | None] = {}
 
     # ----- cells -----------------------------------------------------------------------------
 
@@ -195,11 +206,23 @@ class World:
             choices = cell.cached_choice
             chosen = choices.get(number, _UNKNOWN)
             if chosen is _UNKNOWN:
-                chosen = hami.choose_gpus(cell.gpus, self.shape, ask, self.gpu_policy)
-                choices[number] = chosen
+                chosen = choices[number] = self._choice(cell.usage(), ask, number)
             if chosen is not None:
                 return cell, chosen  # type: ignore[return-value]
         return None
+
+    def _choice(
+        self, usage: tuple[GPUUsage, ...], ask: GPUAsk, number: int
+    ) -> tuple[int, ...] | None:
+        """``hami.choose_gpus`` for ``ask`` (numbered ``number``) on ``usage``, memoised."""
+        key = (usage, number)
+        memo = self._choices
+        if key in memo:
+            return memo[key]
+        if len(memo) >= CHOICE_MEMO_ENTRIES:
+            memo.clear()
+        chosen = memo[key] = hami.choose_gpus(usage, self.shape, ask, self.gpu_policy)
+        return chosen
 
     def bind(
         self, entry: Pending, cell: SimCell, gpus: tuple[int, ...], now: float, token: int
@@ -233,7 +256,10 @@ class World:
         cells = self._cell_views
         if cells is None:
             failed = CellState.FAILED
-            cells = tuple([c.view() for c in self.cells.values() if c.state is not failed])
+            views = [
+                c.cached_view or c.view() for c in self.cells.values() if c.state is not failed
+            ]
+            cells = tuple(views)
             self._cell_views = cells
         self._observation = Observation(
             pending=self._pending_views,
@@ -257,8 +283,13 @@ class World:
     def utilisation_sum(self) -> tuple[float, int]:
         """(sum of Ready cells' utilisation, number of Ready cells), kept until a change."""
         if self._util_sum is None:
-            ready = [c for c in self.cells.values() if c.state is CellState.READY]
-            self._util_sum = sum([c.utilisation(self.shape) for c in ready]), len(ready)
+            shape, ready = self.shape, CellState.READY
+            utils = [
+                c.utilisation(shape) if c.cached_util is None else c.cached_util
+                for c in self.cells.values()
+                if c.state is ready
+            ]
+            self._util_sum = sum(utils), len(utils)
         return self._util_sum
 
     def demand_asks(self) -> list[GPUAsk]:
