@@ -210,15 +210,21 @@ class RestClient:
         if resource_version:
             params.append(("resourceVersion", resource_version))
         timeout = (self.timeout_s, WATCH_SERVER_TIMEOUT_S + 30)
-        async with asyncio.timeout(self.timeout_s):
-            resp, credential = await self._send("GET", query.path, params, None, JSON_TYPE, timeout)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                resp, cred = await self._send("GET", query.path, params, None, JSON_TYPE, timeout)
+        except TimeoutError as exc:
+            raise _unreachable("watch", query.path, exc) from exc
         async with resp:
             if resp.status >= 300:
-                detail = server_message(await resp.read(), credential)
+                detail = server_message(await resp.read(), cred)
                 raise error_for(resp.status, "watch", query.path, detail)
-            async for line in resp.content:
-                if line.strip():
-                    yield json.loads(line)
+            try:
+                async for line in resp.content:
+                    if line.strip():
+                        yield json.loads(line)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:  # the stream broke
+                raise _unreachable("watch", query.path, exc) from exc
 
     async def get(self, path: str) -> JSON | None:
         """The object, or None when it does not exist."""

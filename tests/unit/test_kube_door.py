@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 
 from gpucellpool.kube import errors
 from gpucellpool.kube.adapters import LeaseClient
+from gpucellpool.kube.cache import JSON, Query
 from gpucellpool.kube.errors import RetryPolicy, error_for, retry_decision, server_message
 from gpucellpool.kube.events import EventNote, EventSink, rest_creator
 from gpucellpool.kube.rest import RestClient
@@ -267,3 +268,53 @@ async def test_a_lease_round_is_not_retried_within_itself(door: Door) -> None:
     assert door.slept == [] and len(door.script.seen) == 1
     assert await lease.get() == {"kind": "Lease"}
     assert door.script.seen[0][1].endswith("?fieldManager=gpucellpool-autoscaler")
+
+
+async def test_a_watch_streams_events_and_its_failures_are_in_the_tree() -> None:
+    """410 is Gone (the cache relists), another status is the tree's class, a stream cut
+    mid-way is Unreachable."""
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        assert request.query["watch"] == "true" and request.query["resourceVersion"] == "7"
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for name in ("a", "b"):
+            line = {"type": "ADDED", "object": {"metadata": {"name": name}}}
+            await response.write(json.dumps(line).encode() + b"\n")
+        if request.path == "/cut":
+            assert request.transport is not None
+            request.transport.close()  # the connection ends inside the chunked body
+        else:
+            await response.write_eof()
+        return response
+
+    async def old(request: web.Request) -> web.StreamResponse:
+        return status(410, "too old resource version: 7 (9)")()
+
+    async def denied(request: web.Request) -> web.StreamResponse:
+        return status(403, "pods is forbidden")()
+
+    app = web.Application()
+    app.router.add_get("/events", events)
+    app.router.add_get("/cut", events)
+    app.router.add_get("/old", old)
+    app.router.add_get("/denied", denied)
+    server = TestServer(app)
+    await server.start_server()
+    host = str(server.make_url("")).rstrip("/")
+    rest = RestClient(client.ApiClient(client.Configuration(host=host)), timeout_s=5.0)
+    try:
+        names = [e["object"]["metadata"]["name"] async for e in rest.watch(Query("/events"), "7")]
+        assert names == ["a", "b"]
+        with pytest.raises(errors.Gone, match="too old"):
+            _ = [e async for e in rest.watch(Query("/old"), "7")]
+        with pytest.raises(errors.Forbidden, match="forbidden"):
+            _ = [e async for e in rest.watch(Query("/denied"), "7")]
+        seen: list[JSON] = []
+        with pytest.raises(errors.Unreachable):
+            async for event in rest.watch(Query("/cut"), "7"):
+                seen.append(event)
+        assert len(seen) == 2
+    finally:
+        await rest.close()
+        await server.close()
