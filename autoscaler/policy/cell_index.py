@@ -32,6 +32,7 @@ from autoscaler.policy.scale_down import candidates, is_empty
 from autoscaler.policy.types import CellShape, CellState, CellView
 
 RECENT = 8  # indices remembered (one per pool being decided, in practice)
+BUSY, EMPTY, CANDIDATES = "draining_busy", "live_empty", "candidate"  # summed facts
 LIVE = (CellState.READY, CellState.BOOTING)
 _STATE = operator.attrgetter("state")
 
@@ -64,6 +65,15 @@ def _cell_facts(view: CellView, shape: CellShape, threshold: float) -> _Facts:
     return _Facts(view, bin_row, empty, live and empty, candidate, busy)
 
 
+def _tally(totals: dict[str, int], facts: _Facts, sign: int) -> None:
+    """Count ``facts`` into ``totals`` (``sign`` -1 takes them out)."""
+    state = facts.view.state
+    totals[state] = totals.get(state, 0) + sign
+    totals[BUSY] += sign * facts.draining_busy
+    totals[EMPTY] += sign * facts.live_empty
+    totals[CANDIDATES] += sign * facts.candidate
+
+
 @dataclass(frozen=True, slots=True)
 class CellIndex:
     """One observation's cells, their facts by view identity, and packing's bins.
@@ -81,6 +91,8 @@ class CellIndex:
     bins: Bins
     positions: Mapping[tuple[int, int, str], int]  # row key -> position in bins.rows
     exact: bool
+    # when exact: cells per state, and the facts' sums (keys BUSY, EMPTY, CANDIDATES)
+    totals: Mapping[str, int]
 
     def _each(self, views: Sequence[CellView], attr: str) -> Iterator[bool]:
         return map(operator.attrgetter(attr), map(self.facts.__getitem__, map(id, views)))
@@ -94,10 +106,12 @@ class CellIndex:
         return any(map(self.by_name.__contains__, names))
 
     def count(self, state: CellState) -> int:
-        return state_count(self.cells, state)
+        return self.totals.get(state, 0) if self.exact else state_count(self.cells, state)
 
     def draining_busy(self) -> int:
         """Draining cells that still hold pods or allocations."""
+        if self.exact:
+            return self.totals[BUSY]
         return sum(self._each(self.cells, "draining_busy"))
 
     def empty_after(self, packing: PackingResult) -> int:
@@ -108,7 +122,7 @@ class CellIndex:
                 for c in self.cells
                 if c.state in LIVE and is_empty(c, packing.usage.get(c.name, ()))
             )
-        base = sum(self._each(self.cells, "live_empty"))
+        base = self.totals[EMPTY]
         for name in packing.changed:
             f = self.by_name[name]
             base += is_empty(f.view, packing.usage[name]) - f.live_empty
@@ -120,6 +134,8 @@ class CellIndex:
         Packing only adds asks, so only a cell a pod went to can stop being a candidate."""
         if self._plain(packing):
             return candidates(self.cells, packing.utilisation, self.threshold)
+        if not self.totals[CANDIDATES]:
+            return []  # packing only adds asks: no cell becomes a candidate
         base = list(itertools.compress(self.cells, self._each(self.cells, "candidate")))
         changed = set(packing.changed)
         if not changed:
@@ -147,11 +163,15 @@ def _build(cells: Sequence[CellView], shape: CellShape, threshold: float) -> Cel
     by_name = {f.view.name: f for f in facts.values()}
     exact = len(facts) == len(cells) == len(by_name)
     if not exact:
-        return CellIndex(cells, shape, threshold, facts, {}, live_bins(cells, shape), {}, False)
+        bins = live_bins(cells, shape)
+        return CellIndex(cells, shape, threshold, facts, {}, bins, {}, False, {})
     rows = sorted((f.row for f in facts.values() if f.row is not None), key=lambda r: r[0])
     positions = {r[0]: i for i, r in enumerate(rows)}
     bins = bins_from_rows(rows, shape)
-    return CellIndex(cells, shape, threshold, facts, by_name, bins, positions, True)
+    totals = dict.fromkeys((BUSY, EMPTY, CANDIDATES), 0)
+    for f in facts.values():
+        _tally(totals, f, +1)
+    return CellIndex(cells, shape, threshold, facts, by_name, bins, positions, True, totals)
 
 
 def _rows_replaced(prev: CellIndex, old: list[Row], new: list[Row]) -> Bins:
@@ -178,15 +198,18 @@ def _update(prev: CellIndex, cells: Sequence[CellView]) -> CellIndex:
     removed = prev.facts.keys() - by_id.keys()
     if not prev.exact or len(by_id) != len(cells) or len(added) > len(cells) // 2 + 8:
         return _build(cells, prev.shape, prev.threshold)
-    facts, by_name = dict(prev.facts), dict(prev.by_name)
+    facts, by_name, totals = dict(prev.facts), dict(prev.by_name), dict(prev.totals)
     old = [prev.facts[i].row for i in removed]
     for i in removed:
-        del by_name[facts.pop(i).view.name]
+        left = facts.pop(i)
+        del by_name[left.view.name]
+        _tally(totals, left, -1)
     for i in added:
         f = _cell_facts(by_id[i], prev.shape, prev.threshold)
         if f.view.name in by_name:
             return _build(cells, prev.shape, prev.threshold)
         facts[i] = by_name[f.view.name] = f
+        _tally(totals, f, +1)
     old_rows = [r for r in old if r is not None]
     new_rows = [f.row for i in added if (f := facts[i]).row is not None]
     bins, positions = prev.bins, prev.positions
@@ -198,7 +221,9 @@ def _update(prev: CellIndex, cells: Sequence[CellView]) -> CellIndex:
         rows = [r for r in bins.rows if r[0] not in gone] + new_rows
         rows.sort(key=lambda r: r[0])
         bins, positions = bins_from_rows(rows, prev.shape), {r[0]: i for i, r in enumerate(rows)}
-    return CellIndex(cells, prev.shape, prev.threshold, facts, by_name, bins, positions, True)
+    return CellIndex(
+        cells, prev.shape, prev.threshold, facts, by_name, bins, positions, True, totals
+    )
 
 
 _recent: list[CellIndex] = []

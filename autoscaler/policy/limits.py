@@ -27,7 +27,12 @@ def window_values(
     recommendations: Sequence[tuple[float, int]], now: float, window_seconds: float
 ) -> list[int]:
     """Recommendations recorded within ``window_seconds`` before ``now`` (inclusive)."""
-    return [r for t, r in recommendations if now - window_seconds <= t <= now]
+    # ``now - window_seconds <= t <= now`` for each pair, evaluated in C (every decide asks)
+    times = list(map(operator.itemgetter(0), recommendations))
+    after_start = map(operator.le, itertools.repeat(now - window_seconds), times)
+    not_later = map(operator.le, times, itertools.repeat(now))
+    inside = map(operator.and_, after_start, not_later)
+    return list(itertools.compress(map(operator.itemgetter(1), recommendations), inside))
 
 
 def stabilised_up(

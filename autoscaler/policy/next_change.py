@@ -16,8 +16,11 @@ no promise (``None``).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from autoscaler.policy import limits
@@ -31,10 +34,21 @@ from autoscaler.policy.types import (
     Steady,
 )
 
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
-def _later(times: Iterable[float], now: float) -> float:
+
+def _later(times: Sequence[float], now: float) -> float:
     """The first clock at or after ``now`` (one exactly at ``now`` changes right after it)."""
-    return min((t for t in times if t >= now), default=math.inf)
+    at_or_after = map(operator.ge, times, itertools.repeat(now))
+    return min(itertools.compress(times, at_or_after), default=math.inf)
+
+
+def _ends(
+    recommendations: Sequence[tuple[float, int]], window: float, keep: Callable[[int], bool]
+) -> Iterator[float]:
+    """``t + window`` for each recommendation ``(t, r)`` with ``keep(r)``, in C."""
+    kept = itertools.compress(recommendations, map(keep, map(_SECOND, recommendations)))
+    return map(operator.add, map(_FIRST, kept), itertools.repeat(window))
 
 
 def _memory_clocks(
@@ -50,12 +64,12 @@ def _memory_clocks(
     up = memory.last_scale_up_at
     if raw > current:  # the lowest recommendation over the up window, the up cooldown
         window = config.scale_up.stabilization_window_seconds
-        out += [t + window for t, r in memory.recommendations if r < raw]
+        out += _ends(memory.recommendations, window, functools.partial(operator.gt, raw))  # r < raw
         if up is not None:
             out.append(up + config.scale_up_cooldown_seconds)
         return out
     window = config.scale_down.stabilization_window_seconds
-    out += [t + window for t, r in memory.recommendations if r > raw]
+    out += _ends(memory.recommendations, window, functools.partial(operator.lt, raw))  # r > raw
     if up is not None:
         out += [
             up + config.scale_down_delay_after_scale_up_seconds,

@@ -228,12 +228,13 @@ def _choose(
     asks: Sequence[GPUAsk],
     shape: CellShape,
     heuristic: str,
-    excluded: Collection[str] = (),
+    excluded: Collection[str],
+    need_mib: int,
 ) -> tuple[_Bin, tuple[GPUUsage, ...]] | None:
-    """The bin the heuristic picks for one pod, and its usage afterwards; None if none fits."""
+    """The bin the heuristic picks for one pod (``need_mib``: its ``_need_mib``), and its
+    usage afterwards; None if none fits."""
     best: tuple[_Bin, tuple[GPUUsage, ...]] | None = None
     best_key: tuple[int, float, int] | None = None
-    need_mib = _need_mib(asks, shape)
     for b in bins:
         if best is not None and b.tier > best[0].tier:
             break  # an earlier tier already fits: never spill into a later one
@@ -250,20 +251,16 @@ def _choose(
     return best
 
 
-def _candidates(pods: Sequence[PendingPod], bins: Bins, shape: CellShape) -> tuple[list[_Bin], int]:
-    """The live bins any of ``pods`` could go to, and the smallest need. A bin's most free MiB
+def _candidates(bins: Bins, need: int) -> list[_Bin]:
+    """The live bins a pod needing at least ``need`` MiB could go to. A bin's most free MiB
     only shrinks as pods land, so a bin with less than the smallest need is skipped by every
     ``_choose`` (and may leave the scan once it closes)."""
-    if not pods:
-        return [], 0
-    need = min(_need_mib(p.asks(), shape) for p in pods)
     rows = bins.rows
-    scan = [
+    return [
         _Bin(rows[i][0][2], rows[i][0][0], i, rows[i][1], rows[i][2])
         for i in bins.open
         if rows[i][2] >= need
     ]
-    return scan, need
 
 
 def _result_maps(
@@ -317,15 +314,17 @@ def pack_bins(
     if heuristic not in HEURISTICS:
         heuristic = DEFAULT_HEURISTIC
     ordered = _order(pods, heuristic, shape)
-    scan, need = _candidates(ordered, bins, shape)
+    needs = [_need_mib(p.asks(), shape) for p in ordered]
+    need = min(needs, default=0)
+    scan = _candidates(bins, need) if ordered else []
     closed = 0  # bins in ``scan`` that no pod can take any more
     touched: dict[int, _Bin] = {}
     fresh: list[_Bin] = []
     placements: list[tuple[str, str]] = []
     unplaced: list[str] = []
-    for pod in ordered:
+    for pod, pod_need in zip(ordered, needs, strict=True):
         asks = pod.asks()
-        chosen = _choose(scan, asks, shape, heuristic, excluded.get(pod.key, ()))
+        chosen = _choose(scan, asks, shape, heuristic, excluded.get(pod.key, ()), pod_need)
         if chosen is None:
             can_open = max_new_cells is None or len(fresh) < max_new_cells
             if not can_open or not resources_fit(asks, shape).ok:
