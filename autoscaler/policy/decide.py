@@ -36,6 +36,7 @@ from autoscaler.policy import cell_index, limits, next_change
 from autoscaler.policy.decide_paths import Inputs, hold, scale_down, scale_up
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.forecast import forecast_demand
+from autoscaler.policy.hedge import NO_HEDGE, Hedge, cancel_boots, cancellable, hedge
 from autoscaler.policy.packing import PackingResult, pack_bins
 from autoscaler.policy.scale_down import (
     pods_to_move,
@@ -181,11 +182,25 @@ def _inputs(
     )
 
 
-def _raw(inp: Inputs, config: PolicyConfig, reachable: bool) -> int:
+def _hedge(observation: Observation, inp: Inputs, config: PolicyConfig) -> Hedge:
+    """Spare boots for the cells pending pods wait for (``policy.hedge``); none when what is
+    pending cannot be trusted, spares could not be cancelled (scale-down off), or boots are
+    not proven to work (a new pool's first wave, a Failed cell: no boot beyond the need)."""
+    down_off = not config.scale_down_enabled or config.scale_down.select_policy == "Disabled"
+    evidence = limits.boot_evidence(inp.ready, inp.failed, inp.proven_before)
+    if down_off or config.boot_hedge_fraction <= 0 or not inp.trusted:
+        return NO_HEDGE
+    if evidence != limits.PROVEN:
+        return NO_HEDGE
+    usage, new = inp.packing.usage, inp.packing.new_cells
+    return hedge(observation.cells, usage, new, config.boot_hedge_fraction)
+
+
+def _raw(inp: Inputs, config: PolicyConfig, reachable: bool, spares: int = 0) -> int:
     ceiling = max(config.max_replicas, config.min_replicas)
     if not reachable:  # nothing observed can be trusted: only the floor may move the count
         return min(max(config.min_replicas, inp.current), ceiling)
-    up = inp.current + inp.packing.new_cells + inp.headroom_missing
+    up = inp.current + inp.packing.new_cells + inp.headroom_missing + spares
     target = max(config.min_replicas, up, inp.forecast_target)
     if target <= inp.current:
         down = inp.current - (inp.removable if inp.trusted else 0)
@@ -222,9 +237,14 @@ def decide(
 ) -> Decision:
     """The target cell count for one pool, why, and the memory to hand back next time."""
     inp = _inputs(observation, memory, config, now)
-    raw = _raw(inp, config, observation.workload_cluster_reachable)
+    hedged = _hedge(observation, inp, config)
+    raw = _raw(inp, config, observation.workload_cluster_reachable, hedged.missing)
     mem = _remember(memory, config, inp, now, raw)
-    if raw > inp.current:
+    keep = max(config.min_replicas, inp.forecast_target)
+    cancel = cancellable(hedged, inp.current, keep, inp.empty_cells, config.headroom_cells)
+    if cancel and raw <= inp.current:
+        decision = cancel_boots(hedged, cancel, inp.current, mem, now)
+    elif raw > inp.current:
         decision = scale_up(observation, mem, config, now, inp, raw)
     elif raw < inp.current:
         decision = scale_down(observation, mem, config, now, inp, raw)

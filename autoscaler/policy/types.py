@@ -298,6 +298,10 @@ class PolicyConfig:
     # False: HAMi's defaults stand in for booting cells, and no cell is added above the floor
     # (reason CellShapeUnknown), as the original refused to scale a pool whose shape it never saw.
     shape_known: bool = True
+    # Hedged boots (autoscaler.policy.hedge): with every wave, this fraction of the cells
+    # pending pods wait for is started as spare boots; pods take the first cells Ready and the
+    # spares still booting are cancelled once nobody waits. 0 disables.
+    boot_hedge_fraction: float = 0.75
 
 
 # ---------------------------------------------------------------------------------------------

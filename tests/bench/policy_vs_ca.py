@@ -8,7 +8,12 @@ table (mean and 95 % interval per figure). It is a script, not a test: run it un
 ``nice -n 19 .venv/bin/python -m tests.bench.policy_vs_ca --jobs 2``.
 
 Variants are selected by swapping ``autoscaler.policy.limits.in_flight_limit`` inside the
-worker process before the production ``decide`` runs; everything else is the default policy.
+worker process before the production ``decide`` runs, or by ``PolicyConfig`` fields
+(``CONFIGS``: the hedged-boot fractions); everything else is the default policy. ``--history``
+starts every window with the pool's boots already proven (``PolicyMemory.boots_proven``): a
+window cut from a month starts after days of the same pool, whose memory annotation keeps the
+proof; without it a window that opens on an empty pool pays the never-proven guard's first
+wave (``maxCellsInFlight``). ``--gpus`` packs 1-GPU pods into 4- or 8-GPU cells.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.policy import limits
-from autoscaler.policy.types import CellShape, PolicyConfig
+from autoscaler.policy.types import CellShape, Decision, Observation, PolicyConfig, PolicyMemory
 from simulations.baselines import PEERS
 from simulations.baselines.oracle import BOUND, oracle
 from simulations.engine import ProductionPolicy, SimConfig, simulate
@@ -57,6 +62,14 @@ VARIANTS: dict[str, Callable[..., int | None]] = {
     # the default since issue 14: the cap until a cell has been Ready (remembered through zero
     # cells), and while one is Failed
     "proven": ORIGINAL_IN_FLIGHT,
+}
+# name: PolicyConfig fields over the defaults (in-flight rule: the default's)
+CONFIGS: dict[str, dict[str, Any]] = {
+    "hedge-0": {"boot_hedge_fraction": 0.0},  # no spare boots (the default before)
+    "hedge-0.25": {"boot_hedge_fraction": 0.25},
+    "hedge-0.5": {"boot_hedge_fraction": 0.5},
+    "hedge-0.75": {"boot_hedge_fraction": 0.75},
+    "hedge-1": {"boot_hedge_fraction": 1.0},
 }
 
 # name: (loader, window start day, window days). Helios (May 2020): two days around each
@@ -101,27 +114,58 @@ def trace(name: str, long: bool = False) -> tuple[TracePod, ...]:
     )
 
 
-def run_one(trace_name: str, policy: str, seed: int, long: bool = False) -> dict[str, Any]:
+class WithHistory(ProductionPolicy):
+    """The production policy whose first decision sees a memory with boots proven: the pool
+    ran before the window, and its memory annotation kept the proof."""
+
+    def __init__(self, overrides: dict[str, Any]) -> None:
+        super().__init__(overrides=overrides)
+        self.started = False
+
+    def decide(
+        self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
+    ) -> Decision:
+        if not self.started:
+            self.started = True
+            memory = replace(memory, boots_proven=True)
+        return super().decide(observation, memory, config, now)
+
+
+def run_one(
+    trace_name: str,
+    policy: str,
+    seed: int,
+    long: bool = False,
+    history: bool = False,
+    gpus: int = 1,
+) -> dict[str, Any]:
     """One simulation; module-level so worker processes can run it."""
     pods = trace(trace_name, long)
     config = SimConfig(
-        policy_config=PolicyConfig(max_replicas=1000, shape=CellShape(gpus=1)),
+        policy_config=PolicyConfig(max_replicas=1000, shape=CellShape(gpus=gpus)),
         boot=BootModel(median_seconds=300.0),
         tail_seconds=3600.0,
         seed=seed,
     )
     if policy == "cluster-autoscaler":
         result = simulate(pods, PEERS[policy](), config)
+    elif policy in CONFIGS:
+        fields = CONFIGS[policy]
+        ours = WithHistory(fields) if history else ProductionPolicy(overrides=fields)
+        result = simulate(pods, ours, config)
     else:
         limits.in_flight_limit = VARIANTS[policy]  # type: ignore[assignment]
         try:
-            result = simulate(pods, ProductionPolicy(), config)
+            ours = WithHistory({}) if history else ProductionPolicy()
+            result = simulate(pods, ours, config)
         finally:
             limits.in_flight_limit = ORIGINAL_IN_FLIGHT
     reference = oracle(pods, config.policy_config.shape, method=BOUND).cost_cell_hours
     s = summarise(result, reference, 300.0)
     return {
         "trace": trace_name,
+        "gpus": gpus,
+        "history": history,
         "policy": policy,
         "seed": seed,
         "cost_cell_hours": s.cost_cell_hours,
@@ -142,16 +186,25 @@ def interval(values: list[float]) -> tuple[float, float]:
     return mean, T_975_DF4 * statistics.stdev(values) / math.sqrt(len(values))
 
 
+def _label(row: dict[str, Any]) -> str:
+    """The table's trace column: the trace, its cell size when not 1 GPU, and the proof the
+    pool starts with (``--history``)."""
+    gpus = int(row.get("gpus", 1))
+    label = row["trace"] if gpus == 1 else f"{row['trace']} {gpus}-GPU cells"
+    return label + (" (history)" if row.get("history") else "")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    keys = sorted(
-        {(r["trace"], r["policy"]) for r in rows}, key=lambda k: (list(TRACES).index(k[0]), k[1])
-    )
+    def order(key: tuple[str, str]) -> tuple[int, str, str]:
+        return (list(TRACES).index(key[0].split()[0]), key[0], key[1])
+
+    keys = sorted({(_label(r), r["policy"]) for r in rows}, key=order)
     out = [
         "| trace | policy | seeds | cell-hours | x oracle | p95 s | p99 s | max s | > 1 boot |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for tr, pol in keys:
-        group = [r for r in rows if r["trace"] == tr and r["policy"] == pol]
+        group = [r for r in rows if _label(r) == tr and r["policy"] == pol]
         cells = []
         for field, fmt in (
             ("cost_cell_hours", "{:,.0f} ± {:,.0f}"),
@@ -175,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("policy_vs_ca.jsonl"))
     parser.add_argument("--table-only", action="store_true", help="summarise --out, run nothing")
     parser.add_argument("--long", action="store_true", help="7-day helios, 14-day openb windows")
+    parser.add_argument("--history", action="store_true", help="boots proven at the start")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs per cell")
     args = parser.parse_args(argv)
     rows = (
         [json.loads(line) for line in args.out.read_text().splitlines()]
@@ -182,16 +237,21 @@ def main(argv: list[str] | None = None) -> int:
         else []
     )
     if not args.table_only:
-        done = {(r["trace"], r["policy"], r["seed"]) for r in rows}
+        done = {
+            (r["trace"], r["policy"], r["seed"], r.get("history", False), r.get("gpus", 1))
+            for r in rows
+        }
         todo = [
             (t, p, s)
             for s in range(args.seeds)
             for t in args.traces.split(",")
             for p in args.policies.split(",")
-            if (t, p, s) not in done
+            if (t, p, s, args.history, args.gpus) not in done
         ]
         with ProcessPoolExecutor(max_workers=args.jobs) as pool, args.out.open("a") as sink:
-            futures = [pool.submit(run_one, *task, args.long) for task in todo]
+            futures = [
+                pool.submit(run_one, *task, args.long, args.history, args.gpus) for task in todo
+            ]
             for future in as_completed(futures):
                 row = future.result()
                 rows.append(row)

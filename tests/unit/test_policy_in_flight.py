@@ -24,7 +24,10 @@ from autoscaler.policy.types import (
 )
 
 NOW = 10_000.0
-CONFIG = PolicyConfig(max_replicas=100, shape=CellShape(gpus=1), max_cells_in_flight=4)
+# exact waves here; spare boots on top of them: test_policy_hedge.py
+CONFIG = PolicyConfig(
+    max_replicas=100, shape=CellShape(gpus=1), max_cells_in_flight=4, boot_hedge_fraction=0.0
+)
 
 
 @pytest.mark.parametrize(

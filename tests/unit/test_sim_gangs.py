@@ -152,6 +152,8 @@ def test_per_pod_scales_up_for_part_of_a_gang_atomic_adds_none() -> None:
 def test_atomic_adds_every_cell_of_a_gang_in_one_decision() -> None:
     pods = (TracePod("solo", 10.0, 60.0, WHOLE), *_gang("g", 3, 55.0))  # in arrival order
     config = _config(max_cells=10, warm_start=False)
+    # exact cells: spare boots (test_policy_hedge.py) would add 2 once the solo cell is Ready
+    config = replace(config, policy_config=replace(config.policy_config, boot_hedge_fraction=0))
     result = simulate(pods, atomic_gang_policy(), config)
     reasons = dict(result.reasons)
     assert result.scale_up_cells == 4  # 1 for the single pod, then 3 for the gang at once

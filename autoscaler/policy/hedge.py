@@ -1,0 +1,105 @@
+"""Hedged boots: start a few spare cells with every wave, cancel them once nobody waits.
+
+Why this module exists: boot times vary (the simulator's model is lognormal, sigma 0.25, so one
+boot in three takes over 1.1 medians), and a pending pod takes whichever cell becomes Ready
+first. A wave of exactly as many cells as the backlog needs makes its last pods wait for the
+slowest boots; a wave with spare cells lets them take the fastest ones, so the tail wait of a
+burst falls towards the median boot. The spares are cheap because they are cancelled while
+still booting, as soon as the pods they hedged have found a cell: a cancelled boot costs the
+minutes it ran, not the ten idle minutes a Ready cell waits before it may go. This is the
+hedged-request idea (send a spare request, keep the first answer) applied to boots.
+
+The rule, over one observation (pure, no clock):
+
+* ``waiting`` = cells pending pods wait for: Booting cells that hold pods after packing, plus
+  the new cells the backlog needs;
+* ``hedge`` = ``ceil(fraction x waiting)`` spare cells are wanted; empty Booting cells count as
+  spares, so the wave adds only the missing ones, and only a wave of ``MIN_WAVE_CELLS`` or
+  more starts spares (a wave's last pods keep the spares it started);
+* empty Booting cells beyond the hedge are surplus: cancelled at once, newest first (they have
+  booted least), never below the floor, the forecast or the headroom the policy keeps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from autoscaler.policy.types import (
+    CellState,
+    CellView,
+    Decision,
+    GPUUsage,
+    PolicyMemory,
+    Reason,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Hedge:
+    """The hedge for one observation: cells waited for, spares wanted and present, and the
+    empty Booting cells that may be cancelled (newest first)."""
+
+    waiting: int
+    wanted: int
+    spares: int
+    surplus: tuple[str, ...]
+
+    @property
+    def missing(self) -> int:
+        """Spare cells to add on top of what the backlog needs: only for a wave of at least
+        ``MIN_WAVE_CELLS`` (a pool growing by a cell or two starts no spare; a wave's last
+        pods keep the spares it started)."""
+        return max(0, self.wanted - self.spares) if self.waiting >= MIN_WAVE_CELLS else 0
+
+
+NO_HEDGE = Hedge(0, 0, 0, ())
+# Spares are started for waves of at least this many cells. One pending pod on a small pool
+# gets exactly its cell, as users expect; a burst's tail is where the slowest boots hurt.
+MIN_WAVE_CELLS = 3
+
+
+def _holds_anything(gpus: Sequence[GPUUsage]) -> bool:
+    return any(g.slots for g in gpus)
+
+
+def hedge(
+    cells: Sequence[CellView],
+    usage: Mapping[str, tuple[GPUUsage, ...]],
+    new_cells: int,
+    fraction: float,
+) -> Hedge:
+    """The hedge for ``cells`` after packing (``usage``: projected per-cell usage, as
+    ``PackingResult.usage``; ``new_cells``: cells the backlog still needs)."""
+    booting = [c for c in cells if c.state == CellState.BOOTING]
+    held = sum(1 for c in booting if _holds_anything(usage.get(c.name, ())))
+    empty = sorted(  # oldest first: the spares kept are the ones that have booted longest
+        (c for c in booting if not _holds_anything(usage.get(c.name, ()))),
+        key=lambda c: (c.created_at, c.index, c.name),
+    )
+    waiting = held + new_cells
+    wanted = math.ceil(fraction * waiting - 1e-9) if waiting and fraction > 0 else 0
+    surplus = tuple(c.name for c in reversed(empty[wanted:]))
+    return Hedge(waiting, wanted, len(empty), surplus)
+
+
+def cancellable(hedged: Hedge, current: int, keep: int, empty_cells: int, headroom: int) -> int:
+    """How many of ``hedged.surplus`` may be cancelled now: never below ``keep`` cells (the
+    floor, the forecast) nor below ``headroom`` empty cells."""
+    return max(0, min(len(hedged.surplus), current - keep, empty_cells - headroom))
+
+
+def cancel_boots(
+    hedged: Hedge, count: int, current: int, memory: PolicyMemory, now: float
+) -> Decision:
+    """Cancel the ``count`` newest surplus boots. Recorded as a scale event (rate policies see
+    it), not as a scale-down: the post-scale-down cooldown is for drained cells."""
+    victims = hedged.surplus[:count]
+    mem = replace(memory, scale_events=(*memory.scale_events, (now, -count)))
+    message = (
+        f"pending pods wait for {hedged.waiting} booting or new cell(s), {hedged.wanted} spare "
+        f"boot(s) hedge them; cancelling {count} surplus booting cell(s), "
+        f"scaling {current} -> {current - count}"
+    )
+    return Decision(current - count, Reason.SCALED_DOWN, message, mem, victims)

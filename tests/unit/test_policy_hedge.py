@@ -1,0 +1,155 @@
+"""Hedged boots (``autoscaler.policy.hedge``): a wave starts ``ceil(fraction x cells waited
+for)`` spare cells; empty Booting cells beyond that are cancelled at once, newest first, never
+below the floor, the forecast or the headroom; no spares when scale-down could not remove them
+or when what is pending cannot be trusted (issue 14)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autoscaler.policy.config import validate_config
+from autoscaler.policy.decide import decide
+from autoscaler.policy.hedge import MIN_WAVE_CELLS, Hedge, cancellable, hedge
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    CellView,
+    GPUAsk,
+    GPUUsage,
+    MetricsHealth,
+    Observation,
+    PendingPod,
+    PolicyConfig,
+    PolicyMemory,
+    Reason,
+    ScalingRules,
+)
+
+NOW = 10_000.0
+CONFIG = PolicyConfig(max_replicas=100, shape=CellShape(gpus=1), boot_hedge_fraction=0.5)
+PROVEN = PolicyMemory(boots_proven=True)
+ONE_GPU = (GPUUsage(24576, 100, 1),)
+
+
+def _ready(i: int) -> CellView:
+    return CellView(f"c{i}", i, CellState.READY, 0.0, gpus=ONE_GPU, pods=1, ready_at=0.0)
+
+
+def _booting(i: int, age_s: float = 60.0) -> CellView:
+    return CellView(f"c{i}", i, CellState.BOOTING, NOW - age_s)
+
+
+def _pods(n: int) -> tuple[PendingPod, ...]:
+    return tuple(PendingPod(f"ns/p{i}", GPUAsk(1, 24576, 100), NOW - 5) for i in range(n))
+
+
+def test_hedge_counts_waited_cells_and_cancels_the_newest_spares() -> None:
+    cells = [_booting(i, age_s=100.0 + i) for i in range(5)]  # c4 is the oldest
+    usage = {"c0": ONE_GPU, "c1": ONE_GPU}  # two booting cells hold packed pods
+    h = hedge(cells, usage, new_cells=0, fraction=0.5)
+    assert (h.waiting, h.wanted, h.spares, h.missing) == (2, 1, 3, 0)
+    assert h.surplus == ("c2", "c3")  # c4 (oldest) is kept as the spare; newest go first
+
+
+@pytest.mark.parametrize(
+    ("held", "new", "fraction", "wanted"),
+    [(0, 0, 0.5, 0), (0, 1, 0.5, 1), (0, 40, 0.5, 20), (3, 4, 0.5, 4), (0, 10, 0.0, 0)],
+)
+def test_hedge_wants_the_ceiling_of_the_fraction(
+    held: int, new: int, fraction: float, wanted: int
+) -> None:
+    cells = [_booting(i) for i in range(held)]
+    usage = {c.name: ONE_GPU for c in cells}
+    h = hedge(cells, usage, new_cells=new, fraction=fraction)
+    started = wanted if held + new >= MIN_WAVE_CELLS else 0  # no spare for a cell or two
+    assert (h.waiting, h.wanted, h.missing) == (held + new, wanted, started)
+
+
+def test_cancellable_keeps_the_floor_the_forecast_and_the_headroom() -> None:
+    h = Hedge(waiting=0, wanted=0, spares=4, surplus=("a", "b", "c", "d"))
+    assert cancellable(h, current=10, keep=0, empty_cells=4, headroom=0) == 4
+    assert cancellable(h, current=10, keep=8, empty_cells=4, headroom=0) == 2  # floor/forecast
+    assert cancellable(h, current=10, keep=0, empty_cells=4, headroom=3) == 1  # headroom
+    assert cancellable(h, current=10, keep=12, empty_cells=4, headroom=0) == 0
+
+
+def test_a_burst_starts_its_cells_and_half_as_many_spares() -> None:
+    cells = tuple(_ready(i) for i in range(10))
+    d = decide(Observation(_pods(40), cells), PROVEN, CONFIG, NOW)
+    assert (d.reason, d.cells_needed, d.desired_replicas) == (Reason.SCALED_UP, 40, 70)
+    off = decide(Observation(_pods(40), cells), PROVEN, replace(CONFIG, boot_hedge_fraction=0), NOW)
+    assert off.desired_replicas == 50
+
+
+@pytest.mark.parametrize(("pending", "desired"), [(1, 11), (2, 12), (3, 15), (4, 16)])
+def test_spares_start_with_waves_of_three_cells_or_more(pending: int, desired: int) -> None:
+    assert MIN_WAVE_CELLS == 3
+    cells = tuple(_ready(i) for i in range(10))
+    d = decide(Observation(_pods(pending), cells), PROVEN, CONFIG, NOW)
+    assert (d.cells_needed, d.desired_replicas) == (pending, desired)
+
+
+def test_spares_are_cancelled_once_their_pods_found_cells_even_right_after_a_scale_up() -> None:
+    # 6 cells booting for 4 pods; 3 pods found Ready cells: 1 still waits, 1 spare hedges it
+    cells = (*(_ready(i) for i in range(3)), *(_booting(3 + i, age_s=60.0 + i) for i in range(6)))
+    memory = replace(PROVEN, last_scale_up_at=NOW - 20)  # scale-down delay not over
+    d = decide(Observation(_pods(1), cells), memory, CONFIG, NOW)
+    assert d.reason is Reason.SCALED_DOWN
+    assert d.desired_replicas == 9 - 4
+    # c3 (newest) holds the pod as packed; c8 (oldest empty) is the spare; the rest go
+    assert d.victims == ("c4", "c5", "c6", "c7")
+    assert d.memory.scale_events[-1] == (NOW, -4)
+    assert d.memory.last_scale_down_at is None
+    assert d.steady is None  # a scale event was recorded: no promise to skip ticks
+
+
+def test_nothing_pending_cancels_every_empty_boot_above_the_floor() -> None:
+    cells = tuple(_booting(i) for i in range(3))
+    d = decide(Observation((), cells), PROVEN, replace(CONFIG, min_replicas=1), NOW)
+    assert (d.reason, d.desired_replicas) == (Reason.SCALED_DOWN, 1)
+    assert d.victims == ("c2", "c1")  # newest (highest index at equal age) first
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        replace(CONFIG, scale_down_enabled=False),
+        replace(CONFIG, scale_down=ScalingRules(600.0, (), "Disabled")),
+        replace(CONFIG, boot_hedge_fraction=0.0),
+    ],
+    ids=["scale-down-off", "select-policy-disabled", "fraction-0"],
+)
+def test_no_spares_when_they_could_not_be_removed_or_are_off(config: PolicyConfig) -> None:
+    d = decide(Observation(_pods(10), ()), PROVEN, config, NOW)
+    assert d.desired_replicas == 10
+    empty_boots = tuple(_booting(i) for i in range(3))
+    held = decide(Observation((), empty_boots), PROVEN, config, NOW)
+    assert held.desired_replicas == 3 and not held.victims
+
+
+def test_no_cancellation_when_pending_pods_cannot_be_seen() -> None:
+    cells = tuple(_booting(i) for i in range(3))
+    unreachable = Observation(_pods(3), cells, workload_cluster_reachable=False)
+    assert decide(unreachable, PROVEN, CONFIG, NOW).desired_replicas == 3
+    stale = Observation((), cells, metrics=MetricsHealth(fresh=False))
+    assert decide(stale, PROVEN, CONFIG, NOW).desired_replicas == 3
+
+
+@pytest.mark.parametrize(("fraction", "ok"), [(0.0, True), (0.5, True), (-0.1, False), (11, False)])
+def test_the_fraction_is_validated_by_name(fraction: float, ok: bool) -> None:
+    errors = validate_config(replace(CONFIG, boot_hedge_fraction=fraction))
+    assert (errors == ()) is ok
+    assert ok or any("boot_hedge_fraction" in e for e in errors)
+
+
+def test_no_spares_nor_cancellations_before_boots_are_proven() -> None:
+    unproven = decide(
+        Observation(_pods(10), ()), PolicyMemory(), replace(CONFIG, max_cells_in_flight=20), NOW
+    )
+    assert unproven.desired_replicas == 10  # a new pool's first wave: exactly the need
+    failed = CellView("c9", 9, CellState.FAILED, NOW - 900)
+    boots = (*(_booting(i) for i in range(3)), failed)
+    kept = decide(Observation((), boots), PROVEN, CONFIG, NOW)
+    assert kept.desired_replicas == 3 and not kept.victims  # a Failed cell: boots not trusted
