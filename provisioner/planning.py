@@ -198,6 +198,7 @@ def plan(inp: PlanInput) -> MembershipPlan:
             free_physical_gpus=inp.free_gpus,
             victims=inp.victims,
             plan=inp.checked,
+            gpus_per_cell=inp.pool.spec.cell.gpu.count,
             pool_ever_ready=any(r.ready_once for r in all_rows),
             release_guard=release_guard_requested(inp.pool.metadata.annotations),
         )

@@ -101,7 +101,8 @@ class MembershipInput:
     message, which never quotes the template): no cell is created or replaced.
     ``plan``: an autoscaled pool's checked plan (``plan_check.check_plan``; its target is
     ``desired_replicas``, its accepted victims replace ``victims``, its ``create_limit`` the
-    bound from ``free_physical_gpus``); None: membership's own rules."""
+    bound from ``free_physical_gpus``); None: membership's own rules. ``gpus_per_cell``: the
+    physical GPUs each cell takes (``free_physical_gpus`` counts GPUs, not cells)."""
 
     pool_name: str
     desired_replicas: int
@@ -118,6 +119,7 @@ class MembershipInput:
     release_guard: bool = False
     bootstrap_error: str = ""
     plan: CheckedPlan | None = None
+    gpus_per_cell: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,8 +320,9 @@ def _creations(
             message = f"no free physical GPU for {wanted} more cell(s)"
         allowed = min(allowed, inp.plan.create_limit)
     elif inp.plan is None and inp.free_physical_gpus is not None:
+        per_cell = max(inp.gpus_per_cell, 1)
         waiting_for_gpu = sum(1 for r in live if r.phase in PRE_GPU_PHASES)
-        free = max(inp.free_physical_gpus - waiting_for_gpu, 0)
+        free = max(inp.free_physical_gpus - waiting_for_gpu * per_cell, 0) // per_cell
         if free == 0:
             stall = StallReason.INSUFFICIENT_PHYSICAL_GPU
             message = f"no free physical GPU for {wanted} more cell(s)"

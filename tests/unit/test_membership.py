@@ -276,6 +276,16 @@ def test_physical_preflight(
     assert (len(p.create), p.stall) == (n, stall)
 
 
+def test_physical_preflight_counts_gpus_per_cell() -> None:
+    """Free GPUs are GPUs: with 2 GPUs per cell, 5 free GPUs and one cell still to take its
+    GPUs leave room for (5 - 2) // 2 = 1 more cell (counting cells against GPUs made it 3)."""
+    rows = (cell(0), cell(1, P.PENDING))
+    p = plan(rows, desired=5, free_physical_gpus=5, gpus_per_cell=2)
+    assert [c.index for c in p.create] == [2]
+    p = plan(rows, desired=5, free_physical_gpus=3, gpus_per_cell=2)
+    assert (p.create, p.stall) == ((), S.INSUFFICIENT_PHYSICAL_GPU)
+
+
 # Scale-down: (id, rows, desired, victims, expected removal)
 READY3 = (cell(0), cell(1), cell(2))
 SCALE_DOWN = [
