@@ -77,7 +77,12 @@ THROUGHPUT_NOTE = (
     "between changes and a C-level trim (1af4669..cf4d74f) change no result: same cell-hours, "
     "events and decide calls per policy (tests/unit/test_sim_speed_identity.py and a "
     "before/after SimResult comparison on three small traces); then 184 CPU s one after "
-    "another (gpucellpool 79, CA 36, HPA 35, original 24, oracle 9; at 7c64bd4).\n\n"
+    "another (gpucellpool 79, CA 36, HPA 35, original 24, oracle 9; at 7c64bd4). Since then "
+    "(313fdd9, 718c07a) the world moves only the changed cells in HAMi's node order, keeps "
+    "find_cell's answer per ask and HAMi's GPU choice per (usage, ask) until a cell changes, "
+    "and the CA/HPA peers skip work a tick with nothing pending does not need; same results "
+    "(tests/unit/test_sim_engine_memos.py pins the peers' numbers from before). The policy's "
+    "own speed work (packing, decide) is listed in its commits.\n\n"
 )
 LARGE_POOL_NOTE = (
     "### Throughput: a month of a ~400-cell pool, 8-GPU cells\n\n"
