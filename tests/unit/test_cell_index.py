@@ -20,15 +20,9 @@ from autoscaler.policy.cell_index import CellIndex, index_of
 from autoscaler.policy.fit import place_asks
 from autoscaler.policy.packing import pack, pack_bins
 from autoscaler.policy.scale_down import candidates, is_empty
-from autoscaler.policy.types import CellShape, CellState, CellView, GPUAsk, GPUUsage, PendingPod
+from autoscaler.policy.types import CellShape, CellState, CellView, GPUUsage, PendingPod
+from tests.unit.test_sim_speed_identity import ASKS
 
-ASKS = (
-    GPUAsk(memory_percent=100, cores_percent=100),
-    GPUAsk(memory_percent=30, cores_percent=30),
-    GPUAsk(memory_percent=50, cores_percent=20),
-    GPUAsk(gpu_count=2, memory_percent=100, cores_percent=100),
-    GPUAsk(memory_mib=4096),
-)
 LIVE = (CellState.READY, CellState.BOOTING)
 
 
