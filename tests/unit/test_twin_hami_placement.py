@@ -19,6 +19,7 @@ from autoscaler.policy.types import (
 )
 from simulations.engine import hami as engine
 from simulations.engine.world import World
+from simulations.traces import TracePod
 from simulations.twin.hami import PodAsks, book, plan_for, pod_asks, rebuild
 from simulations.twin.hami_codec import Device
 from simulations.twin.hami_placement import (
@@ -180,7 +181,7 @@ def test_the_twin_places_exactly_where_the_simulator_does(seed: int) -> None:
         for c in cells
     ]  # fmt: skip
     by_name = {n.name: n for n in nodes}
-    for _ in range(60):
+    for n in range(60):
         ask = GPUAsk(
             rng.randint(1, shape.gpus),
             rng.choice([None, 2048, 4096, 8192, 12288]),
@@ -194,8 +195,9 @@ def test_the_twin_places_exactly_where_the_simulator_does(seed: int) -> None:
             continue
         cell, gpus = expected
         assert got == Placement(cell.name, (gpus,))
-        engine.allocate(cell.gpus, shape, ask, gpus)
-        cell.touch()  # as the world does after booking: its placement memo is for the old usage
+        pod = TracePod(f"p{n}", 0.0, 3600.0, ask)
+        world.enqueue(pod, 0.0, 3600.0)  # book as the simulator does, so its memos follow
+        world.bind(world.pending[pod.key], cell, gpus, 0.0, token=n)
         engine.allocate(by_name[cell.name].usage, shape, ask, gpus)
 
 
