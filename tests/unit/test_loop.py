@@ -2,10 +2,10 @@
 
 What these prove: a burst of watch events inside the debounce becomes one decision that packs
 the whole burst; the periodic tick decides with no event; one pool's failing writes do not stop
-another pool (and the failing pool keeps retrying); Shadow mode publishes without touching
-desiredReplicas; the ScalingActive transition time is kept while its status is unchanged; an
-Event is posted only when the reason changes; a standby (non-leader) writes nothing; the policy
-memory survives a restart through the pool annotation.
+another pool (and the failing pool keeps retrying, backing off from 1 s to the tick); Shadow
+mode publishes without touching desiredReplicas; the ScalingActive transition time is kept while
+its status is unchanged; an Event is posted only when the reason changes; a standby (non-leader)
+writes nothing; the policy memory survives a restart through the pool annotation.
 """
 
 from __future__ import annotations
@@ -103,6 +103,25 @@ async def test_one_pool_failing_does_not_stop_another(world) -> None:  # type: i
     scaler.cluster_event("wl")
     await clock.advance(0.2)
     assert last_decision(writer, "bad")["reason"] == "ScaledUp"
+
+
+async def test_a_failing_decision_backs_off_from_1_s_to_the_tick(world) -> None:  # type: ignore[no-untyped-def]
+    """No event: the failed pool retries after 1, 2, 4, 8 s, then every tick (10 s)."""
+    scaler, _, writer, clock = world
+    writer.fail_for.add("bad")
+    scaler.pool_event("ADDED", pool_manifest("bad"))
+    await clock.advance(0.15)
+    state = scaler.runner.keys[("ns", "bad")]
+    errors = [state.errors]
+    for step_s in (1.0, 2.0, 4.0, 8.0, 10.0, 10.0):
+        await clock.advance(step_s - 0.01)
+        errors.append(state.errors)  # not yet
+        await clock.advance(0.01)
+        errors.append(state.errors)
+    assert errors == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7]
+    writer.fail_for.clear()
+    await clock.advance(10.0)
+    assert state.failures == 0 and state.steps == 1 and writer.for_pool("bad")  # written
 
 
 async def test_shadow_publishes_but_leaves_desired_replicas(world) -> None:  # type: ignore[no-untyped-def]
