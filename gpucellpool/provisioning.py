@@ -8,7 +8,8 @@ SwiftGuests/Machines, or one of its cells' Nodes or a pod on one (routed by
 ``autoscaler.routing``: the drain waits for a Node to empty) - 0.2 s after the first such event
 (the runner's debounce with min == max), and otherwise when the reconciler asked to be requeued
 (``requeue_after_s``, else ``idle_requeue_s``). Failures back off exponentially (1 s doubling to
-``max_backoff_s``) and never touch other pools. Only the leader (the gate) reconciles.
+``max_backoff_s``) and never touch other pools. Only the leader reconciles, and only the pools
+it ``owns`` (shard ownership; every pool by default): the runner's gate.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class ProvisionerDriver:
         debounce_s: float = 0.2,
         idle_requeue_s: float = 30.0,
         max_backoff_s: float = 60.0,
+        *,
+        owns: Callable[[tuple[str, str]], bool] = lambda _key: True,
     ) -> None:
         self.reconciler = reconciler
         self.idle_requeue_s = idle_requeue_s
@@ -72,7 +75,7 @@ class ProvisionerDriver:
             self._step,
             clock,
             settings,
-            lambda _key: is_leader(),
+            lambda key: is_leader() and owns(key),  # the leader, of this pool's shard
             name="provision",
             label="/".join,
             failure_message="reconcile failed",

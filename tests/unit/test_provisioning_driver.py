@@ -110,3 +110,14 @@ async def test_a_gone_pool_is_forgotten_and_deleted_pools_stop() -> None:
     await clock.advance(60.0)
     assert [n for n, _ in reconciler.passes] == ["a", "b"] and ("ns", "b") not in driver.pools
     await driver.close()
+
+
+async def test_only_owned_pools_reconcile() -> None:
+    clock = VirtualClock(START)
+    reconciler = FakeReconciler(clock)
+    driver = ProvisionerDriver(reconciler, clock, lambda: True, owns=lambda key: key[1] == "a")
+    driver.pool_event("ADDED", pool("a"))
+    driver.pool_event("ADDED", pool("b"))
+    await clock.advance(60.0)
+    assert {name for name, _ in reconciler.passes} == {"a"}
+    await driver.close()
