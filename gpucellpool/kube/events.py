@@ -8,8 +8,9 @@ naming schemes. ``EventSink`` is the single one. Its contract:
   cluster-scoped object such as the CRD, where ``kubectl get events -A`` and ``kubectl
   describe`` find it); ``reportingController`` names the writer (one per controller),
   ``reportingInstance`` the process.
-- ``reason`` is UpperCamelCase and at most 128 characters, ``action`` at most 128, ``note`` a
-  human sentence cut to 1,024 characters (the apiserver's limits), ``type`` Normal or Warning.
+- ``reason`` is UpperCamelCase and at most 128 bytes, ``action`` at most 128, ``note`` a human
+  sentence cut to 1,024 (the apiserver's limits, which count UTF-8 bytes, not characters: a
+  note of 600 "é" is refused; cut at a character boundary), ``type`` Normal or Warning.
 - Names are ``<object>.<eventTime in ns, hex>``, unique within a process even when several
   Events are posted in the same instant (the clock is bumped by 1 µs).
 - Posting never raises: an Event that cannot be posted is logged and dropped, because the
@@ -70,6 +71,12 @@ def event_namespace(regarding: Mapping[str, Any]) -> str:
     return str(regarding.get("namespace") or CLUSTER_SCOPED_NAMESPACE)
 
 
+def utf8_prefix(text: str, limit_bytes: int) -> str:
+    """The longest prefix of ``text`` whose UTF-8 encoding fits ``limit_bytes`` (never half a
+    character): the apiserver measures an Event's note in bytes, not characters."""
+    return text.encode(errors="replace")[:limit_bytes].decode(errors="ignore")
+
+
 def event_body(
     regarding: Mapping[str, Any], event: EventNote, now: float, controller: str, instance: str
 ) -> JSON:
@@ -84,11 +91,11 @@ def event_body(
         },
         "eventTime": micro_time(now),
         "reportingController": controller,
-        "reportingInstance": instance[:INSTANCE_LIMIT],
-        "action": event.action[:ACTION_LIMIT],
-        "reason": event.reason[:REASON_LIMIT],
+        "reportingInstance": utf8_prefix(instance, INSTANCE_LIMIT),
+        "action": utf8_prefix(event.action, ACTION_LIMIT),
+        "reason": utf8_prefix(event.reason, REASON_LIMIT),
         "type": "Warning" if event.warning else "Normal",
-        "note": event.note[:NOTE_LIMIT],
+        "note": utf8_prefix(event.note, NOTE_LIMIT),
         "regarding": {k: v for k, v in regarding.items() if v},
     }
 

@@ -18,7 +18,7 @@ from gpucellpool.kube import errors
 from gpucellpool.kube.adapters import LeaseClient
 from gpucellpool.kube.cache import JSON, Query
 from gpucellpool.kube.errors import RetryPolicy, error_for, retry_decision, server_message
-from gpucellpool.kube.events import EventNote, EventSink, rest_creator
+from gpucellpool.kube.events import EventNote, EventSink, event_body, rest_creator
 from gpucellpool.kube.rest import RestClient
 
 TOKEN = "s3cr3t-bearer-token-value"
@@ -230,6 +230,23 @@ async def test_the_event_sink_posts_unique_names_and_swallows_failures(door: Doo
         "/apis/events.k8s.io/v1/namespaces/team/events",
         "/apis/events.k8s.io/v1/namespaces/default/events",  # a cluster-scoped object's
     ]
+
+
+def test_event_limits_count_utf8_bytes_as_the_apiserver_does() -> None:
+    # events.k8s.io/v1 validation measures note (1024), reason, action and reportingInstance
+    # (128) with Go's len(): bytes. 600 "é" is 600 characters but 1,200 bytes: refused whole.
+    note = EventNote("Scaled" + "é" * 200, "é" * 600 + "x", "Sc" + "→" * 100, warning=True)
+    body = event_body({"kind": "Pod", "name": "p"}, note, 1000.0, "gpucellpool", "ü" * 100)
+    for field_name, limit in (("note", 1024), ("reason", 128), ("action", 128)):
+        value = body[field_name]
+        assert len(value.encode()) <= limit, field_name
+        assert len(value.encode()) > limit - 4, field_name  # cut at the limit, not far below
+    assert body["note"] == "é" * 512  # whole characters only
+    assert body["reason"] == "Scaled" + "é" * 61  # 6 + 122 bytes; the 62nd would be 130
+    assert body["action"] == "Sc" + "→" * 42  # 2 + 126 bytes: the 43rd (3 bytes) does not fit
+    assert body["reportingInstance"] == "ü" * 64
+    short = EventNote("ScaledUp", "2 cells → 3", "Scale")
+    assert event_body({"name": "p"}, short, 1.0, "c", "i")["note"] == "2 cells → 3"
 
 
 async def test_a_dropped_connection_or_a_page_that_is_not_json_is_in_the_tree() -> None:
