@@ -61,7 +61,9 @@ class KubeAccessReviewer:
 
     async def _create(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
         try:
-            return await self._rest.call("POST", path, None, body)
+            # Not retried on throttling: a scrape has its own deadline (the chart's 10 s), far
+            # below the door's Retry-After retries; a fast 503 and the next scrape retry it.
+            return await self._rest.call("POST", path, None, body, retry_throttled=False)
         except (KubeError, TimeoutError, OSError, ValueError) as exc:
             status = getattr(exc, "status", "no response")
             raise ReviewUnavailable(f"{what} failed ({status})") from None

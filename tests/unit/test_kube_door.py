@@ -20,6 +20,8 @@ from gpucellpool.kube.cache import JSON, Query
 from gpucellpool.kube.errors import RetryPolicy, error_for, retry_decision, server_message
 from gpucellpool.kube.events import EventNote, EventSink, event_body, rest_creator
 from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.reviews import KubeAccessReviewer
+from gpucellpool.metrics_access import ReviewUnavailable
 
 TOKEN = "s3cr3t-bearer-token-value"
 
@@ -285,6 +287,17 @@ async def test_a_lease_round_is_not_retried_within_itself(door: Door) -> None:
     assert door.slept == [] and len(door.script.seen) == 1
     assert await lease.get() == {"kind": "Lease"}
     assert door.script.seen[0][1].endswith("?fieldManager=gpucellpool-autoscaler")
+
+
+async def test_a_throttled_metrics_review_answers_at_once_within_the_scrape(door: Door) -> None:
+    # A scrape waits 10 s (the chart's scrapeTimeout); the door's throttling retries could
+    # hold a TokenReview 3 x 5 s here. The review fails fast (503), the next scrape retries.
+    door.script.answers += [status(429, "too many requests", "5") for _ in range(4)]
+    with pytest.raises(ReviewUnavailable, match=r"TokenReview failed \(429\)") as caught:
+        await KubeAccessReviewer(door.rest).authenticate("scraper-token")
+    assert door.slept == []
+    assert len(door.script.seen) == 1
+    assert "scraper-token" not in str(caught.value)
 
 
 async def test_a_watch_streams_events_and_its_failures_are_in_the_tree() -> None:

@@ -122,7 +122,12 @@ class ScriptedRest:
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
     async def call(
-        self, method: str, path: str, query: Any = None, body: Any = None
+        self,
+        method: str,
+        path: str,
+        query: Any = None,
+        body: Any = None,
+        retry_throttled: bool = True,
     ) -> dict[str, Any]:
         self.bodies.append(body)
         answer = self.answers.pop(0)
