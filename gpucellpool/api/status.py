@@ -285,7 +285,9 @@ class GPUCellPoolStatus(KubeModel):
     """The autoscaler's most recent decision."""
     plan_rejections: list[PlanRejection] | None = Field(default=None, max_length=256)
     """Steps of the autoscaler's plan the provisioner rejected on its last check (provisioner;
-    empty when the whole plan was accepted or the pool is not autoscaled)."""
+    empty when the whole plan was accepted or the pool is not autoscaled). A cell in drain
+    back-off stays listed (Remove, VictimInDrainBackoff) until its retryAfter, whether or not
+    the current plan names it, so the autoscaler does not choose it again meanwhile."""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of the given type, or None."""

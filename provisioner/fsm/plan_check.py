@@ -13,7 +13,10 @@ actuator re-checks its planner's choice (autoscaler-anchors):
   the pool is down to the target: the step is done); ``VictimGone`` when it no longer exists
   while the pool is still above the target (the excess then goes highest index first);
   ``VictimInDrainBackoff`` while a drain of it was abandoned recently (``fsm.drain_backoff``):
-  its slot is not filled by another cell, the scale-down waits.
+  its slot is not filled by another cell, the scale-down waits. Every other live cell in drain
+  back-off is reported the same way while it lasts (a standing refusal): otherwise the next plan,
+  which leaves the refused victim out, would clear the row, the plan after would choose it again
+  and the pool's target would flap with a status write each way until the back-off ends.
 * Create: the cells the plan adds beyond the live ones must fit the free physical GPUs (less the
   GPUs of this pool's cells that have not taken theirs yet); the excess is ``PhysicalGPUExceeded``.
 
@@ -135,18 +138,30 @@ def _victims(
             verdicts.append(Verdict(PlanStep.REMOVE, Rejection.VICTIM_GONE, message, name))
         elif fact is None or not fact.live:
             continue  # leaving already, or gone with the step done
-        elif fact.held_until_s is not None and now_s < fact.held_until_s:
-            wait = fact.held_until_s - now_s
-            message = (
-                f"victim {name}: its last drain was abandoned at drain.timeout (a "
-                f"PodDisruptionBudget or busy GPU pods); not drained again for {wait:.0f}s"
-            )
-            kind = Rejection.VICTIM_IN_DRAIN_BACKOFF
-            verdicts.append(Verdict(PlanStep.REMOVE, kind, message, name, fact.held_until_s))
+        elif _held(fact, now_s):
+            verdicts.append(_backoff_verdict(fact, now_s))
             held.append(name)
         else:
             accepted.append(name)
+    named = set(plan.victims)
+    for fact in cells:  # a standing refusal: the next plan must not choose it either
+        if fact.live and fact.name not in named and _held(fact, now_s):
+            verdicts.append(_backoff_verdict(fact, now_s))
     return accepted, held, verdicts
+
+
+def _held(fact: CellFact, now_s: float) -> bool:
+    return fact.held_until_s is not None and now_s < fact.held_until_s
+
+
+def _backoff_verdict(fact: CellFact, now_s: float) -> Verdict:
+    wait = (fact.held_until_s or now_s) - now_s
+    message = (
+        f"victim {fact.name}: its last drain was abandoned at drain.timeout (a "
+        f"PodDisruptionBudget or busy GPU pods); not drained again for {wait:.0f}s"
+    )
+    kind = Rejection.VICTIM_IN_DRAIN_BACKOFF
+    return Verdict(PlanStep.REMOVE, kind, message, fact.name, fact.held_until_s)
 
 
 def _create_limit(

@@ -57,6 +57,20 @@ def test_victim_in_drain_backoff_is_held_until_it_ends() -> None:
     assert later.victims == ("p-1", "p-2") and later.rejections == ()
 
 
+def test_a_cell_in_drain_backoff_stays_refused_when_the_next_plan_leaves_it_out() -> None:
+    cells = (CellFact("p-0"), CellFact("p-1", held_until_s=NOW + 120.0), CellFact("p-2"))
+    checked = check_plan(Plan(2, ("p-2",), 3), cells, BOUNDS, NOW)  # p-1 not named any more
+    assert checked.victims == ("p-2",) and checked.held == ()  # not a slot of this plan
+    (verdict,) = checked.rejections
+    assert (verdict.cell, verdict.rejection) == ("p-1", Rejection.VICTIM_IN_DRAIN_BACKOFF)
+    assert verdict.retry_after_s == NOW + 120.0 and checked.requeue_after_s == 120.0
+    rows = [CellPhase.READY] * 3
+    members = [MemberRow(f"p-{i}", i, phase) for i, phase in enumerate(rows)]
+    plan = plan_membership(MembershipInput("p", 2, members, {}, NOW, plan=checked))
+    assert plan.remove == ("p-2",) and plan.stall is not StallReason.SCALE_DOWN_HELD
+    assert check_plan(Plan(2, ("p-2",), 3), cells, BOUNDS, NOW + 120.0).rejections == ()
+
+
 @pytest.mark.parametrize(
     ("generation", "kind"),
     [(2, Rejection.STALE_GENERATION), (3, Rejection.TARGET_OUT_OF_BOUNDS)],

@@ -19,10 +19,12 @@ from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.loop_publish import victims_in_force
 from autoscaler.loop_state import PoolState
 from autoscaler.observe import refused_victims
-from autoscaler.policy.types import PolicyMemory, Reason
+from autoscaler.policy.decide import decide
+from autoscaler.policy.types import Observation, PolicyMemory, Reason
 from gpucellpool.api.pool import GPUCellPool
+from provisioner.fsm.plan_check import Bounds, CellFact, Plan, check_plan
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, VirtualClock, pool_manifest
-from tests.unit.test_policy_decide import BUSY_B, ready, run
+from tests.unit.test_policy_decide import BUSY_B, CONFIG, NOW, ready, run
 
 JSON = dict[str, Any]
 IDLE_AC = PolicyMemory(idle_since={"a": 0.0, "c": 0.0})
@@ -82,3 +84,23 @@ async def test_a_new_rejection_wakes_the_pool(
     assert state.decisions == decided + 1
     assert state.last_inputs is not None
     assert state.last_inputs[0].protected == frozenset({"a-0"})
+
+
+def test_a_refused_victim_does_not_make_the_target_flap() -> None:
+    """decide and the provisioner's check, pass after pass: with both idle cells in drain
+    back-off the target goes down once and stays (before: 1, 3, 1, 3... as the next plan left
+    the refused cells out, the check cleared its rows and the plan after chose them again - a
+    status write each way until the back-off ended)."""
+    cells = (ready("a", 0), BUSY_B, ready("c", 2))
+    facts = tuple(
+        CellFact(c.name, held_until_s=None if c.name == "b" else NOW + 600) for c in cells
+    )
+    memory, protected, targets = IDLE_AC, frozenset[str](), []
+    for step in range(6):
+        now = NOW + step
+        d = decide(Observation((), cells, protected=protected), memory, CONFIG, now)
+        checked = check_plan(Plan(d.desired_replicas, d.victims), facts, Bounds(0, 5), now)
+        protected = frozenset(v.cell for v in checked.rejections if v.cell)
+        memory, targets = d.memory, [*targets, d.desired_replicas]
+    assert protected == {"a", "c"}
+    assert targets[1:] == [targets[1]] * 5, targets
