@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from gpucellpool.api.status import PlanStep
 
@@ -155,10 +156,13 @@ def _held(fact: CellFact, now_s: float) -> bool:
 
 
 def _backoff_verdict(fact: CellFact, now_s: float) -> Verdict:
-    wait = (fact.held_until_s or now_s) - now_s
+    # The end, not a countdown: the same rejection reads the same on every pass (a message
+    # that changed each second made a status write and woke the autoscaler every pass).
+    until = datetime.fromtimestamp(int(fact.held_until_s or now_s), tz=UTC)
     message = (
         f"victim {fact.name}: its last drain was abandoned at drain.timeout (a "
-        f"PodDisruptionBudget or busy GPU pods); not drained again for {wait:.0f}s"
+        f"PodDisruptionBudget or busy GPU pods); not drained again before "
+        f"{until:%Y-%m-%dT%H:%M:%SZ}"
     )
     kind = Rejection.VICTIM_IN_DRAIN_BACKOFF
     return Verdict(PlanStep.REMOVE, kind, message, fact.name, fact.held_until_s)
