@@ -203,6 +203,8 @@ def capacity_status(pool: GPUCellPool, rows: list[CellStatus], summary: PassSumm
         out["cellDeviceShape"] = replacing(shape)
     if summary.plan is not None:  # the list replaces the stored one: [] clears it
         out["planRejections"] = [r.to_api() for r in published_rejections(summary.plan)]
+    elif not pool.spec.autoscaling.enabled and pool.status.plan_rejections:
+        out["planRejections"] = []  # autoscaling turned off: no plan, nothing rejected
     return out
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gpucellpool.api import GPUCellPool
-from gpucellpool.api.status import CellPhase, CellStatus
+from gpucellpool.api.status import CellPhase, CellStatus, PlanRejection
 from provisioner.fsm.capacity import CellCapacity, Device
 from provisioner.fsm.pool_capacity import workload_capacity
 from provisioner.kube import JSON, Conflict, Kind, KubeApi
@@ -90,6 +90,18 @@ def test_capacity_objects_are_written_whole_and_hami_only_when_read() -> None:
     assert "workloadCapacity" not in kept
     assert kept["physicalCapacity"] == {"gpus": 1, "freeGPUsInCluster": None, "model": "T4"}
     assert "physicalCapacity" not in status_patch(_pool(), rows, OURS, 1)["status"]
+
+
+def test_plan_rejections_are_cleared_once_autoscaling_is_turned_off() -> None:
+    reach = Reachability(True, "Connected", "")
+    rejected = {"step": "Remove", "cell": "gpu-fixed-0", "reason": "VictimInDrainBackoff"}
+    stored = _pool(autoscaling=False)
+    stored.status.plan_rejections = [PlanRejection.model_validate(rejected)]
+    assert capacity_status(stored, ROWS, PassSummary(reach, 1))["planRejections"] == []
+    autoscaled = _pool(autoscaling=True)  # a pass without a checked plan leaves them as are
+    autoscaled.status.plan_rejections = stored.status.plan_rejections
+    assert "planRejections" not in capacity_status(autoscaled, ROWS, PassSummary(reach, 1))
+    assert "planRejections" not in capacity_status(_pool(), ROWS, PassSummary(reach, 1))
 
 
 def test_rebase_takes_every_foreign_condition_from_the_live_object() -> None:
