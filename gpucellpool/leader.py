@@ -89,16 +89,34 @@ class LeaderElector:
         self.api = api
         self.clock = clock
         self.settings = settings
-        self.is_leader = False
+        self._leading = False  # we won the last round (``is_leader`` also bounds it in time)
+        self._renewed_at = 0.0
         self.known = False  # a first attempt completed: we know whether we lead or stand by
         self.holder = ""
         self._on_change = on_change
         self._observed: tuple[str, float] = ("", 0.0)  # (record fingerprint, seen-at)
-        self._renewed_at = 0.0
+
+    @property
+    def is_leader(self) -> bool:
+        """We won the last round and renewed within ``renew_deadline_s`` (on our clock).
+
+        Checked at each call, not only when a round ends: a round hung on a silent apiserver
+        (each request may take the client's timeout) would otherwise keep a leader leading
+        past the lease a standby waits out; client-go bounds a renewal by the same deadline.
+        """
+        age_s = self.clock.now() - self._renewed_at
+        return self._leading and age_s < self.settings.renew_deadline_s
+
+    @is_leader.setter
+    def is_leader(self, leader: bool) -> None:
+        """Lead (renewed now) or not, by hand (tests)."""
+        self._leading = leader
+        if leader:
+            self._renewed_at = self.clock.now()
 
     def _set(self, leader: bool) -> None:
-        if leader != self.is_leader:
-            self.is_leader = leader
+        if leader != self._leading:
+            self._leading = leader
             log.info(
                 "leadership changed: leader=%s holder=%r",
                 leader,
@@ -205,7 +223,7 @@ class LeaderElector:
             won = await self.try_acquire_or_renew()
         except Exception as exc:  # a lost round, not a crash
             log.warning("lease round failed: %s: %s", type(exc).__name__, exc)
-            if self.is_leader and now - self._renewed_at >= self.settings.renew_deadline_s:
+            if self._leading and not self.is_leader:  # past the renew deadline (now or during)
                 self._set(False)
             self.known = True
             return
@@ -222,7 +240,7 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Give the Lease up (clean shutdown) so a standby need not wait a whole lease."""
-        if not self.is_leader:
+        if not self._leading:
             return
         log.info("releasing the lease")
         self._set(False)

@@ -8,7 +8,10 @@ hands over at the standby's next retry; a lost race (stale resourceVersion) does
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
+from dataclasses import replace
 from typing import Any
 
 from gpucellpool.leader import ElectionSettings, LeaderElector, LeaseConflict
@@ -151,3 +154,57 @@ async def test_a_renewal_is_timed_from_the_answer_that_showed_it_not_the_request
     clock.t += 7.0  # 15 s after the answer
     await b.step()
     assert b.is_leader
+
+
+class HungView:
+    """One candidate's view of the store while its apiserver is silent: each request hangs
+    ``timeout_s`` on the clock, then fails, as the door's per-request timeout ends it."""
+
+    def __init__(self, store: MemoryLease, clock: VirtualClock, timeout_s: float) -> None:
+        self.store, self.clock, self.timeout_s = store, clock, timeout_s
+        self.hung = False
+
+    async def _wait(self) -> None:
+        if self.hung:
+            await self.clock.sleep(self.timeout_s)
+            raise TimeoutError("timed out")
+
+    async def get(self) -> JSON | None:
+        await self._wait()
+        return await self.store.get()
+
+    async def create(self, lease: JSON) -> JSON:
+        await self._wait()
+        return await self.store.create(lease)
+
+    async def replace(self, lease: JSON) -> JSON:
+        await self._wait()
+        return await self.store.replace(lease)
+
+
+async def test_a_leader_whose_round_hangs_stops_leading_at_the_renew_deadline() -> None:
+    """A renewal that hangs (10 s per request, the operator's API timeout) must not keep the
+    leader leading past its renew deadline: the standby takes over after the 15 s lease."""
+    clock, store = VirtualClock(1000.0), MemoryLease()
+    settings = ElectionSettings("ops", identity="a", lease_s=15, renew_deadline_s=10)
+    view = HungView(store, clock, timeout_s=10)
+    a = LeaderElector(view, clock, settings)
+    b = LeaderElector(store, clock, replace(settings, identity="b"))
+    await a.step()
+    await b.step()
+    renewed = clock.t
+    view.hung = True
+    running = asyncio.create_task(a.run())
+    both, a_until = [], renewed
+    while clock.t < renewed + 30:
+        await clock.advance(0.5)
+        await b.step()
+        if a.is_leader:
+            a_until = clock.t
+        if a.is_leader and b.is_leader:
+            both.append(clock.t - renewed)
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    assert both == [], f"two leaders {both[0]:g}..{both[-1]:g} s after the last renewal"
+    assert b.is_leader and a_until - renewed < 10
