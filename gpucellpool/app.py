@@ -51,7 +51,12 @@ from gpucellpool.kube.workload import (
 )
 from gpucellpool.leader import ElectionSettings, LeaderElector, ShardedElection
 from gpucellpool.metrics import OperatorMetrics
-from gpucellpool.provisioner_wiring import ProvisionerSide, collection_path, pool_rules
+from gpucellpool.provisioner_wiring import (
+    ClusterState,
+    ProvisionerSide,
+    collection_path,
+    pool_rules,
+)
 from gpucellpool.runtime.clock import SystemClock
 from gpucellpool.secure_metrics import MetricsOptions, secure_site
 from gpucellpool.shard_gate import ShardGate, for_pool, key_of
@@ -166,6 +171,9 @@ class App:
             watched_namespaces(settings),
             self.gate.acting,
             self.connections,
+            state=ClusterState(
+                watched_namespaces(settings), lambda: self.pool_caches, self.clusters
+            ),
         )
         self.nodes = self.provisioner.nodes
         self.reconciler = self.provisioner.reconciler

@@ -9,15 +9,18 @@ wiring. Building that cluster here keeps ``App`` short and still the one root: `
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpucellpool.infra_nodes import InfraNodes
 from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.connections import Connections
 from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.workload import WorkloadClusters
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
+from provisioner.cached_reads import CachedReads, Store
 from provisioner.kube import FIELD_MANAGER, KubeApi, RestKubeApi, api_from_kubeconfig
 from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
@@ -53,6 +56,29 @@ def shared_workload_apis(
     return connect
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """The composition root's caches a pass reads instead of GETting (``CachedReads``): the
+    pool watches (one per watched namespace, in ``namespaces`` order; built after the
+    provisioner, hence a getter) and each workload cluster's kubeconfig Secret watch."""
+
+    namespaces: tuple[str | None, ...]
+    pool_caches: Callable[[], Sequence[WatchCache]]
+    clusters: WorkloadClusters
+
+    def store(self, kind: str, namespace: str | None, name: str) -> Store | None:
+        """The cache mirroring that object, or None (the read stays a GET)."""
+        if kind == "GPUCellPool":
+            for ns, cache in zip(self.namespaces, self.pool_caches(), strict=False):
+                if ns is None or ns == namespace:
+                    return cache
+        elif kind == "Secret":
+            for key, cluster in list(self.clusters.clusters.items()):
+                if (key.namespace, key.secret) == (namespace, name):
+                    return cluster.secret
+        return None
+
+
 class ProvisionerSide:
     """The reconciler, its driver, the Node mirror and the outer-object watches that wake it."""
 
@@ -66,8 +92,13 @@ class ProvisionerSide:
         namespaces: tuple[str | None, ...],
         is_leader: Callable[[], bool],
         connections: Connections | None = None,
+        *,
+        state: ClusterState | None = None,
     ) -> None:
-        operator_api = RestKubeApi(infra.for_manager(FIELD_MANAGER, api_timeout_s))
+        """``state``: the caches a pass reads its pool and kubeconfig Secret from (None: GET)."""
+        operator_api: KubeApi = RestKubeApi(infra.for_manager(FIELD_MANAGER, api_timeout_s))
+        if state is not None:
+            operator_api = CachedReads(operator_api, state.store)
         workloads = shared_workload_apis(connections) if connections else api_from_kubeconfig
         # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
         # (through the driver, built below from the reconciler that reads them).

@@ -1,0 +1,184 @@
+"""An idle pass's requests, before and after it reads the operator's caches (issue 13).
+
+What this proves, on real apiservers with the twin: an idle Ready pool of 3 cells costs a pass
+one GET of the pool and of the kubeconfig Secret when it reads the apiserver; on the caches the
+composition root owns (``provisioner_wiring.ClusterState``: the pool watch, the workload
+cluster's Secret watch) through ``CachedReads`` the same pass does neither, and the pool still
+converges through those caches (each pass sees its own writes: ``CachedReads``'
+read-your-writes rule). The counts are printed (``-s``) for docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucellpool.kube.adapters import POOLS_PATH
+from gpucellpool.kube.cache import Query, WatchCache
+from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
+from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
+from gpucellpool.provisioner_wiring import ClusterState, collection_path
+from provisioner.cached_reads import CachedReads
+from provisioner.kube import JSON, KINDS, Kind, KubeApi, api_from_kubeconfig
+from provisioner.reconciler import Reconciler
+from simulations.harness import ClusterEndpoint
+from simulations.twin.scenario import KUBECONFIG_SECRET, swiftguest_pool
+from tests.integration.provisioner_support import (
+    RecordingKubeApi,
+    RunningPool,
+    apis,  # noqa: F401  (fixture)
+    ready_with,
+    running_pool,
+)
+
+
+@dataclass
+class CountingKubeApi(RecordingKubeApi):
+    """A ``RecordingKubeApi`` that also counts its reads, as ``verb Kind``."""
+
+    reads: Counter[str] = field(default_factory=Counter)
+
+    async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
+        self.reads[f"get {kind.kind}"] += 1
+        return await super().get(kind, namespace, name)
+
+    async def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[JSON]:
+        self.reads[f"list {kind.kind}"] += 1
+        return await super().list(kind, namespace, label_selector, field_selector)
+
+    async def version(self) -> JSON:
+        self.reads["version"] += 1
+        return await super().version()
+
+    def counts(self) -> Counter[str]:
+        """Reads and writes so far, by ``verb Kind``."""
+        return self.reads + Counter(f"{c.verb} {c.kind}" for c in self.calls)
+
+    def reset(self) -> None:
+        self.reads.clear()
+        self.calls.clear()
+
+
+@dataclass
+class Counted:
+    """Every client the reconciler uses: the infrastructure one and each workload one."""
+
+    infra: CountingKubeApi
+    workloads: list[CountingKubeApi] = field(default_factory=list)
+
+    async def workload_factory(self, kubeconfig: Mapping[str, Any]) -> KubeApi:
+        self.workloads.append(CountingKubeApi(await api_from_kubeconfig(kubeconfig)))
+        return self.workloads[-1]
+
+    def reset(self) -> None:
+        for api in (self.infra, *self.workloads):
+            api.reset()
+
+    def pass_counts(self) -> tuple[Counter[str], Counter[str]]:
+        workload: Counter[str] = Counter()
+        for api in self.workloads:
+            workload += api.counts()
+        return self.infra.counts(), workload
+
+
+async def _client(endpoint: ClusterEndpoint) -> RestClient:
+    return await client_from_kubeconfig(yaml.safe_load(endpoint.kubeconfig_path.read_text()))
+
+
+@pytest.fixture
+async def infra_rest(infra: ClusterEndpoint) -> AsyncIterator[RestClient]:
+    client = await _client(infra)
+    yield client
+    await client.close()
+
+
+async def _caught_up(cache: WatchCache, infra_api: KubeApi, ns: str, name: str) -> None:
+    """Poll until the pool cache holds the apiserver's current version of the pool."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        live = await infra_api.get(KINDS["GPUCellPool"], ns, name)
+        cached = cache.get(f"{ns}/{name}")
+        version = (live or {}).get("metadata", {}).get("resourceVersion")
+        if cached is not None and cached["metadata"]["resourceVersion"] == version:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the pool cache never caught up with the apiserver")
+
+
+async def _measure(scene: RunningPool, counted: Counted) -> tuple[Counter[str], Counter[str]]:
+    await scene.converge(ready_with(3), timeout_s=120)
+    await scene.passes(1)  # one more pass: the Ready pool's first idle pass
+    counted.reset()
+    result = await scene.reconciler.reconcile_once(scene.key)
+    assert result.ready == 3
+    return counted.pass_counts()
+
+
+async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+    infra_rest: RestClient,
+) -> None:
+    infra_api, _ = apis
+    name = f"rd-{namespace[-6:]}"
+    before = Counted(CountingKubeApi(infra_api))
+    options: Any = {"workload_factory": before.workload_factory}
+    pool = swiftguest_pool(name, namespace, 3)
+    async with running_pool(apis, workload, pool, operator_api=before.infra, **options) as scene:
+        infra_before, workload_before = await _measure(scene, before)
+        print(f"\nuncached idle pass: infra {dict(infra_before)} workload {dict(workload_before)}")
+        assert infra_before["get GPUCellPool"] == 1
+        assert infra_before["get Secret"] >= 1  # the kubeconfig (and the join template)
+        assert workload_before["version"] == 1
+        # each cell's Node twice (its state, then its HAMi capacity) and its kubelet Lease
+        assert (workload_before["get Node"], workload_before["get Lease"]) == (6, 3)
+
+        pools = WatchCache(infra_rest, Query(collection_path(namespace, POOLS_PATH)))
+        clusters = WorkloadClusters(infra_rest, _workload_client, lambda *_: None)
+        secret = clusters.ensure(ClusterKey(namespace, KUBECONFIG_SECRET)).secret
+        tasks = [asyncio.create_task(pools.run())]
+        try:
+            state = ClusterState((namespace,), lambda: [pools], clusters)
+            after = Counted(CountingKubeApi(infra_api))
+            reads = CachedReads(after.infra, state.store)
+            await scene.reconciler.close()  # an operator restart, now on the caches
+            scene.reconciler = Reconciler(
+                reads, scene.clock, workload_factory=after.workload_factory
+            )
+            await asyncio.wait_for(pools.synced.wait(), 60)
+            await asyncio.wait_for(secret.synced.wait(), 60)
+            await scene.passes(1)
+            await _caught_up(pools, infra_api, namespace, name)
+            infra_after, workload_after = await _measure(scene, after)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await clusters.close()
+        print(f"cached idle pass: infra {dict(infra_after)} workload {dict(workload_after)}")
+        print(
+            f"requests per idle pass: {infra_before.total() + workload_before.total()} -> "
+            f"{infra_after.total() + workload_after.total()}"
+        )
+        assert infra_after["get GPUCellPool"] == 0
+        assert infra_after["get Secret"] == infra_before["get Secret"] - 1  # join template only
+        assert reads.served >= 2
+        assert infra_after.total() < infra_before.total()
+
+
+async def _workload_client(kubeconfig: Mapping[str, Any]) -> RestClient:
+    return await client_from_kubeconfig(kubeconfig)

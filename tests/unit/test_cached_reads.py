@@ -1,0 +1,147 @@
+"""``CachedReads``: a pass's gets come from the watch caches, never older than its own writes.
+
+What this proves: with the cache caught up a get does not reach the apiserver; after the
+provisioner's own write (or a 409, or a delete) the next get is a GET until the cache holds the
+very version the provisioner last saw, after which the cache answers again; objects no cache
+mirrors, and an unsynced cache, are always GETs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from provisioner.cached_reads import CachedReads, Store
+from provisioner.kube import JSON, KINDS, Conflict, Kind, KubeApi
+
+POOL = KINDS["GPUCellPool"]
+
+
+def _obj(name: str, version: int, **extra: Any) -> JSON:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(version)}, **extra}
+
+
+@dataclass
+class Server:
+    """The apiserver: objects by name, a resourceVersion bumped on every write."""
+
+    objects: dict[str, JSON] = field(default_factory=dict)
+    gets: int = 0
+    version: int = 10
+    conflict: bool = False
+
+    async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
+        self.gets += 1
+        return self.objects.get(name)
+
+    async def patch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        status: bool = False,
+    ) -> JSON:
+        if self.conflict:
+            raise Conflict(409, "stale resourceVersion")
+        self.version += 1
+        self.objects[name] = _obj(name, self.version, **dict(patch))
+        return self.objects[name]
+
+    async def delete(
+        self, kind: Kind, namespace: str | None, name: str, grace_period_s: int | None = None
+    ) -> bool:
+        return self.objects.pop(name, None) is not None
+
+
+@dataclass
+class Cache:
+    """A watch cache the test moves by hand (``catch_up`` = the watch delivered)."""
+
+    server: Server
+    objects: dict[str, JSON] = field(default_factory=dict)
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def get(self, key: str) -> JSON | None:
+        return self.objects.get(key)
+
+    def catch_up(self) -> None:
+        self.objects = {f"ns/{n}": o for n, o in self.server.objects.items()}
+        self.synced.set()
+
+
+def _reads(server: Server, cache: Cache) -> CachedReads:
+    def stores(kind: str, namespace: str | None, name: str) -> Store | None:
+        return cache if kind == "GPUCellPool" else None
+
+    return CachedReads(cast(KubeApi, server), stores)
+
+
+@pytest.fixture
+def world() -> tuple[Server, Cache, CachedReads]:
+    server = Server({"p": _obj("p", 10)})
+    cache = Cache(server)
+    return server, cache, _reads(server, cache)
+
+
+async def test_a_synced_cache_answers_without_a_request(world: Any) -> None:
+    server, cache, reads = world
+    cache.catch_up()
+    assert (await reads.get(POOL, "ns", "p"))["metadata"]["resourceVersion"] == "10"
+    assert (server.gets, reads.served) == (0, 1)
+
+
+async def test_an_unsynced_cache_or_an_unmirrored_kind_is_a_get(world: Any) -> None:
+    server, cache, reads = world
+    await reads.get(POOL, "ns", "p")  # cache not synced yet
+    cache.catch_up()
+    server.objects["s"] = {"metadata": {"name": "s"}}
+    await reads.get(KINDS["Secret"], "ns", "s")  # no cache mirrors Secrets here
+    assert server.gets == 2
+
+
+async def test_after_its_own_write_a_lagging_cache_is_not_read(world: Any) -> None:
+    server, cache, reads = world
+    cache.catch_up()
+    written = await reads.patch(POOL, "ns", "p", {"spec": {"replicas": 3}})
+    assert written["metadata"]["resourceVersion"] == "11"
+    # the watch has not delivered version 11 yet: the get goes to the apiserver
+    got = await reads.get(POOL, "ns", "p")
+    assert got is not None and got["metadata"]["resourceVersion"] == "11"
+    assert server.gets == 1
+    cache.catch_up()  # the cache now holds version 11: it answers again
+    got = await reads.get(POOL, "ns", "p")
+    assert got is not None and got["spec"] == {"replicas": 3}
+    assert server.gets == 1
+    await reads.get(POOL, "ns", "p")
+    assert (server.gets, reads.served, reads.fetched) == (1, 2, 1)
+
+
+async def test_a_lost_conflict_reads_fresh_until_the_cache_agrees(world: Any) -> None:
+    server, cache, reads = world
+    cache.catch_up()
+    server.conflict = True
+    with pytest.raises(Conflict):
+        await reads.patch(POOL, "ns", "p", {"spec": {}})
+    server.objects["p"] = _obj("p", 12)  # someone else's write, not yet in the cache
+    got = await reads.get(POOL, "ns", "p")
+    assert got is not None and got["metadata"]["resourceVersion"] == "12"
+    assert server.gets == 1
+    cache.catch_up()
+    await reads.get(POOL, "ns", "p")
+    assert server.gets == 1
+
+
+async def test_a_delete_is_seen_before_the_cache_drops_the_object(world: Any) -> None:
+    server, cache, reads = world
+    cache.catch_up()
+    assert await reads.delete(POOL, "ns", "p")
+    assert await reads.get(POOL, "ns", "p") is None  # cache still holds it: a GET says gone
+    assert server.gets == 1
+    cache.catch_up()
+    assert await reads.get(POOL, "ns", "p") is None
+    assert server.gets == 1  # gone in the cache too: answered there
