@@ -34,14 +34,20 @@ def held_for_s(pool: GPUCellPool, cell: CellObjects, now: float) -> float:
     return max(until - now, 0.0) if until is not None else 0.0
 
 
+def leaving(cell: CellObjects, row: CellStatus | None) -> bool:
+    """Whether the cell is on its way out: marked for a drain, being deleted, or its row in a
+    teardown phase (it counts neither as a live cell nor as a possible victim)."""
+    marked = bool(cell.drain_cause) or cell.deleting
+    return marked or (row is not None and row.phase in TEARDOWN_PHASES)
+
+
 def _candidates(
     pool: GPUCellPool, cells: Mapping[str, CellObjects], rows: Mapping[str, CellStatus]
 ) -> tuple[VictimCandidate, ...]:
     timeout = drain_timeout_s(pool)
     found = []
     for name, cell in cells.items():
-        row = rows.get(name)
-        if cell.drain_cause or cell.deleting or (row is not None and row.phase in TEARDOWN_PHASES):
+        if leaving(cell, rows.get(name)):
             continue
         record = cell.abandon_record
         found.append(VictimCandidate(name, cell.index, record, held_until_s(record, timeout)))

@@ -21,7 +21,7 @@ from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase, CellStatus
 from provisioner.backends.base import CellObjects
 from provisioner.cells import identity
-from provisioner.drain_holds import drain_timeout_s
+from provisioner.drain_holds import drain_timeout_s, leaving
 from provisioner.events import EventSink
 from provisioner.fsm.bootstrap import RenderError, RenderInputs, render_template
 from provisioner.fsm.drain import DrainCause
@@ -38,7 +38,7 @@ from provisioner.fsm.membership import (
 )
 from provisioner.fsm.plan_check import Bounds, CellFact, CheckedPlan, Plan, check_plan
 from provisioner.fsm.rows import failure_history, member_row, tombstone
-from provisioner.fsm.vocabulary import TEARDOWN_PHASES, StallReason
+from provisioner.fsm.vocabulary import StallReason
 from provisioner.kube import KINDS, KubeApi
 
 DIGEST_HEX_CHARS = 16
@@ -136,9 +136,8 @@ def cell_facts(
     for name, cell in cells.items():
         row = rows.get(name)
         phase = row.phase if row is not None else None
-        leaving = bool(cell.drain_cause) or cell.deleting or phase in TEARDOWN_PHASES
         held = held_until_s(cell.abandon_record, timeout)
-        facts.append(CellFact(name, not leaving, held, phase in PRE_GPU_PHASES))
+        facts.append(CellFact(name, not leaving(cell, row), held, phase in PRE_GPU_PHASES))
     return tuple(facts)
 
 
