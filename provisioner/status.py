@@ -27,7 +27,13 @@ from typing import Any
 
 from gpucellpool.api.conditions import ConditionType
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.api.status import CellPhase, CellStatus, PlanRejection, WorkloadCapacity
+from gpucellpool.api.status import (
+    MAX_PLAN_REJECTIONS,
+    CellPhase,
+    CellStatus,
+    PlanRejection,
+    WorkloadCapacity,
+)
 from provisioner.backends.base import rfc3339
 from provisioner.fsm.device_shape import device_shape
 from provisioner.fsm.inventory import PhysicalCondition
@@ -209,7 +215,9 @@ def capacity_status(pool: GPUCellPool, rows: list[CellStatus], summary: PassSumm
 
 
 def published_rejections(checked: CheckedPlan) -> list[PlanRejection]:
-    """``status.planRejections`` for ``checked`` (empty: the whole plan was accepted)."""
+    """``status.planRejections`` for ``checked`` (empty: the whole plan was accepted): the first
+    ``MAX_PLAN_REJECTIONS`` (the CRD's bound; a longer list would fail every status write)."""
+    rejections = checked.rejections[:MAX_PLAN_REJECTIONS]
     return [
         PlanRejection(
             step=v.step,
@@ -218,7 +226,7 @@ def published_rejections(checked: CheckedPlan) -> list[PlanRejection]:
             message=v.message[:1024],
             retry_after=to_time(v.retry_after_s),
         )
-        for v in checked.rejections
+        for v in rejections
     ]
 
 

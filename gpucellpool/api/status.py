@@ -17,6 +17,7 @@ from gpucellpool.api.base import NAME_MAX, KubeModel, Timestamp
 from gpucellpool.api.conditions import Condition, find_condition
 
 MAX_CELLS = 10000
+MAX_PLAN_REJECTIONS = 256  # status.planRejections holds the first ones (a plan can name more)
 CellName = Annotated[str, Field(max_length=NAME_MAX)]
 
 
@@ -283,7 +284,9 @@ class GPUCellPoolStatus(KubeModel):
     """Conditions, keyed by type."""
     last_decision: LastDecision | None = None
     """The autoscaler's most recent decision."""
-    plan_rejections: list[PlanRejection] | None = Field(default=None, max_length=256)
+    plan_rejections: list[PlanRejection] | None = Field(
+        default=None, max_length=MAX_PLAN_REJECTIONS
+    )
     """Steps of the autoscaler's plan the provisioner rejected on its last check (provisioner;
     empty when the whole plan was accepted or the pool is not autoscaled). A cell in drain
     back-off stays listed (Remove, VictimInDrainBackoff) until its retryAfter, whether or not

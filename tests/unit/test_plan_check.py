@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucellpool.api.status import PlanStep
+from gpucellpool.api.status import MAX_PLAN_REJECTIONS, GPUCellPoolStatus, PlanStep
 from provisioner.fsm.membership import MemberRow, MembershipInput, plan_membership
 from provisioner.fsm.plan_check import Bounds, CellFact, Plan, Rejection, check_plan
 from provisioner.fsm.vocabulary import CellPhase, StallReason
@@ -151,3 +151,12 @@ def test_rejections_are_published_as_status_rows() -> None:
     assert row["step"] == "Remove" and row["cell"] == "p-0"
     assert row["reason"] == "VictimInDrainBackoff"
     assert row["retryAfter"] == "1970-01-01T00:18:10Z"  # NOW + 90 s
+
+
+def test_published_rejections_stay_within_the_crds_bound() -> None:
+    cells = tuple(CellFact(f"p-{i}", held_until_s=NOW + 60.0) for i in range(300))
+    checked = check_plan(Plan(0, tuple(c.name for c in cells), 3), cells, BOUNDS, NOW)
+    assert len(checked.held) == 300  # membership still holds every one
+    rows = [r.to_api() for r in published_rejections(checked)]
+    assert len(rows) == MAX_PLAN_REJECTIONS and rows[0]["cell"] == "p-0"
+    GPUCellPoolStatus.model_validate({"planRejections": rows})  # would be refused: > 256
