@@ -104,8 +104,7 @@ class LeaderElector:
         (each request may take the client's timeout) would otherwise keep a leader leading
         past the lease a standby waits out; client-go bounds a renewal by the same deadline.
         """
-        age_s = self.clock.now() - self._renewed_at
-        return self._leading and age_s < self.settings.renew_deadline_s
+        return self._leading and self.is_leader_since(self._renewed_at)
 
     @is_leader.setter
     def is_leader(self, leader: bool) -> None:
@@ -113,6 +112,10 @@ class LeaderElector:
         self._leading = leader
         if leader:
             self._renewed_at = self.clock.now()
+
+    def is_leader_since(self, renewed_at: float) -> bool:
+        """Whether a renewal made at ``renewed_at`` is still within the renew deadline."""
+        return self.clock.now() - renewed_at < self.settings.renew_deadline_s
 
     def _set(self, leader: bool) -> None:
         if leader != self._leading:
@@ -228,9 +231,16 @@ class LeaderElector:
             self.known = True
             return
         if won:
+            if self._leading and not self.is_leader:
+                # A slow round (a loaded machine) let the deadline pass before this renewal
+                # landed: writes stopped silently meanwhile, so that term ends; the next one
+                # starts with on_change(True) (pools woken and re-read, as on a takeover).
+                self._set(False)
             self._renewed_at = now
             self.holder = self.settings.identity
-        self._set(won)
+        # A renewal timed from the round's start may already be past the deadline when it
+        # lands: then we lead again only once the next round renews.
+        self._set(won and self.is_leader_since(now))
         self.known = True
 
     async def run(self) -> None:

@@ -224,7 +224,10 @@ async def test_a_deposed_leader_stops_exporting_pool_series(
         await infra_api.merge_patch(path, {"spec": {"holderIdentity": "intruder",
                                                     "renewTime": now,
                                                     "leaseDurationSeconds": 3600}})  # fmt: skip
-        await until(lambda: not leader.elector.is_leader, 15, "the leader saw the intruder")
+        # The round that read the intruder ended the term (is_leader alone may lapse earlier,
+        # at the renew deadline, before that round ends and drops the series).
+        await until(lambda: leader.elector.holder == "intruder" and not leader.elector.is_leader,
+                    15, "the leader saw the intruder")  # fmt: skip
         assert desired("gpucellpool_desired_cells", labels) is None
         decided = leader.autoscaler.pools[(namespace, "dep")].decisions
         await create_pending(workload_api, namespace, "dep-1", "dep")

@@ -208,3 +208,32 @@ async def test_a_leader_whose_round_hangs_stops_leading_at_the_renew_deadline() 
         await running
     assert both == [], f"two leaders {both[0]:g}..{both[-1]:g} s after the last renewal"
     assert b.is_leader and a_until - renewed < 10
+
+
+async def test_a_renewal_landing_after_the_deadline_starts_a_new_term() -> None:
+    """A round slower than the renew deadline (a loaded machine) that still renews: is_leader
+    lapsed meanwhile (writes stopped), so the term ends and a new one starts (on_change False
+    then True: the composition root wakes every pool), instead of leading on silently."""
+    clock, store = VirtualClock(1000.0), MemoryLease()
+    changes: list[bool] = []
+    settings = ElectionSettings("ops", identity="a", lease_s=15, renew_deadline_s=10)
+    view = HungView(store, clock, timeout_s=0)
+    a = LeaderElector(view, clock, settings, changes.append)
+    await a.step()
+    assert changes == [True]
+    read = view.get
+
+    async def slow_get() -> JSON | None:
+        await clock.sleep(12)  # the round's read outlasts the deadline, then succeeds
+        return await read()
+
+    view.get = slow_get  # type: ignore[method-assign]
+    round_ = asyncio.create_task(a.step())
+    await clock.advance(11)
+    assert not a.is_leader and changes == [True]  # lapsed while the round runs
+    await clock.advance(2)
+    await round_
+    assert not a.is_leader and changes == [True, False]  # that renewal landed stale: a lapse
+    view.get = read  # type: ignore[method-assign]
+    await a.step()
+    assert a.is_leader and changes == [True, False, True]
