@@ -17,10 +17,10 @@ from gpucellpool.infra_nodes import InfraNodes
 from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.connections import Connections
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.kube.workload import WorkloadClusters
+from gpucellpool.kube.workload import WorkloadCluster, WorkloadClusters
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
-from provisioner.cached_reads import CachedReads, Store
+from provisioner.cached_reads import CachedReads, Store, StoreLookup
 from provisioner.kube import FIELD_MANAGER, KubeApi, RestKubeApi, api_from_kubeconfig
 from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
@@ -72,11 +72,26 @@ class ClusterState:
             for ns, cache in zip(self.namespaces, self.pool_caches(), strict=False):
                 if ns is None or ns == namespace:
                     return cache
-        elif kind == "Secret":
-            for key, cluster in list(self.clusters.clusters.items()):
-                if (key.namespace, key.secret) == (namespace, name):
-                    return cluster.secret
+        elif kind == "Secret" and namespace and (cluster := self._cluster(namespace, name)):
+            return cluster.secret
         return None
+
+    def _cluster(self, namespace: str, secret: str) -> WorkloadCluster | None:
+        """The workload cluster the operator reaches through that kubeconfig Secret."""
+        for key, cluster in list(self.clusters.clusters.items()):
+            if (key.namespace, key.secret) == (namespace, secret):
+                return cluster
+        return None
+
+    def workload_reads(self, namespace: str, secret: str) -> StoreLookup:
+        """The caches of the workload cluster the Secret reaches: its Nodes (looked up at
+        each read, so a rebuilt cluster's new caches are used; none yet: GET)."""
+
+        def store(kind: str, ns: str | None, name: str) -> Store | None:
+            cluster = self._cluster(namespace, secret) if kind == "Node" else None
+            return cluster.nodes if cluster is not None else None
+
+        return store
 
 
 class ProvisionerSide:
@@ -110,6 +125,7 @@ class ProvisionerSide:
             rules=pool_rules(rules),
             hosts=self.nodes,
             workload_factory=workloads,
+            workload_reads=state.workload_reads if state is not None else None,
         )
         self.driver = ProvisionerDriver(self.reconciler, clock, is_leader)
         self.outer = [

@@ -44,6 +44,9 @@ class Store(Protocol):
 StoreLookup = Callable[[str, str | None, str], Store | None]
 """(kind, namespace, name) -> the cache that mirrors that object, or None (read it with a GET)."""
 
+WorkloadReads = Callable[[str, str], StoreLookup]
+"""(namespace, kubeconfig Secret name) -> the caches of the workload cluster that Secret reaches."""
+
 
 def _key(namespace: str | None, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
@@ -92,4 +95,4 @@ class CachedReads(DelegatingKubeApi):
         return result
 
 
-__all__ = ["CachedReads", "Store", "StoreLookup"]
+__all__ = ["CachedReads", "Store", "StoreLookup", "WorkloadReads"]

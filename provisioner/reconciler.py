@@ -36,6 +36,7 @@ from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import CellBackend, CellObjects, mark_draining
 from provisioner.backends.clusterapi import ClusterAPIBackend
 from provisioner.backends.swiftguest import SwiftGuestBackend
+from provisioner.cached_reads import WorkloadReads
 from provisioner.cells import identity, observe_cell, sweep_orphan_nodes
 from provisioner.drain_holds import hold_scale_down
 from provisioner.drainer import drained_row, drive_drain
@@ -113,6 +114,7 @@ class Reconciler:
         rules: PoolRules | None = None,
         *,
         hosts: HostSource | None = None,
+        workload_reads: WorkloadReads | None = None,
     ) -> None:
         """``limits``: churn limits (in-flight cap, replacement backoff); defaults as the
         earlier implementation (2 in flight, 30 s doubling backoff, 5 failures per index).
@@ -121,14 +123,15 @@ class Reconciler:
         ``rules``: the admission rules re-run before anything is launched (``rule_gate``); the
         operator always passes them, None skips the re-check (tests of other parts).
         ``hosts``: where the cells' infrastructure Nodes are read (the operator's Node cache;
-        default one GET per host per pass)."""
+        default one GET per host per pass). ``workload_reads``: the operator's caches of each
+        workload cluster, which answer the pass's gets there (``cached_reads``; default GETs)."""
         self.gate = RuleGate(rules)
         self.infra = infra
         self.metrics: ProvisionerMetrics = metrics or NO_METRICS
         self.limits = limits or MembershipLimits()
         self.clock = clock
         self.events: EventSink = events or KubeEventSink(infra, clock)
-        self.clients = WorkloadClients(infra, workload_factory)
+        self.clients = WorkloadClients(infra, workload_factory, workload_reads)
         self.hosts: HostSource = hosts or NodeGets(infra)
         self.backends: Mapping[Provisioner, CellBackend] = backends or {
             Provisioner.SWIFT_GUEST: SwiftGuestBackend(infra),

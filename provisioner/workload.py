@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from provisioner.cached_reads import CachedReads, WorkloadReads
 from provisioner.kube import (
     HTTP_FORBIDDEN,
     HTTP_UNAUTHORIZED,
@@ -70,10 +71,13 @@ def _decode_kubeconfig(secret: JSON, key: str) -> Mapping[str, Any] | None:
 
 @dataclass
 class WorkloadClients:
-    """One cached client per kubeconfig Secret, rebuilt when its resourceVersion changes."""
+    """One cached client per kubeconfig Secret, rebuilt when its resourceVersion changes.
+    ``reads``: the operator's caches of each workload cluster; a client's gets are answered
+    there (``CachedReads``) when given."""
 
     infra: KubeApi
     factory: ApiFactory = api_from_kubeconfig
+    reads: WorkloadReads | None = None
     _cache: dict[tuple[str, str], _Entry] = field(default_factory=dict)
 
     async def connect(self, namespace: str, secret_name: str, key: str) -> WorkloadLink:
@@ -96,6 +100,8 @@ class WorkloadClients:
             except Exception as exc:  # a malformed kubeconfig raises many types
                 msg = f"kubeconfig in Secret {secret_name} unusable: {type(exc).__name__}"
                 return WorkloadLink(None, Reachability(False, "CredentialInvalid", msg))
+            if self.reads is not None:
+                api = CachedReads(api, self.reads(namespace, secret_name))
             entry = self._cache[cache_key] = _Entry(version, api)
         return WorkloadLink(entry.api, await probe(entry.api))
 

@@ -1,9 +1,10 @@
 """An idle pass's requests, before and after it reads the operator's caches (issue 13).
 
 What this proves, on real apiservers with the twin: an idle Ready pool of 3 cells costs a pass
-one GET of the pool and of the kubeconfig Secret when it reads the apiserver; on the caches the
-composition root owns (``provisioner_wiring.ClusterState``: the pool watch, the workload
-cluster's Secret watch) through ``CachedReads`` the same pass does neither, and the pool still
+one GET of the pool, one of the kubeconfig Secret and two per cell of its Node when it reads the
+apiservers; on the caches the composition root owns (``provisioner_wiring.ClusterState``: the
+pool watch, the workload cluster's Secret and Node watches) through ``CachedReads`` the same
+pass does none of them, and the pool still
 converges through those caches (each pass sees its own writes: ``CachedReads``'
 read-your-writes rule). The counts are printed (``-s``) for docs/architecture.md.
 """
@@ -23,7 +24,7 @@ import yaml
 from gpucellpool.kube.adapters import POOLS_PATH
 from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
-from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
+from gpucellpool.kube.workload import ClusterKey, WorkloadCluster, WorkloadClusters
 from gpucellpool.provisioner_wiring import ClusterState, collection_path
 from provisioner.cached_reads import CachedReads
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, api_from_kubeconfig
@@ -118,6 +119,14 @@ async def _caught_up(cache: WatchCache, infra_api: KubeApi, ns: str, name: str) 
     raise AssertionError("the pool cache never caught up with the apiserver")
 
 
+async def _synced(cluster: WorkloadCluster) -> None:
+    """Poll until the workload cluster's Secret and Pods/Nodes/Namespaces caches are synced."""
+    deadline = time.monotonic() + 60
+    while not (cluster.secret.synced.is_set() and cluster.synced()):
+        assert time.monotonic() < deadline, f"workload caches never synced: {cluster.error}"
+        await asyncio.sleep(0.05)
+
+
 async def _measure(scene: RunningPool, counted: Counted) -> tuple[Counter[str], Counter[str]]:
     await scene.converge(ready_with(3), timeout_s=120)
     await scene.passes(1)  # one more pass: the Ready pool's first idle pass
@@ -149,7 +158,7 @@ async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
 
         pools = WatchCache(infra_rest, Query(collection_path(namespace, POOLS_PATH)))
         clusters = WorkloadClusters(infra_rest, _workload_client, lambda *_: None)
-        secret = clusters.ensure(ClusterKey(namespace, KUBECONFIG_SECRET)).secret
+        cluster = clusters.ensure(ClusterKey(namespace, KUBECONFIG_SECRET))
         tasks = [asyncio.create_task(pools.run())]
         try:
             state = ClusterState((namespace,), lambda: [pools], clusters)
@@ -157,10 +166,13 @@ async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
             reads = CachedReads(after.infra, state.store)
             await scene.reconciler.close()  # an operator restart, now on the caches
             scene.reconciler = Reconciler(
-                reads, scene.clock, workload_factory=after.workload_factory
+                reads,
+                scene.clock,
+                workload_factory=after.workload_factory,
+                workload_reads=state.workload_reads,
             )
             await asyncio.wait_for(pools.synced.wait(), 60)
-            await asyncio.wait_for(secret.synced.wait(), 60)
+            await _synced(cluster)
             await scene.passes(1)
             await _caught_up(pools, infra_api, namespace, name)
             infra_after, workload_after = await _measure(scene, after)
@@ -174,6 +186,8 @@ async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
             f"requests per idle pass: {infra_before.total() + workload_before.total()} -> "
             f"{infra_after.total() + workload_after.total()}"
         )
+        assert workload_after["get Node"] == 0  # the cluster's Node cache answered
+        assert workload_after["get Lease"] == 3  # no Lease cache yet
         assert infra_after["get GPUCellPool"] == 0
         assert infra_after["get Secret"] == infra_before["get Secret"] - 1  # join template only
         assert reads.served >= 2
