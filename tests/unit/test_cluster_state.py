@@ -1,0 +1,50 @@
+"""``ClusterState``: which of the composition root's caches answers which provisioner read.
+
+What this proves: a pool is read from the pool watch of its namespace (or the all-namespaces
+one), a kubeconfig Secret from the Secret watch of the workload cluster it names, a workload
+Node from that cluster's current Nodes cache; anything else, or a cluster not yet known, has no
+cache (the read stays a GET).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from gpucellpool.kube.cache import ListWatch, Query, WatchCache
+from gpucellpool.kube.workload import ClusterKey, WorkloadCluster, WorkloadClusters
+from gpucellpool.provisioner_wiring import ClusterState
+
+NO_SOURCE = cast(ListWatch, object())  # the caches are never run here
+
+
+def _clusters() -> tuple[WorkloadClusters, WorkloadCluster]:
+    clusters = WorkloadClusters(NO_SOURCE, cast(Any, None), lambda *_: None)
+    key = ClusterKey("team", "kubeconfig")
+    cluster = WorkloadCluster(key, NO_SOURCE, cast(Any, None), lambda *_: None)
+    clusters.clusters[key] = cluster  # as ensure() would, without starting its watch
+    return clusters, cluster
+
+
+def test_pools_come_from_their_namespace_watch() -> None:
+    team, other = WatchCache(NO_SOURCE, Query("a")), WatchCache(NO_SOURCE, Query("b"))
+    clusters, _ = _clusters()
+    state = ClusterState(("team", "other"), lambda: [team, other], clusters)
+    assert state.store("GPUCellPool", "other", "p") is other
+    assert state.store("GPUCellPool", "team", "p") is team
+    assert state.store("GPUCellPool", "elsewhere", "p") is None
+    everywhere = ClusterState((None,), lambda: [team], clusters)
+    assert everywhere.store("GPUCellPool", "elsewhere", "p") is team
+
+
+def test_the_kubeconfig_secret_and_nodes_come_from_the_workload_cluster() -> None:
+    clusters, cluster = _clusters()
+    state = ClusterState(("team",), list, clusters)
+    assert state.store("Secret", "team", "kubeconfig") is cluster.secret
+    assert state.store("Secret", "team", "join-template") is None
+    assert state.store("SwiftGuest", "team", "kubeconfig") is None
+    nodes = state.workload_reads("team", "kubeconfig")
+    assert nodes("Node", None, "cell-0") is None  # no client yet: no Nodes cache
+    cluster.nodes = WatchCache(NO_SOURCE, Query("/api/v1/nodes"))  # a (re)built connection
+    assert nodes("Node", None, "cell-0") is cluster.nodes
+    assert nodes("Lease", "kube-node-lease", "cell-0") is None
+    assert state.workload_reads("team", "unknown")("Node", None, "cell-0") is None
