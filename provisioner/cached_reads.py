@@ -21,6 +21,7 @@ cache has dropped the object too.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -75,7 +76,9 @@ class CachedReads(DelegatingKubeApi):
             if seen is None or _version(cached) == seen:
                 self._seen.pop(ident, None)
                 self.served += 1
-                return cached
+                # A copy: the cached object is shared with the autoscaler's view, and a pass that
+                # edits what it read (a status built in place) must not change that view.
+                return copy.deepcopy(cached)
         self.fetched += 1
         fresh = await self.inner.get(kind, namespace, name)
         if store is not None:

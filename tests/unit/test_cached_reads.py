@@ -145,3 +145,11 @@ async def test_a_delete_is_seen_before_the_cache_drops_the_object(world: Any) ->
     cache.catch_up()
     assert await reads.get(POOL, "ns", "p") is None
     assert server.gets == 1  # gone in the cache too: answered there
+
+
+async def test_an_answer_from_the_cache_is_a_copy_the_pass_may_edit(world: Any) -> None:
+    _, cache, reads = world
+    cache.catch_up()
+    got = await reads.get(POOL, "ns", "p")
+    got["metadata"]["resourceVersion"] = "edited by the pass"
+    assert cache.get("ns/p")["metadata"]["resourceVersion"] == "10"  # the shared view unchanged
