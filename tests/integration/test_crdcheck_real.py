@@ -25,7 +25,8 @@ from gpucellpool import crdcheck, crdgen
 from gpucellpool.crdcheck import FindingKind, Outcome
 from gpucellpool.kube.events import EventSink, ObjectEvents, rest_creator
 from simulations.harness import ClusterEndpoint
-from tests.integration.test_webhook_env import api_client, kubectl, wait_until
+from tests.integration.test_loop_helpers import client_for
+from tests.integration.test_webhook_env import kubectl, wait_until
 from webhook.kube import KubeCrdReader
 
 REMOVED = "spec.updatePolicy"
@@ -89,7 +90,7 @@ async def test_drift_against_an_older_crd_is_reported(
     session_crd: dict[str, Any],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    api = await api_client(infra)
+    api = await client_for(infra)
     try:
         reader = KubeCrdReader(api)
         sink = EventSink(rest_creator(api), time.time, "gpucellpool", "test")
@@ -134,7 +135,7 @@ async def test_generated_crd_served_back_matches(
     round trip (defaulting, key order, int/float) produces no phantom drift."""
     assert session_crd["metadata"]["name"] == crdcheck.CRD_NAME
     await _apply(infra, crdgen.crd())
-    api = await api_client(infra)
+    api = await client_for(infra)
     try:
         report = await asyncio.wait_for(crdcheck.run_check(KubeCrdReader(api)), 30)
     finally:

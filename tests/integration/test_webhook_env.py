@@ -39,11 +39,6 @@ HOOK_NAME = "vgpucellpool.cells.kubeswift.io"
 BYPASS_LABEL = "gpucellpool.test/webhook-bypass"
 
 
-async def api_client(endpoint: ClusterEndpoint) -> RestClient:
-    """The operator's REST client for the endpoint's admin kubeconfig."""
-    return await client_for(endpoint)
-
-
 async def kubectl(
     endpoint: ClusterEndpoint, *args: str, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -133,7 +128,7 @@ async def webhook_env(
     system_ns, configuration = f"gpucellpool-system-{token}", f"gpucellpool-webhook-{token}"
     selector = {"gpucellpool.test/webhook": token}
     await asyncio.to_thread(infra.create_namespace, system_ns)
-    api = await api_client(infra)
+    api = await client_for(infra)
     tls = ServingTLS()
     names = certs.service_names("gpucellpool-webhook", system_ns, extra_ips=("127.0.0.1",))
     manager = SelfManagedCerts(
