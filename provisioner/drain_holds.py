@@ -28,9 +28,14 @@ def drain_timeout_s(pool: GPUCellPool) -> float | None:
     return drain.timeout.seconds if drain.timeout is not None else None
 
 
+def backoff_end_s(pool: GPUCellPool, cell: CellObjects) -> float | None:
+    """When the cell's drain back-off ends (None: it never had one)."""
+    return held_until_s(cell.abandon_record, drain_timeout_s(pool))
+
+
 def held_for_s(pool: GPUCellPool, cell: CellObjects, now: float) -> float:
     """What is left of the cell's drain back-off (0 when it may be drained now)."""
-    until = held_until_s(cell.abandon_record, drain_timeout_s(pool))
+    until = backoff_end_s(pool, cell)
     return max(until - now, 0.0) if until is not None else 0.0
 
 

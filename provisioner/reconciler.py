@@ -245,7 +245,9 @@ class Reconciler:
             reach, desired, plan, len(created), rollout, free, rows, hami=hami, outer=outer
         )
         summary = replace(summary, plan=checked)
-        return await self._publish(pool, rows, prev, summary, now)
+        result = await self._publish(pool, rows, prev, summary, now)
+        # A hold or a rejection that ends before the cadence does is looked at when it ends.
+        return sooner(result, plan.requeue_after_s, checked.requeue_after_s if checked else None)
 
     async def _publish(
         self,
@@ -346,6 +348,14 @@ class Reconciler:
                 last_transition_time=to_time(now),
             )
         return created
+
+
+def sooner(result: ReconcileResult, *waits_s: float | None) -> ReconcileResult:
+    """``result`` requeued at the earliest of its own delay and ``waits_s`` (None: no wait)."""
+    known = [w for w in (result.requeue_after_s, *waits_s) if w is not None]
+    if not known:
+        return result
+    return replace(result, requeue_after_s=max(min(known), 0.0))
 
 
 def _summary(

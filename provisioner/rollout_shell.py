@@ -17,7 +17,7 @@ from dataclasses import replace
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus
 from provisioner.backends.base import CellObjects
-from provisioner.drain_holds import held_for_s
+from provisioner.drain_holds import backoff_end_s, held_for_s
 from provisioner.fsm.drain import DrainCause
 from provisioner.fsm.identity import TEMPLATE_HASH_ANNOTATION
 from provisioner.fsm.rollout import RolloutCell, RolloutInput, RolloutPlan, is_stale, plan_rollout
@@ -62,6 +62,7 @@ async def rollout_plan(
             template_hash=cell.annotations.get(TEMPLATE_HASH_ANNOTATION, ""),
             draining_for_rollout=cell.drain_cause == DrainCause.ROLLING_UPDATE,
             held_for_s=held_for_s(pool, cell, now),
+            held_until_s=backoff_end_s(pool, cell) or 0.0,
             abandons=cell.abandon_record.count,
         )
         if rolling and phase is CellPhase.READY and is_stale(entry, current_hash):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from provisioner.fsm.identity import API_GROUP
 from provisioner.fsm.observations import parse_time_s
@@ -100,17 +101,20 @@ class VictimChoice:
     requeue_after_s: float | None = None
 
 
-def hold_note(name: str, count: int, wait_s: float) -> str:
-    """Why one cell is not drained now (shared by scale-down and rolling-update holds)."""
+def hold_note(name: str, count: int, until_s: float) -> str:
+    """Why one cell is not drained now (shared by scale-down and rolling-update holds). It
+    names the end of the back-off (RFC 3339), not a countdown: the same hold reads the same on
+    every pass, so the status it lands in is not rewritten each pass while the cell is held."""
+    until = datetime.fromtimestamp(int(until_s), tz=UTC)
     return (
         f"cell {name}: drain abandoned {count} time(s) at drain.timeout "
-        f"(a PodDisruptionBudget or busy GPU pods blocked it); not drained again for "
-        f"{wait_s:.0f}s"
+        f"(a PodDisruptionBudget or busy GPU pods blocked it); not drained again before "
+        f"{until:%Y-%m-%dT%H:%M:%SZ}"
     )
 
 
 def _hold_message(held: list[VictimCandidate], now_s: float) -> str:
-    parts = [hold_note(c.name, c.record.count, (c.held_until_s or now_s) - now_s) for c in held]
+    parts = [hold_note(c.name, c.record.count, c.held_until_s or now_s) for c in held]
     return "scale-down held: " + "; ".join(parts)
 
 

@@ -82,8 +82,9 @@ def template_hash(pool: GPUCellPool | Mapping[str, Any], bootstrap_digest: str =
 @dataclass(frozen=True, slots=True)
 class RolloutCell:
     """``busy``: HAMi allocations on the Node (None = unknown, treated as busy).
-    ``held_for_s``: what is left of the cell's drain back-off (0: not held); ``abandons``: its
-    abandoned drains so far (``fsm.drain_backoff``)."""
+    ``held_for_s``: what is left of the cell's drain back-off (0: not held); ``held_until_s``:
+    when that back-off ends (Unix seconds, named in the message); ``abandons``: its abandoned
+    drains so far (``fsm.drain_backoff``)."""
 
     name: str
     index: int
@@ -92,6 +93,7 @@ class RolloutCell:
     busy: bool | None = None
     draining_for_rollout: bool = False
     held_for_s: float = 0.0
+    held_until_s: float = 0.0
     abandons: int = 0
 
 
@@ -186,7 +188,7 @@ def plan_rollout(inp: RolloutInput) -> RolloutPlan:
         f"(maxSurge {surge}, maxUnavailable {unavailable}, {available} available)"
     )
     if held:
-        notes = "; ".join(hold_note(c.name, c.abandons, c.held_for_s) for c in held)
+        notes = "; ".join(hold_note(c.name, c.abandons, c.held_until_s) for c in held)
         msg += f"; held: {notes}"
     return RolloutPlan(
         reason=reason, drain=tuple(drain), creation_adjustment=adjustment, stale=names, message=msg

@@ -118,7 +118,15 @@ def test_held_message_and_requeue_say_why_and_when() -> None:
     assert choice.held == ("gpu-1",)
     assert choice.requeue_after_s == 45.0
     assert choice.message.startswith("scale-down held: cell gpu-1: drain abandoned 1 time(s)")
-    assert "PodDisruptionBudget" in choice.message and "45s" in choice.message
+    assert "PodDisruptionBudget" in choice.message
+    assert "not drained again before 2026-11-30T10:00:45Z" in choice.message
+
+
+def test_the_held_message_is_the_same_on_every_pass_of_the_hold() -> None:
+    """It names the end, not a countdown: a status carrying it is not rewritten each pass."""
+    cands = (cand(1, 45),)
+    messages = {choose_victims(("gpu-1",), cands, T0 + t).message for t in (0.0, 10.0, 44.0)}
+    assert len(messages) == 1
 
 
 def test_a_cell_is_never_re_picked_within_its_backoff() -> None:

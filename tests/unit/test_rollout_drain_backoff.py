@@ -29,9 +29,19 @@ from tests.unit.test_rollout import BASE
 NEW, OLD = "new", "old"
 
 
+NOW_S = 1_790_000_000.0  # 2026-09-21T14:13:20Z
+
+
 def cell(index: int, held_for_s: float = 0.0, abandons: int = 0) -> RolloutCell:
     return RolloutCell(
-        f"gpu-{index}", index, P.READY, OLD, busy=False, held_for_s=held_for_s, abandons=abandons
+        f"gpu-{index}",
+        index,
+        P.READY,
+        OLD,
+        busy=False,
+        held_for_s=held_for_s,
+        held_until_s=NOW_S + held_for_s if held_for_s else 0.0,
+        abandons=abandons,
     )
 
 
@@ -47,14 +57,14 @@ def test_a_held_cell_is_skipped_and_the_next_stale_one_drains() -> None:
     assert p.drain == ("gpu-1",) and p.reason == "RollingUpdate"
     assert p.stale == ("gpu-0", "gpu-1", "gpu-2")  # still reported stale
     assert "held: cell gpu-0: drain abandoned 2 time(s)" in p.message
-    assert "not drained again for 240s" in p.message
+    assert "not drained again before 2026-09-21T14:17:20Z" in p.message  # the end, no countdown
 
 
 def test_when_every_stale_cell_is_held_the_update_waits_and_says_why() -> None:
     p = roll(cell(0, 100.0, 1), cell(1, 300.0, 3), max_unavailable=1)
     assert (p.drain, p.reason, p.creation_adjustment) == ((), "UpdateBlocked", 0)
-    assert "gpu-0: drain abandoned 1 time(s)" in p.message and "for 100s" in p.message
-    assert "gpu-1: drain abandoned 3 time(s)" in p.message and "for 300s" in p.message
+    assert "gpu-0: drain abandoned 1 time(s)" in p.message and "14:15:00Z" in p.message
+    assert "gpu-1: drain abandoned 3 time(s)" in p.message and "14:18:20Z" in p.message
     assert updated_condition(p) == (False, "UpdateBlocked", p.message)
 
 
@@ -106,6 +116,7 @@ async def _plan(now: float) -> Any:
 async def test_the_shell_holds_a_cell_for_timeout_times_two_to_the_n() -> None:
     during = await _plan(T0 + 60 * 4 - 1)  # 2 abandons at 60 s: held for 240 s
     assert during.drain == ("gpu-1",)
-    assert "gpu-0: drain abandoned 2 time(s)" in during.message and "for 1s" in during.message
+    assert "gpu-0: drain abandoned 2 time(s)" in during.message
+    assert "not drained again before 2026-11-30T10:04:00Z" in during.message
     after = await _plan(T0 + 60 * 4)
     assert after.drain == ("gpu-0",) and "held" not in after.message
