@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gpucellpool.kube.rest import RestClient
 from provisioner.fsm.identity import CELL_INDEX_LABEL, CELL_LABEL, PoolIdentity
 from simulations.twin.node_agent import REGISTER_ANNOTATION
-from tests.integration.test_loop_helpers import autoscaled_pool, hami_pod
+from simulations.twin.scenario import kubeconfig_secret
+from tests.integration.test_loop_helpers import autoscaled_pool, create_pending, hami_pod
 
 JSON = dict[str, Any]
 ALLOCATED = "hami.io/vgpu-devices-allocated"
@@ -151,3 +155,76 @@ async def count(client: RestClient, path: str) -> int:
     page = await client.call("GET", path, [("limit", "1")])
     items = len(page.get("items") or [])
     return items + int((page.get("metadata") or {}).get("remainingItemCount") or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleLayout:
+    """How many of each object a scale benchmark builds, and where.
+
+    Pools live in ``namespace`` of the infrastructure cluster; pool ``i``'s pods in its own
+    workload namespace ``pod_namespace(i)``; ``pending_per_pool`` of its ``pods_per_pool`` wait
+    (24 GiB, Unschedulable), the rest are bound round-robin to its cells.
+    """
+
+    pools: int
+    namespace: str
+    cells_per_pool: int = 20
+    pods_per_pool: int = 200
+    pending_per_pool: int = 10
+    in_flight: int = 32
+    """Requests the benchmark client keeps in flight while it builds the objects."""
+
+    @property
+    def pools_path(self) -> str:
+        return f"/apis/cells.kubeswift.io/v1alpha1/namespaces/{self.namespace}/gpucellpools"
+
+    def pool_name(self, i: int) -> str:
+        return f"p{i:0{len(str(self.pools - 1))}d}"
+
+    def pod_namespace(self, i: int) -> str:
+        return f"{self.namespace}-{self.pool_name(i)}"
+
+
+async def populate_layout(
+    infra: RestClient, workload: RestClient, kubeconfig: str, layout: ScaleLayout
+) -> float:
+    """Every object of ``layout``: pools with Ready cell rows, their Nodes, bound and pending
+    pods; the seconds taken. Namespaces first, then pools, Nodes and pods, each stage with
+    ``layout.in_flight`` requests in flight."""
+    started, n = time.monotonic(), layout.in_flight
+    await infra.create("/api/v1/namespaces", {"metadata": {"name": layout.namespace}})
+    secrets = f"/api/v1/namespaces/{layout.namespace}/secrets"
+    await infra.create(secrets, kubeconfig_secret(layout.namespace, kubeconfig))
+    names = [layout.pool_name(i) for i in range(layout.pools)]
+    spaces = [layout.pod_namespace(i) for i in range(layout.pools)]
+
+    async def pool(name: str) -> None:
+        await infra.create(layout.pools_path, scale_pool(name, layout.namespace))
+        rows = {"status": {"cells": cell_rows(name, layout.cells_per_pool)}}
+        await infra.merge_patch(f"{layout.pools_path}/{name}/status", rows)
+
+    async def namespace(ns: str) -> None:
+        await workload.create("/api/v1/namespaces", {"metadata": {"name": ns}})
+
+    await bounded([partial(namespace, ns) for ns in spaces], n)
+    await bounded([partial(pool, name) for name in names], n)
+    cells = range(layout.cells_per_pool)
+    nodes = [partial(create_node, workload, layout.namespace, a, j) for a in names for j in cells]
+    await bounded(nodes, n)
+    await bounded(_pod_jobs(workload, layout, names, spaces), n)
+    return time.monotonic() - started
+
+
+def _pod_jobs(
+    workload: RestClient, layout: ScaleLayout, names: list[str], spaces: list[str]
+) -> list[Callable[[], Awaitable[None]]]:
+    """One job per pod: pool by pool, its bound pods then its pending ones."""
+    bound = layout.pods_per_pool - layout.pending_per_pool
+    jobs: list[Callable[[], Awaitable[None]]] = []
+    for name, ns in zip(names, spaces, strict=True):
+        for k in range(bound):
+            node = f"{name}-{k % layout.cells_per_pool}"
+            jobs.append(partial(create_bound, workload, ns, f"run-{k}", name, node))
+        for k in range(layout.pending_per_pool):
+            jobs.append(partial(create_pending, workload, ns, f"wait-{k}", name))
+    return jobs

@@ -1,0 +1,382 @@
+"""Live operator on two shards: two ``gpucellpool run`` processes, 200 pools, 40,000 Pods.
+
+Issue 13's second scale target: the pools split across two processes by ``--shards 2
+--shard-index {0,1}`` (``gpucellpool.shards``), pod created -> its pool's decision p95 <= 2 s,
+no pool decided by both processes, each process's RSS <= 300 MiB. Run with
+``pytest tests/bench/test_shard_scale_bench.py -m bench -s``; ``GPUCELLPOOL_SHARD_BENCH_POOLS=20``
+runs the same at a tenth of the scale (for development; only the full scale writes
+docs/benchmarks.md, between the ``live-shards`` markers).
+
+A dedicated harness holds the objects of ``tests.bench.scale_objects.ScaleLayout``: per pool 20
+Ready cells (``status.cells`` rows and twin-shaped Nodes) and 200 HAMi pods (190 bound and
+Running, 10 pending). Both processes start at once with ``--no-provision`` (decisions only), each
+takes its own shard's Lease. Rounds give every pool one more pending pod at once; a sample is
+pod created -> the pool's status shows the new ask count in ``lastDecision`` (stamped in this
+process's GPUCellPool watch callback). Who decided each pool is read three ways: the
+``reportingInstance`` of every scaling Event of the pool, the pools each process exports on its
+``/metrics`` and its ``gpucellpool_scale_decisions_total``; each pool must have been decided by
+the process holding its shard and by no other. CPU seconds and RSS (VmRSS, VmHWM) per process
+from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpucellpool.kube.cache import Query, WatchCache
+from gpucellpool.kube.rest import RestClient
+from gpucellpool.shards import lease_name, shard_of
+from simulations.harness import ClusterEndpoint, Harness
+from tests.bench.bench_doc import load_note, percentile, write_block
+from tests.bench.scale_objects import ScaleLayout, bounded, count, populate_layout
+from tests.bench.test_scale_bench import (
+    Pools,
+    Usage,
+    free_port,
+    head_commit,
+    scale_harness,
+    usage_of,
+    wait_ready,
+)
+from tests.integration.test_loop_helpers import client_for, create_pending
+
+pytestmark = pytest.mark.bench
+
+FULL_POOLS = 200
+POOLS = int(os.environ.get("GPUCELLPOOL_SHARD_BENCH_POOLS", str(FULL_POOLS)))
+SHARDS = 2
+LAYOUT = ScaleLayout(pools=POOLS, namespace="shards", in_flight=48)
+ROUNDS = 6
+ROUND_TIMEOUT_S = 90.0
+FIRST_DECISIONS_TIMEOUT_S = 900.0
+IDENTITIES = [f"shard-bench-{k}" for k in range(SHARDS)]
+LEASES = [lease_name("gpucellpool-autoscaler", SHARDS, k) for k in range(SHARDS)]
+P95_TARGET_S, RSS_TARGET_MIB = 2.0, 300.0
+DECISIONS = "gpucellpool_scale_decisions_total"
+
+__all__ = ["scale_harness"]  # the dedicated harness fixture, shared with test_scale_bench
+
+
+@dataclass
+class Report:
+    """What one run measured, and its table for docs/benchmarks.md."""
+
+    objects: dict[str, int]
+    setup_s: float
+    ready_s: float
+    first_s: float
+    samples: dict[str, list[float]]
+    missing: list[str]
+    round_events: int
+    usage: list[tuple[Usage, Usage, Usage]] = field(default_factory=list)
+    """Per process: at ready, before the rounds, after the rounds."""
+    logs: list[str] = field(default_factory=list)
+    split: list[int] = field(default_factory=list)
+    both: list[str] = field(default_factory=list)
+    """Pools whose decisions both processes counted on /metrics."""
+    mixed: list[str] = field(default_factory=list)
+    """Pools with Events from both processes."""
+
+    @property
+    def every(self) -> list[float]:
+        return [v for values in self.samples.values() for v in values] or [float("nan")]
+
+    @property
+    def p95_s(self) -> float:
+        return percentile(self.every, 0.95)
+
+    def of_shard(self, k: int) -> list[float]:
+        own = shard_pools()[k]
+        return [v for p, values in self.samples.items() if p in own for v in values] or [
+            float("nan")
+        ]
+
+    def table(self) -> list[str]:
+        o, every = self.objects, self.every
+        new_pods = POOLS * ROUNDS
+        rows = [
+            "| measure | value |",
+            "|---|---|",
+            f"| objects | {o['GPUCellPools']} pools, {o['Nodes']:,} Nodes, {o['Pods']:,} Pods "
+            "(before the rounds) |",
+            f"| pools per shard (SHA-256 of namespace/name) | {' / '.join(map(str, self.split))} |",
+            f"| setup (bench client, {LAYOUT.in_flight} in flight) | {self.setup_s:.0f} s |",
+            f"| both processes started -> both `/readyz` | {self.ready_s:.1f} s |",
+            f"| started -> every pool's first decision | {self.first_s:.1f} s |",
+            f"| samples arrived / missing after {ROUND_TIMEOUT_S:.0f} s | "
+            f"{new_pods - len(self.missing)} / {len(self.missing)} |",
+            f"| pod created -> its pool's decision, all samples p50 / p95 / max | "
+            f"{percentile(every, 0.5):.2f} / {self.p95_s:.2f} / {max(every):.2f} s |",
+        ]
+        for k in range(SHARDS):
+            mine = self.of_shard(k)
+            rows.append(
+                f"| ... pools of shard {k} p50 / p95 / max | {percentile(mine, 0.5):.2f} / "
+                f"{percentile(mine, 0.95):.2f} / {max(mine):.2f} s |"
+            )
+        rows += [
+            f"| pools decided by both processes (/metrics `{DECISIONS}`) / with Events from "
+            f"both | {len(self.both)} / {len(self.mixed)} |",
+            f"| GPUCellPool watch events during the rounds | {self.round_events:,} for "
+            f"{new_pods:,} new pods |",
+        ]
+        for k, (ready, before, after) in enumerate(self.usage):
+            log = self.logs[k] if k < len(self.logs) else ""
+            failed = log.count('"decision failed"')
+            lease = log.count('"lease round failed')
+            rows += [
+                f"| process {k}: CPU start -> ready / -> first decisions settled / "
+                f"{ROUNDS} rounds | {ready.cpu_s:.1f} / {before.cpu_s:.1f} / "
+                f"{after.cpu_s - before.cpu_s:.1f} s |",
+                f"| process {k}: RSS ready / end / peak (VmHWM) | {ready.rss_mib:.0f} / "
+                f"{after.rss_mib:.0f} / {after.hwm_mib:.0f} MiB |",
+                f"| process {k}: log lines decision failed / lease round failed | "
+                f"{failed} / {lease} |",
+            ]
+        return rows
+
+
+def start_shard(
+    infra: ClusterEndpoint, index: int, port: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """``gpucellpool run`` for shard ``index`` of ``SHARDS``, default lease timings."""
+    argv = [
+        sys.executable, "-m", "gpucellpool.cli", "run",
+        f"--kubeconfig={infra.kubeconfig_path}",
+        f"--identity={IDENTITIES[index]}",
+        f"--lease-namespace={LAYOUT.namespace}",
+        f"--namespace={LAYOUT.namespace}",
+        "--health-host=127.0.0.1", f"--health-port={port}",
+        f"--shards={SHARDS}", f"--shard-index={index}",
+        "--no-provision", "--log-level=WARNING",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+
+def shard_pools() -> list[set[str]]:
+    """The pool names of each shard, by the operator's own hash."""
+    out: list[set[str]] = [set() for _ in range(SHARDS)]
+    for i in range(POOLS):
+        name = LAYOUT.pool_name(i)
+        out[shard_of(LAYOUT.namespace, name, SHARDS)].add(name)
+    return out
+
+
+def decisions_by_pool(metrics: str) -> dict[str, float]:
+    """``gpucellpool_scale_decisions_total`` summed per pool (every direction)."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith(f"{DECISIONS}{{"):
+            pool = re.search(r'pool="([^"]+)"', line)
+            if pool is not None:
+                out[pool.group(1)] = out.get(pool.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def exported(metrics: str) -> set[str]:
+    """Every pool with a series on this /metrics."""
+    return set(re.findall(r'pool="([^"]+)"', metrics))
+
+
+async def reporters(infra: RestClient) -> dict[str, set[str]]:
+    """``reportingInstance`` of every Event about each pool of the benchmark's namespace."""
+    listed = await infra.get(f"/apis/events.k8s.io/v1/namespaces/{LAYOUT.namespace}/events")
+    out: dict[str, set[str]] = {}
+    for event in (listed or {}).get("items") or []:
+        pool = str((event.get("regarding") or {}).get("name", ""))
+        out.setdefault(pool, set()).add(str(event.get("reportingInstance", "")))
+    return out
+
+
+async def holders(infra: RestClient) -> list[str]:
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{LAYOUT.namespace}/leases"
+    specs = [((await infra.get(f"{leases}/{name}")) or {}).get("spec") or {} for name in LEASES]
+    return [str(spec.get("holderIdentity", "")) for spec in specs]
+
+
+def all_decided(pools: Pools, since: dict[str, float], asks: int) -> bool:
+    """Every pool of ``since`` showed ``asks`` pending asks after its time there."""
+    return all(pools.first(name, at, asks) is not None for name, at in since.items())
+
+
+async def run_rounds(
+    workload: RestClient, pools: Pools
+) -> tuple[dict[str, list[float]], list[str]]:
+    """Each round: one new pending pod per pool at once; pod created -> decision, per pool."""
+    samples: dict[str, list[float]] = {LAYOUT.pool_name(i): [] for i in range(POOLS)}
+    missing: list[str] = []
+    for r in range(ROUNDS):
+        asks = LAYOUT.pending_per_pool + r + 1
+        created: dict[str, float] = {}
+
+        async def one(i: int, r: int = r, created: dict[str, float] = created) -> None:
+            name = LAYOUT.pool_name(i)
+            created[name] = time.monotonic()
+            await create_pending(workload, LAYOUT.pod_namespace(i), f"round-{r}", name)
+
+        started = time.monotonic()
+        await bounded([partial(one, i) for i in range(POOLS)], 32)
+        with contextlib.suppress(TimeoutError):
+            await pools.until(partial(all_decided, pools, created, asks), ROUND_TIMEOUT_S)
+        for name, at in created.items():
+            found = pools.first(name, at, asks)
+            if found is None:
+                missing.append(f"{name}@{r}")
+            else:
+                samples[name].append(found - at)
+        print(f"round {r}: {time.monotonic() - started:.1f}s, missing {len(missing)}", flush=True)
+        await pools.quiet(2.0, 30)
+    return samples, missing
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture
+def logs() -> Iterator[list[Path]]:
+    """The processes' logs, outside pytest's tmp rotation (kept for a post-mortem)."""
+    folder = Path(tempfile.mkdtemp(prefix="gpucellpool-shard-bench-"))
+    yield [folder / f"{name}.log" for name in IDENTITIES]
+
+
+@pytest.mark.timeout(5400)
+async def test_two_shards_two_hundred_pools(scale_harness: Harness, logs: list[Path]) -> None:
+    infra_ep, workload_ep = scale_harness.infra, scale_harness.workload
+    infra, workload = await client_for(infra_ep), await client_for(workload_ep)
+    # the builder's requests may queue behind thousands of others: a longer timeout
+    builder = [c.for_manager(c.field_manager, 60) for c in (infra, workload)]
+    pools = Pools()
+    cache = WatchCache(infra, Query(LAYOUT.pools_path), pools.on_change)
+    procs: list[subprocess.Popen[bytes]] = []
+    watch_task: asyncio.Task[None] | None = None
+    ports = [free_port() for _ in IDENTITIES]
+    try:
+        kubeconfig = workload_ep.kubeconfig_path.read_text()
+        setup_s = await populate_layout(builder[0], builder[1], kubeconfig, LAYOUT)
+        objects = {
+            "Nodes": await count(workload, "/api/v1/nodes"),
+            "Pods": await count(workload, "/api/v1/pods"),
+            "GPUCellPools": await count(infra, LAYOUT.pools_path),
+        }
+        print(f"\nsetup {setup_s:.0f}s: {objects}; {load_note()}", flush=True)
+        watch_task = asyncio.create_task(cache.run())
+        await asyncio.wait_for(cache.synced.wait(), 60)
+        load_at_start, commit = load_note(), head_commit()
+        started = time.monotonic()
+        procs = [start_shard(infra_ep, k, ports[k], logs[k]) for k in range(SHARDS)]
+        print(f"logs: {[str(p) for p in logs]}", flush=True)
+        for k in range(SHARDS):
+            await wait_ready(ports[k], procs[k], 600)
+        ready_s = time.monotonic() - started
+        at_ready = [usage_of(p.pid) for p in procs]
+        print(f"ready after {ready_s:.1f}s, {at_ready}", flush=True)
+        since = {LAYOUT.pool_name(i): started for i in range(POOLS)}
+        first = partial(all_decided, pools, since, LAYOUT.pending_per_pool)
+        await pools.until(first, FIRST_DECISIONS_TIMEOUT_S)
+        first_s = time.monotonic() - started
+        print(f"every pool decided after {first_s:.1f}s", flush=True)
+        await pools.quiet(3.0, 60)
+        before = [usage_of(p.pid) for p in procs]
+        events_before = pools.events
+        samples, missing = await run_rounds(workload, pools)
+        after = [usage_of(p.pid) for p in procs]
+        round_events = pools.events - events_before
+        async with httpx.AsyncClient(timeout=30) as http:
+            metrics = [(await http.get(f"http://127.0.0.1:{p}/metrics")).text for p in ports]
+        held = await holders(infra)
+        reported = await reporters(infra)
+    finally:
+        stop(procs)
+        if watch_task is not None:
+            watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch_task
+        await infra.close()
+        await workload.close()
+
+    own = shard_pools()
+    decided = [{p for p, n in decisions_by_pool(text).items() if n > 0} for text in metrics]
+    shown = [exported(text) for text in metrics]
+    both = sorted(decided[0] & decided[1])
+    mixed = sorted(p for p, who in reported.items() if len(who) > 1)
+    report = Report(objects, setup_s, ready_s, first_s, samples, missing, round_events)
+    report.usage = [(at_ready[k], before[k], after[k]) for k in range(SHARDS)]
+    report.logs = [log.read_text(errors="replace") for log in logs]
+    report.split = [len(s) for s in own]
+    report.both, report.mixed = both, mixed
+    table = report.table()
+    print("\n".join(table))
+    if POOLS == FULL_POOLS:
+        write_doc(table, report, commit, load_at_start)
+
+    assert held == IDENTITIES, held  # each process held its own shard to the end
+    assert not both and not mixed, (both, mixed)
+    for k in range(SHARDS):  # each process decided its own shard's pools, exported only them
+        assert decided[k] == own[k], (k, sorted(decided[k] ^ own[k]))
+        assert shown[k] == own[k], (k, sorted(shown[k] ^ own[k]))
+        assert {p for p, who in reported.items() if who == {IDENTITIES[k]}} == own[k], k
+    assert objects["Nodes"] >= POOLS * LAYOUT.cells_per_pool
+    assert objects["Pods"] >= POOLS * LAYOUT.pods_per_pool
+    assert not missing, missing
+    assert report.p95_s <= P95_TARGET_S, report.p95_s
+    assert max(u.hwm_mib for _, _, u in report.usage) <= RSS_TARGET_MIB, report.usage
+
+
+def write_doc(table: list[str], report: Report, commit: str, load_at_start: str) -> None:
+    per_pod = [
+        (after.cpu_s - before.cpu_s) / (POOLS * ROUNDS) * 1000 for _, before, after in report.usage
+    ]
+    write_block(
+        "live-shards",
+        "## Live operator on two shards\n\n"
+        f"Two `gpucellpool run --shards {SHARDS} --shard-index {{0,1}}` processes (subprocesses, "
+        "`--no-provision`, default lease timings, started together so each takes its own shard) "
+        f"against a dedicated harness: {POOLS} autoscaled pools in one namespace sharing one "
+        f"workload cluster, each with {LAYOUT.cells_per_pool} Ready cells and "
+        f"{LAYOUT.pods_per_pool} HAMi pods ({LAYOUT.pods_per_pool - LAYOUT.pending_per_pool} "
+        f"bound and Running, {LAYOUT.pending_per_pool} pending), the objects of the single-process "
+        "benchmark above at four times the scale (`tests.bench.scale_objects.ScaleLayout`). Each "
+        f"of the {ROUNDS} rounds creates one more pending pod in every pool at once; a sample is "
+        "pod created -> the pool's status shows the new ask count in `lastDecision` (stamped in a "
+        "GPUCellPool watch callback in the benchmark process). Who decided a pool: the "
+        "`reportingInstance` of its scaling Events, the pools each process exports on `/metrics` "
+        f"and its `{DECISIONS}`; each pool must have been decided by its shard's process only. "
+        "CPU and RSS from `/proc/<pid>` of each process. Regenerate with "
+        "`pytest tests/bench/test_shard_scale_bench.py -m bench -s` "
+        "(`GPUCELLPOOL_SHARD_BENCH_POOLS=20` for a tenth of the scale; it writes nothing here).\n\n"
+        + "\n".join(table)
+        + f"\n\nTargets (issue 13): p95 <= {P95_TARGET_S:g} s: "
+        f"{'met' if report.p95_s <= P95_TARGET_S else 'NOT met'} ({report.p95_s:.2f} s); no pool "
+        f"decided twice: {'met' if not (report.both or report.mixed) else 'NOT met'}; RSS <= "
+        f"{RSS_TARGET_MIB:g} MiB per process: "
+        f"{'met' if all(a.hwm_mib <= RSS_TARGET_MIB for _, _, a in report.usage) else 'NOT met'}"
+        f" (peaks {' / '.join(f'{a.hwm_mib:.0f}' for _, _, a in report.usage)} MiB). "
+        f"CPU per new pending pod: {' / '.join(f'{v:.1f}' for v in per_pod)} ms per process. "
+        f"Run at {commit}. Shared 2-core VM: when the processes started {load_at_start}; at the "
+        f"end of the run {load_note()}.\n",
+    )
