@@ -53,8 +53,15 @@ JSON_TYPE = "application/json"
 APPLY_TYPE = "application/apply-patch+yaml"
 MERGE_TYPE = "application/merge-patch+json"
 JSON_PATCH_TYPE = "application/json-patch+json"
+LIST_PAGE_LIMIT = 500
+"""Items per list request, as client-go's reflectors ask; a server may answer with all."""
 Sleep = Callable[[float], Awaitable[None]]
 log = logging.getLogger(__name__)
+
+
+def _continue(token: str) -> list[tuple[str, str]]:
+    """The ``continue`` parameter of the next page, none for the first."""
+    return [("continue", token)] if token else []
 
 
 class RestClient:
@@ -190,14 +197,25 @@ class RestClient:
         return params
 
     async def list(self, query: Query) -> tuple[list[JSON], str]:
-        result = await self.call("GET", query.path, self._selectors(query))
-        items = [i for i in result.get("items") or [] if isinstance(i, dict)]
-        kind = str(result.get("kind", "")).removesuffix("List")
-        api_version = str(result.get("apiVersion", ""))
-        for item in items:  # list items come without kind/apiVersion
-            item.setdefault("kind", kind)
-            item.setdefault("apiVersion", api_version)
-        return items, str((result.get("metadata") or {}).get("resourceVersion", ""))
+        """Every item, in pages of ``LIST_PAGE_LIMIT`` (one consistent snapshot), and the
+        list's resourceVersion. A page is one request under the timeout, where 40,000 pods in
+        one answer (~100 MB of JSON) may outlast it and be held whole while decoded."""
+        items: list[JSON] = []
+        token = ""
+        while True:
+            params = [*self._selectors(query), ("limit", str(LIST_PAGE_LIMIT))]
+            page = await self.call("GET", query.path, [*params, *_continue(token)])
+            kind = str(page.get("kind", "")).removesuffix("List")
+            api_version = str(page.get("apiVersion", ""))
+            for item in page.get("items") or []:
+                if isinstance(item, dict):  # list items come without kind/apiVersion
+                    item.setdefault("kind", kind)
+                    item.setdefault("apiVersion", api_version)
+                    items.append(item)
+            meta = page.get("metadata") or {}
+            token = str(meta.get("continue") or "")
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
 
     async def watch(self, query: Query, resource_version: str) -> AsyncIterator[JSON]:
         """Watch events from ``resource_version``; 410 raises ``Gone``, other errors the tree."""

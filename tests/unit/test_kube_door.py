@@ -19,7 +19,7 @@ from gpucellpool.kube.adapters import LeaseClient
 from gpucellpool.kube.cache import JSON, Query
 from gpucellpool.kube.errors import RetryPolicy, error_for, retry_decision, server_message
 from gpucellpool.kube.events import EventNote, EventSink, event_body, rest_creator
-from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.rest import LIST_PAGE_LIMIT, RestClient
 from gpucellpool.kube.reviews import KubeAccessReviewer
 from gpucellpool.metrics_access import ReviewUnavailable
 
@@ -216,6 +216,38 @@ async def test_a_field_manager_per_writer_over_one_connection(door: Door) -> Non
         "/api/v1/namespaces/a/secrets/s?fieldManager=gpucellpool-webhook&force=true",
         "/api/v1/namespaces/a/secrets/s?fieldManager=gpucellpool-autoscaler",
     ]
+
+
+async def test_a_list_is_read_in_pages_of_one_snapshot(door: Door) -> None:
+    """Pages of LIST_PAGE_LIMIT, each next one asked with the previous page's continue token;
+    the items of every page, in order, with the kind a list item lacks; the last page's
+    resourceVersion (every page of one list carries the snapshot's)."""
+
+    def page(names: list[str], token: str) -> Callable[[], web.Response]:
+        items = [{"metadata": {"name": n}} for n in names]
+        meta = {"resourceVersion": "42", **({"continue": token} if token else {})}
+        return ok({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items})
+
+    door.script.answers += [page(["a", "b"], "t1"), page(["c"], "t2"), page([], "")]
+    items, version = await door.rest.list(Query("/api/v1/pods", label_selector="x=y"))
+    assert [i["metadata"]["name"] for i in items] == ["a", "b", "c"]
+    assert {(i["kind"], i["apiVersion"]) for i in items} == {("Pod", "v1")}
+    assert version == "42"
+    limit = f"limit={LIST_PAGE_LIMIT}"
+    assert [path for _, path, _ in door.script.seen] == [
+        f"/api/v1/pods?labelSelector=x%3Dy&{limit}",
+        f"/api/v1/pods?labelSelector=x%3Dy&{limit}&continue=t1",
+        f"/api/v1/pods?labelSelector=x%3Dy&{limit}&continue=t2",
+    ]
+
+
+async def test_an_expired_continue_token_is_gone_so_the_cache_lists_again(door: Door) -> None:
+    door.script.answers += [
+        ok({"kind": "PodList", "metadata": {"continue": "t1"}, "items": []}),
+        status(410, "The provided continue parameter is too old"),
+    ]
+    with pytest.raises(errors.Gone, match="too old"):
+        await door.rest.list(Query("/api/v1/pods"))
 
 
 async def test_the_event_sink_posts_unique_names_and_swallows_failures(door: Door) -> None:
