@@ -7,7 +7,9 @@ module names those verbs (``KubeApi``) and where each kind lives (``KINDS``); ``
 sends them through the operator's one door (``gpucellpool.kube.rest``), so this module does no
 HTTP of its own and its errors are the one tree (``gpucellpool.kube.errors``: ``NotFound``,
 ``Conflict``, ``Unreachable`` and the rest, under ``KubeError``). Its writes use field manager
-``gpucellpool`` (the provisioner's), apart from the autoscaler's.
+``gpucellpool`` (the provisioner's), apart from the autoscaler's; the pool's status is
+server-side-applied under ``STATUS_FIELD_MANAGER`` (``provisioner.status``), its own name, so
+the apiserver tracks exactly which status fields the provisioner owns.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gpucellpool"
+STATUS_FIELD_MANAGER = "gpucellpool-provisioner"
+"""The provisioner's field manager for the GPUCellPool status it owns (server-side apply)."""
+REPLICAS_FIELD_MANAGER = "gpucellpool-provisioner-replicas"
+"""The provisioner's field manager for ``status.desiredReplicas`` of a pool without autoscaling
+(the autoscaler owns it otherwise): a manager of its own, that simply stops applying when
+autoscaling is turned on, so the field is never removed in between."""
 DEFAULT_TIMEOUT_S = 10.0
 __all__ = [
     "HTTP_CONFLICT",
@@ -43,6 +51,8 @@ __all__ = [
     "HTTP_TOO_MANY",
     "HTTP_UNAUTHORIZED",
     "KINDS",
+    "REPLICAS_FIELD_MANAGER",
+    "STATUS_FIELD_MANAGER",
     "Conflict",
     "Forbidden",
     "Invalid",
@@ -123,8 +133,10 @@ class KubeApi(Protocol):
         field_selector: str = "",
     ) -> list[JSON]: ...
 
-    async def apply(self, obj: Mapping[str, Any], status: bool = False) -> JSON:
-        """Server-side apply (fieldManager ``gpucellpool``, force)."""
+    async def apply(
+        self, obj: Mapping[str, Any], status: bool = False, field_manager: str | None = None
+    ) -> JSON:
+        """Server-side apply, forced, as ``field_manager`` (None: ``gpucellpool``)."""
         ...
 
     async def patch(
@@ -196,11 +208,14 @@ class RestKubeApi:
         result = await self._call("GET", kind.path(namespace), query)
         return [i for i in result.get("items") or [] if isinstance(i, dict)]
 
-    async def apply(self, obj: Mapping[str, Any], status: bool = False) -> JSON:
+    async def apply(
+        self, obj: Mapping[str, Any], status: bool = False, field_manager: str | None = None
+    ) -> JSON:
         kind = kind_of_object(obj)
         meta = obj["metadata"]
         path = kind.path(meta.get("namespace"), meta["name"]) + ("/status" if status else "")
-        return await self._rest.apply(path, obj)
+        rest = self._rest if field_manager is None else self._rest.for_manager(field_manager)
+        return await rest.apply(path, obj)
 
     async def patch(
         self,

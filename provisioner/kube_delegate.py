@@ -64,9 +64,11 @@ class DelegatingKubeApi:
     ) -> list[JSON]:
         return await self.inner.list(kind, namespace, label_selector, field_selector)
 
-    async def apply(self, obj: Mapping[str, Any], status: bool = False) -> JSON:
+    async def apply(
+        self, obj: Mapping[str, Any], status: bool = False, field_manager: str | None = None
+    ) -> JSON:
         write = _of_object("apply", obj, status)
-        return await self._write(write, lambda: self.inner.apply(obj, status))
+        return await self._write(write, lambda: self.inner.apply(obj, status, field_manager))
 
     async def patch(
         self,

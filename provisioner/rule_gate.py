@@ -27,7 +27,14 @@ from gpucellpool.api.pool import GPUCellPool
 from provisioner.events import EventSink, emit_all
 from provisioner.fsm.events import condition_events
 from provisioner.kube import JSON, KubeApi
-from provisioner.status import RULES_FAILED, own_conditions, set_condition, write_status
+from provisioner.status import (
+    RULES_FAILED,
+    apply_body,
+    own_conditions,
+    set_condition,
+    stored_status,
+    write_status,
+)
 
 LISTED = 3
 """Breaches named in the condition message (the rest are counted)."""
@@ -60,7 +67,7 @@ def degraded_message(breaches: Sequence[Breach]) -> str:
 
 
 def degraded_patch(pool: GPUCellPool, breaches: Sequence[Breach], now: float) -> JSON:
-    """The status patch that marks ``pool`` Degraded (only its conditions change)."""
+    """The status apply that marks ``pool`` Degraded (only its conditions change)."""
     conds = set_condition(
         [c.to_api() for c in pool.status.conditions or []],
         ConditionType.DEGRADED,
@@ -70,10 +77,9 @@ def degraded_patch(pool: GPUCellPool, breaches: Sequence[Breach], now: float) ->
         now,
         pool.metadata.generation,
     )
-    return {
-        "metadata": {"resourceVersion": pool.metadata.resource_version},
-        "status": {"conditions": conds},
-    }
+    # Only the conditions change; every other field the provisioner owns is sent back as
+    # stored, since a server-side apply would remove what it leaves out.
+    return apply_body(pool, {**stored_status(pool), "conditions": own_conditions(conds)})
 
 
 class RuleGate:

@@ -1,22 +1,24 @@
-"""Pool status from one pass: counts, the provisioner's conditions, one status-subresource patch.
+"""Pool status from one pass: counts, the provisioner's conditions, one server-side apply.
 
 Why this module exists: status is how a user (and ``kubectl wait``) learns what the provisioner
 did and why. The rows come from the state machine; this module adds the counts and the
 ``WorkloadClusterReachable``, ``Progressing`` and ``Ready`` conditions (transition times kept
-while the status does not change), and writes them with one JSON merge patch on the ``status``
-subresource - only the keys the provisioner owns, so the autoscaler's fields are left alone.
-``physicalCapacity`` and ``workloadCapacity`` (``fsm.pool_capacity``) are sent as values that
-replace the stored objects; ``workloadCapacity`` only when HAMi was read this pass (a failed
-read keeps the stored one, as in the earlier implementation). ``cellDeviceShape``
-(``fsm.device_shape``) is the per-GPU shape of that reading, kept when there is none.
+while the status does not change), and writes them.
 
-The one key both writers touch is ``conditions``: a merge patch replaces the whole list, and the
-autoscaler server-side-applies its ``ScalingActive`` entry into the same list. So the patch
-carries the ``resourceVersion`` of the read the conditions were built from: if the autoscaler
-(or anyone) wrote in between, the apiserver answers 409 instead of letting the provisioner put
-the old ``ScalingActive`` back. ``write_status`` then re-reads the pool and sends the same rows
-and its own conditions over the live list of everyone else's (``rebase``), a bounded number of
-times; the pass's rows (created cells, drain outcomes, tombstones) are never dropped for it.
+Each status field has one owner (docs/architecture.md, "Who writes which status field"). The
+provisioner server-side-applies the fields it owns (``PROVISIONER_FIELDS`` and the
+``PROVISIONER_CONDITIONS`` entries of the ``conditions`` list, which the CRD keys by ``type``)
+as field manager ``STATUS_FIELD_MANAGER``, forced, and nothing else: the autoscaler's fields
+and conditions (its own manager) are never in the body, so neither writer can revert the
+other, and no ``resourceVersion`` precondition or re-read is needed. An apply removes what its
+manager owned and no longer sends, so every apply carries every owned field: values this pass
+did not produce (``workloadCapacity`` when HAMi was not read, ``cellDeviceShape``,
+``planRejections`` when no plan was checked) are sent back as stored (``stored_status``).
+``desiredReplicas`` of a pool without autoscaling goes under ``REPLICAS_FIELD_MANAGER`` and
+only when it differs, so it is not removed when autoscaling is turned on.
+
+An older provisioner wrote status with a merge patch as ``gpucellpool``; ``write_status``
+folds that ownership into the new manager's once per pool (``fsm.field_ownership``).
 """
 
 from __future__ import annotations
@@ -36,17 +38,42 @@ from gpucellpool.api.status import (
 )
 from provisioner.backends.base import rfc3339
 from provisioner.fsm.device_shape import device_shape
+from provisioner.fsm.field_ownership import is_legacy_status_entry, upgraded_managed_fields
 from provisioner.fsm.inventory import PhysicalCondition
 from provisioner.fsm.plan_check import CheckedPlan
-from provisioner.fsm.pool_capacity import physical_capacity, replacing
+from provisioner.fsm.pool_capacity import physical_capacity
 from provisioner.fsm.rows import to_time
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES
-from provisioner.kube import JSON, KINDS, Conflict, KubeApi
+from provisioner.kube import (
+    FIELD_MANAGER,
+    JSON,
+    KINDS,
+    REPLICAS_FIELD_MANAGER,
+    STATUS_FIELD_MANAGER,
+    Conflict,
+    KubeApi,
+)
 from provisioner.workload import Reachability
 
-STATUS_WRITE_ATTEMPTS = 3
-"""Conflicting status writes in one pass before the pass gives up (the next pass re-reads)."""
-
+PROVISIONER_FIELDS = frozenset(
+    {
+        "observedGeneration",
+        "replicas",
+        "selector",
+        "readyCells",
+        "creatingCells",
+        "drainingCells",
+        "failedCells",
+        "cells",
+        "physicalCapacity",
+        "workloadCapacity",
+        "cellDeviceShape",
+        "planRejections",
+    }
+)
+"""The status keys the provisioner owns (besides its conditions, and ``desiredReplicas`` of a
+pool without autoscaling, which has a manager of its own)."""
+DESIRED_REPLICAS = "desiredReplicas"
 PROVISIONER_CONDITIONS = frozenset(
     {
         ConditionType.WORKLOAD_CLUSTER_REACHABLE,
@@ -190,23 +217,23 @@ def _ready(summary: PassSummary, ready_cells: int) -> tuple[bool, str, str]:
 
 
 def own_conditions(conds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Only the provisioner's condition types (what its Events and its rebase speak for)."""
+    """Only the provisioner's condition types (what its Events and its applies speak for)."""
     return [dict(c) for c in conds if c.get("type") in PROVISIONER_CONDITIONS]
 
 
 def capacity_status(pool: GPUCellPool, rows: list[CellStatus], summary: PassSummary) -> JSON:
-    """``physicalCapacity`` (always) and ``workloadCapacity`` (when read) as status keys whose
-    values replace the stored objects; the physical ``model`` follows the inner reading the
-    status will carry (this pass's, else the kept one)."""
+    """``physicalCapacity`` (always) and ``workloadCapacity`` (when read) as status keys (a
+    field left out of an object is removed by the apply); the physical ``model`` follows the
+    inner reading the status will carry (this pass's, else the kept one)."""
     inner = summary.workload or pool.status.workload_capacity
     out: JSON = {
-        "physicalCapacity": replacing(physical_capacity(rows, summary.free_gpus, inner)),
+        "physicalCapacity": physical_capacity(rows, summary.free_gpus, inner).to_api(),
     }
     if summary.workload is not None:
-        out["workloadCapacity"] = replacing(summary.workload)
+        out["workloadCapacity"] = summary.workload.to_api()
     shape = device_shape(summary.workload, pool.status.cell_device_shape)
     if shape is not None:  # never cleared: a pool scaled to zero keeps the last one learned
-        out["cellDeviceShape"] = replacing(shape)
+        out["cellDeviceShape"] = shape.to_api()
     if summary.plan is not None:  # the list replaces the stored one: [] clears it
         out["planRejections"] = [r.to_api() for r in published_rejections(summary.plan)]
     elif not pool.spec.autoscaling.enabled and pool.status.plan_rejections:
@@ -230,6 +257,26 @@ def published_rejections(checked: CheckedPlan) -> list[PlanRejection]:
     ]
 
 
+def stored_status(pool: GPUCellPool) -> JSON:
+    """The provisioner's status fields as ``pool`` stores them (its conditions only), which
+    an apply that does not recompute them sends back unchanged."""
+    stored = pool.status.to_api()
+    out: JSON = {key: value for key, value in stored.items() if key in PROVISIONER_FIELDS}
+    out["conditions"] = own_conditions(stored.get("conditions") or [])
+    return out
+
+
+def apply_body(pool: GPUCellPool, status: Mapping[str, Any]) -> JSON:
+    """A server-side apply body for ``pool``'s status subresource."""
+    meta = pool.metadata
+    return {
+        "apiVersion": pool.api_version,
+        "kind": pool.kind,
+        "metadata": {"name": meta.name, "namespace": meta.namespace},
+        "status": dict(status),
+    }
+
+
 def status_patch(
     pool: GPUCellPool,
     rows: list[CellStatus],
@@ -237,11 +284,14 @@ def status_patch(
     desired: int,
     capacity: Mapping[str, Any] | None = None,
 ) -> JSON:
-    """The merge patch, preconditioned on the resourceVersion ``pool`` was read at;
-    ``capacity``: the keys of ``capacity_status`` (left out: the stored objects stay)."""
+    """The apply body of every status field the provisioner owns: this pass's rows, counts and
+    conditions (only its own types); ``capacity``: the keys of ``capacity_status`` (left out:
+    the stored objects are sent back). ``desiredReplicas`` is in it for a pool without
+    autoscaling (``write_status`` sends it under its own manager)."""
     c = count(rows)
     ordered = sorted(rows, key=lambda r: r.index)
     status: JSON = {
+        **stored_status(pool),
         "observedGeneration": pool.metadata.generation,
         "replicas": len(rows),
         "selector": pool.selector(),
@@ -250,52 +300,68 @@ def status_patch(
         "drainingCells": c.draining,
         "failedCells": c.failed,
         "cells": [r.to_api() for r in ordered],
-        "conditions": conds,
+        "conditions": own_conditions(conds),
         **(capacity or {}),
     }
     if not pool.spec.autoscaling.enabled:
-        status["desiredReplicas"] = desired
-    patch: JSON = {"status": status}
-    if pool.metadata.resource_version:  # always, for a pool read from the apiserver
-        patch["metadata"] = {"resourceVersion": pool.metadata.resource_version}
-    return patch
+        status[DESIRED_REPLICAS] = desired
+    return apply_body(pool, status)
 
 
-def rebase(patch: JSON, live: Mapping[str, Any]) -> JSON:
-    """``patch`` re-aimed at ``live`` (the pool re-read after a 409): preconditioned on its
-    resourceVersion, every condition type the provisioner does not own exactly as ``live`` has
-    it, and no ``desiredReplicas`` once ``live`` is autoscaled (the autoscaler owns it then).
-    Rows, counts and ``observedGeneration`` stay: they say what this pass saw and did."""
-    live_status = live.get("status") or {}
-    theirs = [
-        dict(c)
-        for c in live_status.get("conditions") or []
-        if c.get("type") not in PROVISIONER_CONDITIONS
-    ]
-    status = dict(patch["status"])
-    status["conditions"] = theirs + own_conditions(status["conditions"])
-    if ((live.get("spec") or {}).get("autoscaling") or {}).get("enabled"):
-        status.pop("desiredReplicas", None)
-    version = (live.get("metadata") or {}).get("resourceVersion")
-    return {"metadata": {"resourceVersion": version}, "status": status}
+async def write_status(api: KubeApi, pool: GPUCellPool, body: JSON) -> list[dict[str, Any]]:
+    """Apply ``body`` (from ``status_patch``) as ``STATUS_FIELD_MANAGER``, after the one-time
+    managed-fields upgrade of a pool an older provisioner wrote (``upgrade_ownership``); then
+    ``desiredReplicas`` as ``REPLICAS_FIELD_MANAGER`` when the pool stores another value.
+    Returns the conditions written. Raises ``NotFound`` when the pool is gone and ``Conflict``
+    when the upgrade lost a race (the next pass re-reads)."""
+    status = dict(body["status"])
+    desired = status.pop(DESIRED_REPLICAS, None)
+    await upgrade_ownership(api, pool)
+    await api.apply({**body, "status": status}, status=True, field_manager=STATUS_FIELD_MANAGER)
+    if desired is not None and (
+        "desired_replicas" not in pool.status.model_fields_set
+        or pool.status.desired_replicas != desired
+    ):
+        replicas = apply_body(pool, {DESIRED_REPLICAS: desired})
+        await api.apply(replicas, status=True, field_manager=REPLICAS_FIELD_MANAGER)
+    conds: list[dict[str, Any]] = status["conditions"]
+    return conds
 
 
-async def write_status(api: KubeApi, pool: GPUCellPool, patch: JSON) -> list[dict[str, Any]]:
-    """Write ``patch`` (from ``status_patch``); on 409 re-read and ``rebase``, at most
-    ``STATUS_WRITE_ATTEMPTS`` writes. Returns the conditions written; raises ``Conflict`` when
-    every attempt lost the race or the pool is gone or was re-created (another uid)."""
+def legacy_owned(pool: GPUCellPool) -> bool:
+    """Whether ``pool`` (as read) carries the old merge-patch ownership of its status."""
+    entries = (pool.metadata.model_extra or {}).get("managedFields")
+    if not isinstance(entries, list):
+        return False
+    return any(isinstance(e, dict) and is_legacy_status_entry(e, FIELD_MANAGER) for e in entries)
+
+
+async def upgrade_ownership(api: KubeApi, pool: GPUCellPool) -> bool:
+    """Fold the old manager's status ownership into ``STATUS_FIELD_MANAGER``'s (what the
+    Kubernetes docs prescribe when a writer moves from client-side to server-side apply), once:
+    only when ``pool`` shows the old entry, re-checked on the live object, written with its
+    ``resourceVersion`` as precondition. True when it rewrote ``managedFields``."""
+    if not legacy_owned(pool):
+        return False
     meta, kind = pool.metadata, KINDS["GPUCellPool"]
-    for attempt in range(1, STATUS_WRITE_ATTEMPTS + 1):
-        try:
-            await api.patch(kind, meta.namespace, meta.name, patch, status=True)
-        except Conflict:
-            if attempt == STATUS_WRITE_ATTEMPTS:
-                raise
-            live = await api.get(kind, meta.namespace, meta.name)
-            if live is None or (live.get("metadata") or {}).get("uid") != meta.uid:
-                raise
-            patch = rebase(patch, live)
-            continue
-        conds: list[dict[str, Any]] = patch["status"]["conditions"]
-        return conds
-    raise AssertionError("unreachable")  # pragma: no cover
+    live = await api.get(kind, meta.namespace, meta.name)
+    live_meta = (live or {}).get("metadata") or {}
+    if live is None or live_meta.get("uid") != meta.uid:
+        raise Conflict(409, f"GPUCellPool {meta.namespace}/{meta.name} was deleted or re-created")
+    rewritten = upgraded_managed_fields(
+        live_meta.get("managedFields") or [],
+        old_manager=FIELD_MANAGER,
+        new_manager=STATUS_FIELD_MANAGER,
+        owned_keys=PROVISIONER_FIELDS,
+        owned_conditions=frozenset(str(c) for c in PROVISIONER_CONDITIONS),
+    )
+    if rewritten is None:
+        return False
+    patch = {
+        "metadata": {
+            "resourceVersion": live_meta.get("resourceVersion"),
+            "managedFields": rewritten,
+        }
+    }
+    await api.patch(kind, meta.namespace, meta.name, patch)
+    return True

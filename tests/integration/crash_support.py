@@ -58,7 +58,7 @@ def state_write(what: str) -> bool:
 def cleanup_write(what: str) -> bool:
     """Neither an Event nor the pool's status: both are written by every pass (a waiting pass
     too), so their number depends on timing; every other write of a flow happens once."""
-    return state_write(what) and not (what.startswith("patch GPUCellPool/") and "/status" in what)
+    return state_write(what) and not (what.startswith("apply GPUCellPool/") and "/status" in what)
 
 
 @dataclass

@@ -72,10 +72,11 @@ async def test_crash_at_every_write_of_a_creating_pass(
             finally:
                 await fresh.close()
             await assert_exact_cells(infra_api, workload_api, key, {f"{name}-0", f"{name}-1"})
-    # A first pass writes: pool finalizer, 2 x (Secret, seed, guest), status; then its Events
-    # (best effort: a crash while posting them loses the rest, never state).
+    # A first pass writes: pool finalizer, 2 x (Secret, seed, guest), status, desiredReplicas
+    # (its own field manager); then its Events (best effort: a crash while posting them loses
+    # the rest, never state).
     state = [w for w in plan.log if not w.startswith("create Event/")]
-    assert crashes == len(plan.log) and len(state) == 8, plan.log
+    assert crashes == len(plan.log) and len(state) == 9, plan.log
     assert len(plan.log) > len(state)
 
 
@@ -110,5 +111,5 @@ async def test_crash_at_every_write_of_a_draining_pass(
                 await assert_exact_cells(infra_api, workload_api, key, {f"{name}-0"})
     finally:
         await healthy.close()
-    # mark, cordon, delete Node, release finalizer, delete guest, status.
-    assert crashes == len(plan.log) >= 6, plan.log
+    # mark, cordon, delete Node, release finalizer, delete guest, status, desiredReplicas.
+    assert crashes == len(plan.log) >= 7, plan.log

@@ -46,7 +46,8 @@ from tests.integration.provisioner_support import (
 CREATE_STATE_WRITES = [
     "patch GPUCellPool",  # the pool finalizer
     *["apply Secret", "apply KubeSwiftMachine", "apply Machine"] * 2,  # Machine last
-    "patch GPUCellPool/status",
+    "apply GPUCellPool/status",  # the provisioner's fields (field manager gpucellpool-provisioner)
+    "apply GPUCellPool/status",  # desiredReplicas, new: its own manager (provisioner.status)
 ]
 DRAIN_WRITES = [
     "patch Machine",  # the drain mark
@@ -55,7 +56,8 @@ DRAIN_WRITES = [
     "patch Machine",  # release the cell-drain finalizer
     "delete Machine",
     "delete KubeSwiftMachine",
-    "patch GPUCellPool/status",
+    "apply GPUCellPool/status",
+    "apply GPUCellPool/status",  # desiredReplicas 2 -> 1
 ]
 
 

@@ -10,7 +10,8 @@ its own pool, all run at once (``crash_support``); for each k the pool with j on
 recovery's last write must not crash, which proves every recovery write was a crash point.
 
 The crash points are a pass's state writes (Events are best effort and not counted): the pool
-finalizer, Secret, seed profile or KubeSwiftMachine, SwiftGuest or Machine, status.
+finalizer, Secret, seed profile or KubeSwiftMachine, SwiftGuest or Machine, status, and
+status.desiredReplicas (a pool without autoscaling, written when it differs).
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ from tests.integration.provisioner_support import (
     ready_with,
 )
 
-FIRST_PASS_WRITES = 5  # pool finalizer, Secret, seed / KubeSwiftMachine, guest / Machine, status
-# State writes of the recovery's pass after the first crash at k (k = 0..4): before the write
+# pool finalizer, Secret, seed / KubeSwiftMachine, guest / Machine, status, desiredReplicas
+# (the status apply, then desiredReplicas under its own field manager: provisioner.status)
+FIRST_PASS_WRITES = 6
+# State writes of the recovery's pass after the first crash at k (k = 0..5): before the write
 # landed, k = 0 leaves nothing and k = 1..3 leave the cell unborn (created again in full: three
-# writes and status); once the outer object exists only the status is left to write.
-RECOVERY_WRITES = {"before": [5, 4, 4, 4, 1], "after": [4, 4, 4, 1, 1]}
+# writes, status and desiredReplicas); once the outer object exists only the status is left to
+# write, with desiredReplicas until that write has landed.
+RECOVERY_WRITES = {"before": [6, 5, 5, 5, 2, 2], "after": [5, 5, 5, 2, 2, 1]}
 
 
 def _plan(crash_at: int, mode: str) -> CountingCrashPlan:

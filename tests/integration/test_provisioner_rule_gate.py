@@ -55,7 +55,7 @@ async def test_a_pool_that_skipped_the_webhook_launches_nothing_until_fixed(
         secrets = await names(infra_api, "Secret", namespace)
         assert not any(s.startswith("gated-") for s in secrets), secrets
         kinds = {(c.kind, c.verb) for c in operator.calls}
-        assert kinds <= {("GPUCellPool", "patch"), ("Event", "create")}, kinds
+        assert kinds <= {("GPUCellPool", "apply"), ("Event", "create")}, kinds
         assert "finalizers" not in (stored or {}).get("metadata", {}), "not even a finalizer"
         events = await infra_api.list(EVENT, namespace)
         refused = [e for e in events if e.get("reason") == "AdmissionRulesFailed"]

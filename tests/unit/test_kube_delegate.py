@@ -42,8 +42,10 @@ class Inner:
         self.seen.append(("list", kind.kind, namespace, label_selector, field_selector))
         return [{"listed": kind.kind}]
 
-    async def apply(self, obj: Mapping[str, Any], status: bool = False) -> JSON:
-        self.seen.append(("apply", obj["metadata"]["name"], status))
+    async def apply(
+        self, obj: Mapping[str, Any], status: bool = False, field_manager: str | None = None
+    ) -> JSON:
+        self.seen.append(("apply", obj["metadata"]["name"], status, field_manager))
         return {"applied": True}
 
     async def patch(
@@ -94,6 +96,7 @@ async def _every_verb(api: KubeApi) -> list[Any]:
         await api.get(pool, "ns", "a"),
         await api.list(pool, "ns", "l=1", "f=2"),
         await api.apply(POD),
+        await api.apply(POD, status=True, field_manager="m"),
         await api.patch(pool, "ns", "a", {"x": 1}, status=True),
         await api.create(POD),
         await api.delete(KINDS["Node"], None, "n", grace_period_s=0),
@@ -112,7 +115,8 @@ async def test_every_verb_is_forwarded_with_its_arguments_and_answer() -> None:
     assert inner.seen == [
         ("get", "GPUCellPool", "ns", "a"),
         ("list", "GPUCellPool", "ns", "l=1", "f=2"),
-        ("apply", "p", False),
+        ("apply", "p", False, None),
+        ("apply", "p", True, "m"),
         ("patch", "GPUCellPool", "ns", "a", {"x": 1}, True),
         ("create", "p"),
         ("delete", "Node", None, "n", 0),
@@ -122,6 +126,7 @@ async def test_every_verb_is_forwarded_with_its_arguments_and_answer() -> None:
     ]
     assert [w.describe() for w in hooked.writes] == [
         "apply Pod/p",
+        "apply Pod/p/status",
         "patch GPUCellPool/a/status",
         "create Pod/p",
         "delete Node/n",

@@ -1,31 +1,35 @@
-"""The provisioner's status write never reverts another writer's condition.
+"""The provisioner's status apply: only its own fields, all of them, under its own manager.
 
-A merge patch replaces the whole ``conditions`` list, so the patch is preconditioned on the
-resourceVersion its conditions were read at; after a 409 it is rebased on the live list. These
-tests pin the pure rebase and the bounded retry around it (the live race is in
-tests/integration/test_provisioner_status_race.py).
+Status is server-side-applied (field manager ``gpucellpool-provisioner``): the body carries the
+provisioner's fields and conditions and nothing of the autoscaler's, so no precondition or
+rebase is needed; a field left out would be removed, so values this pass did not compute are
+sent back as stored. These tests pin the body and the writes; the two writers interleaved on a
+real apiserver are in tests/integration/test_provisioner_status_race.py, the managed-fields
+upgrade in tests/integration/test_provisioner_status_ownership.py.
 """
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
 import yaml
 
 from gpucellpool.api import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus, PlanRejection
 from provisioner.fsm.capacity import CellCapacity, Device
 from provisioner.fsm.pool_capacity import workload_capacity
-from provisioner.kube import JSON, Conflict, Kind, KubeApi
+from provisioner.kube import (
+    JSON,
+    REPLICAS_FIELD_MANAGER,
+    STATUS_FIELD_MANAGER,
+    Kind,
+    KubeApi,
+)
 from provisioner.status import (
-    STATUS_WRITE_ATTEMPTS,
     PassSummary,
     capacity_status,
     own_conditions,
-    rebase,
     status_patch,
     write_status,
 )
@@ -40,7 +44,7 @@ def _cond(type_: str, status: str, reason: str, at: str = T0) -> dict[str, Any]:
     return {"type": type_, "status": status, "reason": reason, "lastTransitionTime": at}
 
 
-def _pool(autoscaling: bool = False, rv: str = "100") -> GPUCellPool:
+def _pool(autoscaling: bool = False, rv: str = "100", desired: int | None = None) -> GPUCellPool:
     body = yaml.safe_load((SAMPLES / "autoscaling-off.yaml").read_text())
     body["metadata"].update(
         {"namespace": "ns", "uid": "u-1", "resourceVersion": rv, "generation": 4}
@@ -52,6 +56,8 @@ def _pool(autoscaling: bool = False, rv: str = "100") -> GPUCellPool:
             _cond("Ready", "False", "CellsNotReady"),
         ]
     }
+    if desired is not None:
+        body["status"]["desiredReplicas"] = desired
     return GPUCellPool.model_validate(body)
 
 
@@ -59,21 +65,19 @@ ROWS = [CellStatus(name="gpu-fixed-0", index=0, phase=CellPhase.PENDING, reason=
 OURS = [_cond("Ready", "True", "AllCellsReady", T1), _cond("Progressing", "False", "Idle", T1)]
 
 
-def _live(rv: str, conditions: list[dict[str, Any]], autoscaling: bool = False) -> JSON:
-    return {
-        "metadata": {"name": "gpu-fixed", "namespace": "ns", "uid": "u-1", "resourceVersion": rv},
-        "spec": {"autoscaling": {"enabled": autoscaling}},
-        "status": {"desiredReplicas": 5, "conditions": conditions},
-    }
+def test_the_body_is_an_apply_of_our_fields_only_without_precondition() -> None:
+    conds = [_cond("ScalingActive", "True", "ScaledUp", T1), *OURS]
+    body = status_patch(_pool(rv="100"), ROWS, conds, 3)
+    assert body["apiVersion"] == "cells.kubeswift.io/v1alpha1" and body["kind"] == "GPUCellPool"
+    assert body["metadata"] == {"name": "gpu-fixed", "namespace": "ns"}
+    status = body["status"]
+    assert status["conditions"] == OURS  # the autoscaler's ScalingActive is never sent
+    assert status["desiredReplicas"] == 3  # autoscaling off: ours
+    assert status["cells"] == [r.to_api() for r in ROWS] and status["replicas"] == 1
+    assert "desiredReplicas" not in status_patch(_pool(autoscaling=True), ROWS, OURS, 3)["status"]
 
 
-def test_the_patch_is_preconditioned_on_the_read_it_was_built_from() -> None:
-    patch = status_patch(_pool(rv="100"), ROWS, OURS, 3)
-    assert patch["metadata"] == {"resourceVersion": "100"}
-    assert patch["status"]["desiredReplicas"] == 3
-
-
-def test_capacity_objects_are_written_whole_and_hami_only_when_read() -> None:
+def test_capacity_objects_are_written_and_hami_only_when_read() -> None:
     reach = Reachability(True, "Connected", "")
     rows = [ROWS[0].model_copy(update={"devices": ["0000:01:00.0"]})]
     hami = workload_capacity([CellCapacity((Device(8192, 100, "T4", "GPU-a"),))], "DP", 0.0)
@@ -82,13 +86,14 @@ def test_capacity_objects_are_written_whole_and_hami_only_when_read() -> None:
     assert patch["physicalCapacity"] == {"gpus": 1, "freeGPUsInCluster": 4, "model": "T4"}
     assert patch["workloadCapacity"]["gpuMemory"]["total"] == "8Gi"
     assert patch["workloadCapacity"]["gpuCompute"]["total"] == "100"
-    # HAMi unreadable this pass: workloadCapacity is left out (kept), the physical model
-    # follows the stored inner reading, an unknown free count is deleted (null).
+    # HAMi unreadable this pass: workloadCapacity is not recomputed (status_patch sends the
+    # stored one back), the physical model follows the stored inner reading, an unknown free
+    # count is left out (removed by the apply).
     stored = _pool()
     stored.status.workload_capacity = hami
     kept = capacity_status(stored, rows, PassSummary(reach, 1))
     assert "workloadCapacity" not in kept
-    assert kept["physicalCapacity"] == {"gpus": 1, "freeGPUsInCluster": None, "model": "T4"}
+    assert kept["physicalCapacity"] == {"gpus": 1, "model": "T4"}
     assert "physicalCapacity" not in status_patch(_pool(), rows, OURS, 1)["status"]
 
 
@@ -104,100 +109,70 @@ def test_plan_rejections_are_cleared_once_autoscaling_is_turned_off() -> None:
     assert "planRejections" not in capacity_status(_pool(), ROWS, PassSummary(reach, 1))
 
 
-def test_rebase_takes_every_foreign_condition_from_the_live_object() -> None:
-    scaling = _cond("ScalingActive", "True", "ScaledUp", T1)
-    stale = status_patch(_pool(), ROWS, [_cond("ScalingActive", "False", "Idle"), *OURS], 3)
-    live = _live("101", [scaling, _cond("Ready", "False", "Whatever"), _cond("X", "True", "Y")])
-
-    rebased = rebase(stale, live)
-
-    assert rebased["metadata"] == {"resourceVersion": "101"}
-    conds = {c["type"]: c for c in rebased["status"]["conditions"]}
-    assert conds["ScalingActive"] == scaling  # the autoscaler's, not the stale copy
-    assert conds["X"]["reason"] == "Y"  # an unknown writer's condition survives too
-    assert conds["Ready"]["reason"] == "AllCellsReady"  # ours are this pass's
-    assert conds["Progressing"]["lastTransitionTime"] == T1
-    assert len(rebased["status"]["conditions"]) == 4
-    # what the pass saw and did is not touched
-    assert rebased["status"]["cells"] == stale["status"]["cells"]
-    assert rebased["status"]["observedGeneration"] == 4
-    assert stale["metadata"] == {"resourceVersion": "100"}  # the input is not mutated
-
-
-def test_rebase_drops_a_foreign_condition_its_writer_removed() -> None:
-    stale = status_patch(_pool(), ROWS, [_cond("ScalingActive", "False", "Idle"), *OURS], 3)
-    rebased = rebase(stale, _live("101", []))
-    assert {c["type"] for c in rebased["status"]["conditions"]} == {"Ready", "Progressing"}
-
-
-@pytest.mark.parametrize(("live_autoscaled", "kept"), [(False, True), (True, False)])
-def test_rebase_leaves_desired_replicas_to_the_autoscaler_once_it_owns_them(
-    live_autoscaled: bool, kept: bool
-) -> None:
-    stale = status_patch(_pool(autoscaling=False), ROWS, OURS, 3)
-    rebased = rebase(stale, _live("101", [], autoscaling=live_autoscaled))
-    assert ("desiredReplicas" in rebased["status"]) is kept
-
-
 def test_own_conditions_are_only_the_provisioners_types() -> None:
     mixed = [_cond("ScalingActive", "True", "A"), _cond("MetricsAvailable", "True", "B"), *OURS]
     assert own_conditions(mixed) == OURS
 
 
-class RacingApi:
-    """``patch`` answers 409 ``conflicts`` times (as if another writer got in first each time);
-    ``get`` returns the live object, bumped by every conflicting write."""
+def test_stored_fields_this_pass_did_not_compute_are_sent_back() -> None:
+    """An apply removes what its manager owned and left out: the stored shape, HAMi capacity
+    and plan rejections go back as they are when a pass has nothing newer."""
+    reach = Reachability(True, "Connected", "")
+    hami = workload_capacity([CellCapacity((Device(8192, 100, "T4", "GPU-a"),))], "DP", 0.0)
+    rejected = {"step": "Remove", "cell": "gpu-fixed-0", "reason": "VictimInDrainBackoff"}
+    stored = _pool(autoscaling=True)
+    stored.status.workload_capacity = hami
+    stored.status.plan_rejections = [PlanRejection.model_validate(rejected)]
+    capacity = capacity_status(stored, ROWS, PassSummary(reach, 1))
+    status = status_patch(stored, ROWS, OURS, 1, capacity)["status"]
+    assert status["workloadCapacity"] == hami.to_api()
+    assert status["planRejections"] == [{**rejected, "message": ""}]
+    assert status["physicalCapacity"]["model"] == "T4"
 
-    def __init__(self, conflicts: int, live: JSON) -> None:
-        self.conflicts = conflicts
+
+class ApplyingApi:
+    """Records every apply and patch; ``get`` answers ``live``."""
+
+    def __init__(self, live: JSON | None = None) -> None:
         self.live = live
+        self.applies: list[tuple[JSON, bool, str | None]] = []
         self.patches: list[JSON] = []
-        self.gets = 0
+
+    async def apply(
+        self, obj: JSON, status: bool = False, field_manager: str | None = None
+    ) -> JSON:
+        self.applies.append((obj, status, field_manager))
+        return obj
 
     async def patch(
         self, kind: Kind, namespace: str | None, name: str, patch: JSON, status: bool = False
     ) -> JSON:
-        assert status and kind.kind == "GPUCellPool" and (namespace, name) == ("ns", "gpu-fixed")
-        self.patches.append(copy.deepcopy(patch))
-        if len(self.patches) <= self.conflicts:
-            rv = int(self.live["metadata"]["resourceVersion"]) + 1
-            self.live["metadata"]["resourceVersion"] = str(rv)
-            raise Conflict(409, "the object has been modified")
-        return self.live
+        self.patches.append(patch)
+        return patch
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
-        self.gets += 1
-        return copy.deepcopy(self.live)
+        return self.live
 
 
-async def test_a_lost_race_is_retried_on_the_live_conditions() -> None:
-    scaling = _cond("ScalingActive", "True", "ScaledUp", T1)
-    api = RacingApi(1, _live("100", [scaling]))
-    pool = _pool(rv="100")
-    conds = [_cond("ScalingActive", "False", "Idle"), *OURS]
-
-    written = await write_status(cast(KubeApi, api), pool, status_patch(pool, ROWS, conds, 3))
-
-    assert [p["metadata"]["resourceVersion"] for p in api.patches] == ["100", "101"]
-    assert api.patches[1]["status"]["conditions"] == written
-    assert scaling in written and _cond("ScalingActive", "False", "Idle") not in written
-    assert api.patches[1]["status"]["cells"] == api.patches[0]["status"]["cells"]
+async def test_one_apply_under_the_provisioners_manager_when_replicas_are_stored() -> None:
+    api = ApplyingApi()
+    pool = _pool(desired=3)
+    written = await write_status(cast(KubeApi, api), pool, status_patch(pool, ROWS, OURS, 3))
+    assert [(status, manager) for _, status, manager in api.applies] == [
+        (True, STATUS_FIELD_MANAGER)
+    ]
+    body = api.applies[0][0]
+    assert "desiredReplicas" not in body["status"] and body["status"]["conditions"] == written
+    assert api.patches == [], "no managed-fields upgrade for a pool written the new way"
 
 
-async def test_a_race_lost_every_time_gives_up_after_a_bounded_number_of_writes() -> None:
-    api = RacingApi(10, _live("100", []))
-    pool = _pool(rv="100")
-    with pytest.raises(Conflict):
-        await write_status(cast(KubeApi, api), pool, status_patch(pool, ROWS, OURS, 3))
-    assert len(api.patches) == STATUS_WRITE_ATTEMPTS
-    assert api.gets == STATUS_WRITE_ATTEMPTS - 1
-
-
-async def test_a_recreated_pool_is_not_written_with_the_old_rows() -> None:
-    live = _live("100", [])
-    live["metadata"]["uid"] = "u-2"
-    api = RacingApi(1, live)
-    pool = _pool(rv="100")
-    with pytest.raises(Conflict):
-        await write_status(cast(KubeApi, api), pool, status_patch(pool, ROWS, OURS, 3))
-    assert len(api.patches) == 1
+async def test_desired_replicas_has_its_own_manager_and_is_written_only_when_it_differs() -> None:
+    api = ApplyingApi()
+    pool = _pool(desired=2)
+    await write_status(cast(KubeApi, api), pool, status_patch(pool, ROWS, OURS, 3))
+    replicas = [(obj["status"], m) for obj, _, m in api.applies if m == REPLICAS_FIELD_MANAGER]
+    assert replicas == [({"desiredReplicas": 3}, REPLICAS_FIELD_MANAGER)]
+    api = ApplyingApi()
+    autoscaled = _pool(autoscaling=True, desired=2)
+    await write_status(cast(KubeApi, api), autoscaled, status_patch(autoscaled, ROWS, OURS, 3))
+    assert [m for _, _, m in api.applies] == [STATUS_FIELD_MANAGER], "the autoscaler's then"

@@ -15,6 +15,8 @@ from provisioner.workload import Reachability
 from simulations.twin.scenario import swiftguest_pool
 from webhook.rules import FieldError, RuleSettings
 
+AT = {"lastTransitionTime": "2026-11-30T10:00:00Z"}
+
 
 def _pool(**template: Any) -> dict[str, Any]:
     raw = swiftguest_pool("p", "ns", 1)
@@ -61,13 +63,18 @@ async def test_the_gate_runs_the_rules_once_per_generation() -> None:
 
 def test_degraded_is_set_then_cleared_by_a_pass_that_runs() -> None:
     raw = _pool(nodeName="n")
+    row = {"name": "p-0", "index": 0, "phase": "Ready"}
+    theirs = {"type": "ScalingActive", "status": "True", "reason": "ScaledUp", **AT}
+    raw["status"] = {"cells": [row], "readyCells": 1, "conditions": [theirs]}
     breaches = pool_rules(RuleSettings())(raw)
     patch = degraded_patch(GPUCellPool.model_validate(raw), breaches, 100.0)
-    assert patch["metadata"] == {"resourceVersion": "7"}
+    assert patch["metadata"] == {"name": "p", "namespace": "ns"}  # an apply: no precondition
     (degraded,) = [c for c in patch["status"]["conditions"] if c["type"] == "Degraded"]
     assert degraded["status"] == "True" and degraded["reason"] == "AdmissionRulesFailed"
     assert "spec.cell.guestTemplate.nodeName" in degraded["message"]
-    assert set(patch["status"]) == {"conditions"}, "rows and counts are not touched"
+    assert [c["type"] for c in patch["status"]["conditions"]] == ["Degraded"], "ours only"
+    # rows and counts are sent back as stored (an apply would remove what it leaves out)
+    assert patch["status"]["cells"] == [row] and patch["status"]["readyCells"] == 1
 
     fixed = {**_pool(), "status": {"conditions": patch["status"]["conditions"]}}
     summary = PassSummary(Reachability(True, "Reachable", ""), 1)
