@@ -16,9 +16,10 @@ pure function of the current rows, the per-index failure history, the limits and
   the pool annotation ``cells.kubeswift.io/release-guard: "true"`` lifts the hopeless-pool and
   credential guards for one wave (the shell removes it once cells were created under it);
 * remove Failed cells first, then the autoscaler's victims, then the highest index; an
-  autoscaled pool's plan is checked first (``fsm.plan_check``): its accepted victims go in the
-  plan's order, a rejected one is not replaced by another cell (the scale-down waits and says
-  why), and its physical bound is the check's, in GPUs per cell;
+  autoscaled pool's plan is checked first (``fsm.plan_check``) and executed by the rule the
+  simulator uses (``fsm.plan_execute``): its accepted victims go in the plan's order, a
+  rejected one is not replaced by another cell (the scale-down waits and says why), and its
+  physical bound is the check's, in GPUs per cell;
 * keep the failure history for EVERY index, autoscaled ones included (the earlier
   implementation dropped tombstones at ``index >= spec.replicas`` and with them the backoff);
 * a replaced cell comes back at its own index: while the failed object is being deleted the
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 
 from provisioner.fsm.identity import MAX_INDEX, RELEASE_GUARD_ANNOTATION, cell_name
 from provisioner.fsm.plan_check import CheckedPlan
+from provisioner.fsm.plan_execute import LiveCell, creatable, removals
 from provisioner.fsm.vocabulary import (
     CREATING_PHASES,
     PRE_GPU_PHASES,
@@ -174,22 +176,11 @@ def _live(rows: tuple[MemberRow, ...]) -> list[MemberRow]:
 def _removals(inp: MembershipInput, live: list[MemberRow]) -> tuple[str, ...]:
     """Scale-down victims: Failed cells, then the autoscaler's choice, then highest index.
     A rollout's surge (positive ``creation_adjustment``) is not excess: its cells stay."""
-    excess = len(live) - max(inp.desired_replicas + max(inp.creation_adjustment, 0), 0)
-    if excess <= 0:
-        return ()
-    by_name = {r.name: r for r in live}
-    failed = sorted((r for r in live if r.phase is CellPhase.FAILED), key=lambda r: -r.index)
-    ordered = [r.name for r in failed]
-    victims = inp.victims
-    held: tuple[str, ...] = ()
-    if inp.plan is not None:  # a held victim's slot waits: no other cell stands in
-        victims = inp.plan.victims
-        held = tuple(n for n in inp.plan.held if n in by_name)
-        excess -= len(held)
-    ordered += [v for v in victims if v in by_name and v not in ordered]
-    rest = sorted(live, key=lambda r: -r.index)
-    ordered += [r.name for r in rest if r.name not in ordered and r.name not in held]
-    return tuple(ordered[: max(excess, 0)])
+    cells = [LiveCell(r.name, r.index, r.phase is CellPhase.FAILED) for r in live]
+    if inp.plan is not None:  # the simulator executes plans by this very rule
+        return removals(inp.plan, cells, inp.creation_adjustment)
+    unplanned = CheckedPlan(inp.desired_replicas, inp.victims)  # victims best first, no check
+    return removals(unplanned, cells, inp.creation_adjustment)
 
 
 def _failed_decisions(
@@ -318,7 +309,7 @@ def _creations(
         if inp.plan.create_limit == 0:
             stall = StallReason.INSUFFICIENT_PHYSICAL_GPU
             message = f"no free physical GPU for {wanted} more cell(s)"
-        allowed = min(allowed, inp.plan.create_limit)
+        allowed = creatable(inp.plan, allowed)
     elif inp.plan is None and inp.free_physical_gpus is not None:
         per_cell = max(inp.gpus_per_cell, 1)
         waiting_for_gpu = sum(1 for r in live if r.phase in PRE_GPU_PHASES)

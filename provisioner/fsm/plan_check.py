@@ -11,7 +11,7 @@ actuator re-checks its planner's choice (autoscaler-anchors):
   rejected as ``StaleGeneration`` (the plan was made for an older spec) or ``TargetOutOfBounds``.
 * Remove, per victim in the plan's order: nothing to do when it is already leaving (or gone once
   the pool is down to the target: the step is done); ``VictimGone`` when it no longer exists
-  while the pool is still above the target (the excess then goes highest index first);
+  while the pool is still above the target (no other cell stands in: the next plan chooses);
   ``VictimInDrainBackoff`` while a drain of it was abandoned recently (``fsm.drain_backoff``):
   its slot is not filled by another cell, the scale-down waits. Every other live cell in drain
   back-off is reported the same way while it lasts (a standing refusal): otherwise the next plan,
@@ -21,7 +21,8 @@ actuator re-checks its planner's choice (autoscaler-anchors):
   GPUs of this pool's cells that have not taken theirs yet); the excess is ``PhysicalGPUExceeded``.
 
 The rejections are published (``status.planRejections``) so the next decision sees them; what
-was accepted is what membership executes (``fsm.membership``). Pools without autoscaling have
+was accepted is executed by one rule (``fsm.plan_execute``), live by membership and in the
+simulator by its actuator. Pools without autoscaling have
 no plan: membership serves them as before.
 """
 
@@ -94,7 +95,10 @@ class Verdict:
 class CheckedPlan:
     """What membership executes: the ``target``, the accepted ``victims`` (the plan's order),
     the ``held`` victims whose removal waits, at most ``create_limit`` new cells (None: no
-    physical bound), and the ``rejections``. ``requeue_after_s``: when the first hold ends."""
+    physical bound), and the ``rejections``. ``requeue_after_s``: when the first hold ends.
+    ``victims_named``: the plan named victims and its target stands (``plan_execute`` then
+    lets no other cell stand in for one it could not accept; a clamped target's extra cells
+    go highest index first)."""
 
     target: int
     victims: tuple[str, ...] = ()
@@ -102,6 +106,7 @@ class CheckedPlan:
     create_limit: int | None = None
     rejections: tuple[Verdict, ...] = ()
     requeue_after_s: float | None = None
+    victims_named: bool = False
 
     def summary(self) -> str:
         """The rejections in one line ("" when the whole plan was accepted)."""
@@ -135,7 +140,7 @@ def _victims(
     for name in dict.fromkeys(plan.victims):
         fact = by_name.get(name)
         if fact is None and above_target:
-            message = f"victim {name} no longer exists; the excess goes highest index first"
+            message = f"victim {name} no longer exists; no other cell stands in for it"
             verdicts.append(Verdict(PlanStep.REMOVE, Rejection.VICTIM_GONE, message, name))
         elif fact is None or not fact.live:
             continue  # leaving already, or gone with the step done
@@ -200,4 +205,5 @@ def check_plan(plan: Plan, cells: Sequence[CellFact], bounds: Bounds, now_s: flo
         create_limit=limit,
         rejections=tuple(rejections),
         requeue_after_s=min(waits) if waits else None,
+        victims_named=bool(plan.victims) and target_verdict is None,
     )

@@ -3,12 +3,13 @@
 Why this module exists: the simulator and the twin must differ only in timing. The live
 provisioner does not act on a decision as it stands: it checks the plan against its fresh state
 (``provisioner.fsm.plan_check``: target within the spec's bounds, victims still live and not in
-drain back-off, new cells within the free physical GPUs) and executes what was accepted with
-membership's rules for an autoscaled pool - create up to the target within the checked physical
-limit; drain the accepted victims in the plan's order, at most down to the target, with no
-other cell standing in for a rejected one. This module calls the same pure check with the
-simulated world's facts and applies the same rules, so a plan the provisioner would trim is
-trimmed here too, for the same reason.
+drain back-off, new cells within the free physical GPUs) and executes what was accepted by
+``provisioner.fsm.plan_execute``, as membership does for an autoscaled pool - create up to the
+target within the checked physical limit; drain the accepted victims (a Booting one is a
+cancelled boot) in the plan's order, at most down to the target, with no other cell standing
+in for a rejected one. This module calls the same pure check and execution rule with the
+simulated world's facts, so a plan the provisioner would trim is trimmed here too, for the
+same reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from autoscaler.policy.types import CellState, Decision, PolicyConfig
 from provisioner.fsm.plan_check import Bounds, CellFact, CheckedPlan, Plan, check_plan
+from provisioner.fsm.plan_execute import LiveCell, creatable, removals
 from simulations.engine.world import SimCell
 
 LIVE = (CellState.BOOTING, CellState.READY)
@@ -45,15 +47,12 @@ def actions(
     free GPUs are ``physical_gpus`` less every cell's, draining ones included.
     """
     all_cells = list(cells)
-    live = [c.name for c in all_cells if c.state in LIVE]
+    live = [LiveCell(c.name, c.index) for c in all_cells if c.state in LIVE]
     facts = [CellFact(c.name, live=c.state in LIVE) for c in all_cells]
     per_cell = max(config.shape.gpus, 1)
     free = None if physical_gpus is None else max(physical_gpus - len(all_cells) * per_cell, 0)
     bounds = Bounds(config.min_replicas, config.max_replicas, None, free, per_cell)
     checked = check_plan(Plan(decision.desired_replicas, decision.victims), facts, bounds, now)
-    wanted = checked.target - len(live)
-    if wanted > 0:
-        limit = wanted if checked.create_limit is None else min(wanted, checked.create_limit)
-        return Actions(limit, (), checked)
-    excess = len(live) - checked.target - len(checked.held)
-    return Actions(0, checked.victims[: max(excess, 0)], checked)
+    if checked.target >= len(live):
+        return Actions(creatable(checked, checked.target - len(live)), (), checked)
+    return Actions(0, removals(checked, live), checked)
