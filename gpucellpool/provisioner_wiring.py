@@ -25,6 +25,7 @@ from provisioner.kube import FIELD_MANAGER, KubeApi, RestKubeApi, api_from_kubec
 from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
 from provisioner.rule_gate import PoolRules
+from provisioner.workload import NODE_LEASE_NAMESPACE
 from webhook.rules import RuleSettings, validate_create
 
 SWIFTGUESTS_PATH = "/apis/swift.kubeswift.io/v1alpha1/swiftguests"
@@ -84,14 +85,27 @@ class ClusterState:
         return None
 
     def workload_reads(self, namespace: str, secret: str) -> StoreLookup:
-        """The caches of the workload cluster the Secret reaches: its Nodes (looked up at
-        each read, so a rebuilt cluster's new caches are used; none yet: GET)."""
+        """The caches of the workload cluster the Secret reaches: its Nodes and node Leases
+        (looked up at each read, so a rebuilt cluster's new caches are used; none yet: GET).
+        The first Lease read starts that cluster's Lease watch (``watch_leases``)."""
 
         def store(kind: str, ns: str | None, name: str) -> Store | None:
-            cluster = self._cluster(namespace, secret) if kind == "Node" else None
-            return cluster.nodes if cluster is not None else None
+            if kind not in ("Node", "Lease") or not (cluster := self._cluster(namespace, secret)):
+                return None
+            if kind == "Node":
+                return cluster.nodes
+            if ns != NODE_LEASE_NAMESPACE:
+                return None
+            cluster.watch_leases()
+            return cluster.leases
 
         return store
+
+    def workload_live(self, namespace: str, secret: str, kubeconfig: str | None) -> bool:
+        """Whether the workload cluster that Secret reaches holds a live watch on exactly that
+        kubeconfig (``WorkloadCluster.live_on``): proof enough that it is reachable."""
+        cluster = self._cluster(namespace, secret)
+        return cluster is not None and cluster.live_on(kubeconfig)
 
 
 class ProvisionerSide:
@@ -126,6 +140,7 @@ class ProvisionerSide:
             hosts=self.nodes,
             workload_factory=workloads,
             workload_reads=state.workload_reads if state is not None else None,
+            workload_live=state.workload_live if state is not None else None,
         )
         self.driver = ProvisionerDriver(self.reconciler, clock, is_leader)
         self.outer = [

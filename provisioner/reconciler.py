@@ -75,7 +75,7 @@ from provisioner.status import (
     status_patch,
     write_status,
 )
-from provisioner.workload import ApiFactory, Reachability, WorkloadClients
+from provisioner.workload import ApiFactory, Reachability, WorkloadClients, WorkloadLive
 
 BUSY_REQUEUE_S = 1.0
 IDLE_REQUEUE_S = 30.0
@@ -115,6 +115,7 @@ class Reconciler:
         *,
         hosts: HostSource | None = None,
         workload_reads: WorkloadReads | None = None,
+        workload_live: WorkloadLive | None = None,
     ) -> None:
         """``limits``: churn limits (in-flight cap, replacement backoff); defaults as the
         earlier implementation (2 in flight, 30 s doubling backoff, 5 failures per index).
@@ -124,14 +125,18 @@ class Reconciler:
         operator always passes them, None skips the re-check (tests of other parts).
         ``hosts``: where the cells' infrastructure Nodes are read (the operator's Node cache;
         default one GET per host per pass). ``workload_reads``: the operator's caches of each
-        workload cluster, which answer the pass's gets there (``cached_reads``; default GETs)."""
+        workload cluster, which answer the pass's gets there (``cached_reads``; default GETs).
+        ``workload_live``: whether the operator's watch of a workload cluster is live, which
+        stands in for most ``/version`` probes (``workload.PROBE_EVERY_S``; default: probe)."""
         self.gate = RuleGate(rules)
         self.infra = infra
         self.metrics: ProvisionerMetrics = metrics or NO_METRICS
         self.limits = limits or MembershipLimits()
         self.clock = clock
         self.events: EventSink = events or KubeEventSink(infra, clock)
-        self.clients = WorkloadClients(infra, workload_factory, workload_reads)
+        self.clients = WorkloadClients(
+            infra, workload_factory, workload_reads, workload_live, clock.now
+        )
         self.hosts: HostSource = hosts or NodeGets(infra)
         self.backends: Mapping[Provisioner, CellBackend] = backends or {
             Provisioner.SWIFT_GUEST: SwiftGuestBackend(infra),
@@ -144,8 +149,7 @@ class Reconciler:
     async def reconcile_once(self, key: PoolKey) -> ReconcileResult:
         """One pass. A write that lost an optimistic-concurrency race (409) ends the pass
         early; the next pass starts from fresh reads (every step is idempotent). The status
-        write is a server-side apply of the provisioner's own fields (``write_status``): no
-        precondition, so it does not lose a race to the autoscaler's status writes.
+        write retries its own 409s first (``write_status``), so the pass's rows are kept.
         Any other exception is counted as a reconcile error and re-raised. The recorder is
         taken once per pass: if leadership is lost meanwhile, its writes are dropped."""
         recorder = self.metrics.pool(key.namespace, key.name)
@@ -182,7 +186,7 @@ class Reconciler:
                 }
             }
             raw = await self.infra.patch(KINDS["GPUCellPool"], key.namespace, key.name, patch)
-            pool = GPUCellPool.model_validate(raw)
+            pool = GPUCellPool.model_validate(raw)  # its resourceVersion guards the status write
         return await self._converge(pool, backend, now, recorder)
 
     async def _workload(self, pool: GPUCellPool) -> tuple[KubeApi | None, Reachability]:

@@ -5,6 +5,9 @@ the user controls, so it can be missing, malformed, rotated or pointing at a dea
 module turns all of that into one fact - reachable or not, with the original operator's reason
 (``Connected``, ``CredentialInvalid``, ``Forbidden``, ``Unreachable``) - caches one client per
 Secret resourceVersion, and wraps the Node, Lease and Pod calls the reconciler makes there.
+The reachability probe (``/version``) is skipped while the operator's own watch of that cluster,
+on the same kubeconfig, is live (``WorkloadLive``), except on a slow cadence (``PROBE_EVERY_S``)
+that also catches a connection gone silent without an error.
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ GPU_RESOURCE = "nvidia.com/gpu"
 HAMI_POD_ANNOTATION_PREFIX = "hami.io/"
 HAMI_DRA_LABEL = "hami.io/dra"
 
+PROBE_EVERY_S = 60.0
+"""How long a successful ``/version`` probe stands in for the next ones while a live watch
+vouches for the cluster (a watch that hangs without failing is noticed after at most this)."""
+
 ApiFactory = Callable[[Mapping[str, Any]], Awaitable[KubeApi]]
+WorkloadLive = Callable[[str, str, str | None], bool]
+"""(namespace, kubeconfig Secret name, its kubeconfig value) -> whether the operator's watch
+of the cluster that kubeconfig reaches is live (then a pass need not probe ``/version``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,7 @@ class WorkloadLink:
 class _Entry:
     version: str
     api: KubeApi
+    probed_s: float | None = None  # when a probe last found the cluster reachable
 
 
 def _decode_kubeconfig(secret: JSON, key: str) -> Mapping[str, Any] | None:
@@ -73,11 +84,14 @@ def _decode_kubeconfig(secret: JSON, key: str) -> Mapping[str, Any] | None:
 class WorkloadClients:
     """One cached client per kubeconfig Secret, rebuilt when its resourceVersion changes.
     ``reads``: the operator's caches of each workload cluster; a client's gets are answered
-    there (``CachedReads``) when given."""
+    there (``CachedReads``) when given. ``live`` and ``now``: while ``live`` vouches for the
+    Secret's kubeconfig, a successful probe is repeated only every ``PROBE_EVERY_S``."""
 
     infra: KubeApi
     factory: ApiFactory = api_from_kubeconfig
     reads: WorkloadReads | None = None
+    live: WorkloadLive | None = None
+    now: Callable[[], float] | None = None
     _cache: dict[tuple[str, str], _Entry] = field(default_factory=dict)
 
     async def connect(self, namespace: str, secret_name: str, key: str) -> WorkloadLink:
@@ -103,7 +117,22 @@ class WorkloadClients:
             if self.reads is not None:
                 api = CachedReads(api, self.reads(namespace, secret_name))
             entry = self._cache[cache_key] = _Entry(version, api)
-        return WorkloadLink(entry.api, await probe(entry.api))
+        raw = (secret.get("data") or {}).get(key)
+        return WorkloadLink(entry.api, await self._reachability(entry, namespace, secret_name, raw))
+
+    async def _reachability(
+        self, entry: _Entry, namespace: str, secret_name: str, kubeconfig: str | None
+    ) -> Reachability:
+        """Probe, unless a live watch on this kubeconfig vouches and the last good probe is
+        recent (``PROBE_EVERY_S``)."""
+        now = self.now() if self.now is not None else None
+        if now is not None and self.live is not None and entry.probed_s is not None:
+            recent = now - entry.probed_s < PROBE_EVERY_S
+            if recent and self.live(namespace, secret_name, kubeconfig):
+                return Reachability(True, "Connected")
+        state = await probe(entry.api)
+        entry.probed_s = now if state.reachable else None
+        return state
 
     async def forget(self, namespace: str, secret_name: str) -> None:
         entry = self._cache.pop((namespace, secret_name), None)

@@ -71,6 +71,10 @@ class WatchCache:
         self.resource_version = ""
         self.relists = 0
         self.last_error = ""
+        self.live = False
+        """True while the last list or watch request succeeded (a list, a watch event) and no
+        failure since: a live watch proves its apiserver reachable with this client's
+        credential (the provisioner then skips its ``/version`` probe)."""
         self.version = 0
         """Bumped on every change to ``objects``: readers may reuse what they derived from it."""
         self._on_change = on_change
@@ -138,8 +142,10 @@ class WatchCache:
                 if need_list:
                     await self._relist()
                     need_list = False
+                    self.live = True
                 async for event in self.source.watch(self.query, self.resource_version):
                     self.apply_event(event)
+                    self.live = True
                     delay = self._retry_s
             except asyncio.CancelledError:
                 raise
@@ -147,6 +153,7 @@ class WatchCache:
                 need_list = True
                 continue
             except Exception as exc:  # any failure: back off, keep mirroring
+                self.live = False
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning(
                     "watch failed; retrying: %s",

@@ -7,7 +7,8 @@ one Secret (field selector on its name, so namespace-scoped RBAC suffices) and, 
 kubeconfig bytes change, closes the old client and caches and builds new ones: a rotated
 credential takes effect without a restart. Every change in any of its caches calls ``on_change``
 with the cluster key so the loop can wake exactly the pools of that cluster. ResourceClaims and
-ResourceSlices are mirrored too once a pool of the cluster uses HAMi's DRA mode (``watch_dra``).
+ResourceSlices are mirrored too once a pool of the cluster uses HAMi's DRA mode (``watch_dra``),
+and the kubelets' node Leases once the provisioner reads them (``watch_leases``).
 
 Two Secrets (in two namespaces, say) may reach the same cluster. Once a connection's Pods, Nodes
 and Namespaces caches are synced it latches the cluster's identity, the UID of its
@@ -34,6 +35,7 @@ from gpucellpool.kube.cache import JSON, ListWatch, Query, WatchCache
 
 log = logging.getLogger(__name__)
 RESOURCE_API = "/apis/resource.k8s.io/v1"
+NODE_LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class WorkloadCluster:
         self.namespaces: WatchCache | None = None
         self.claims: WatchCache | None = None
         self.slices: WatchCache | None = None
+        self.leases: WatchCache | None = None
+        self.lease_watch = False  # the provisioner reads this cluster's node Leases
         self.dra = False  # a pool of this cluster uses HAMi's DRA mode: watch claims and slices
         self.error = "kubeconfig Secret not read yet"
         self.uid = ""  # the cluster's kube-system Namespace UID, once this connection learned it
@@ -123,6 +127,28 @@ class WorkloadCluster:
         self.dra = True
         if self._client is not None:
             self._start_dra(self._client)
+
+    def watch_leases(self) -> None:
+        """Also mirror the kubelets' node Leases (``kube-node-lease``), from now on and after
+        every rebuild. Their renewals (every ~10 s per Node) wake nobody: only the
+        provisioner's passes read them, each at its own time."""
+        if self.lease_watch:
+            return
+        self.lease_watch = True
+        if self._client is not None:
+            self._start_leases(self._client)
+
+    def _start_leases(self, client: WorkloadClient) -> None:
+        self.leases = WatchCache(client, Query(NODE_LEASES_PATH))
+        self._cache_tasks.append(asyncio.create_task(self.leases.run()))
+
+    def live_on(self, kubeconfig: str | None) -> bool:
+        """Whether the current caches were built from exactly this kubeconfig (the Secret's
+        base64 value) and their Nodes watch is synced and live: the cluster answered this
+        credential's requests and nothing has failed since."""
+        nodes = self.nodes
+        built = self._built == hashlib.sha256(str(kubeconfig).encode()).hexdigest()
+        return built and nodes is not None and nodes.synced.is_set() and nodes.live
 
     def _start_dra(self, client: WorkloadClient) -> None:
         self.claims = WatchCache(client, Query(f"{RESOURCE_API}/resourceclaims"), self._changed)
@@ -178,6 +204,8 @@ class WorkloadCluster:
         self._cache_tasks.append(asyncio.create_task(self._learn_identity()))
         if self.dra:
             self._start_dra(client)
+        if self.lease_watch:
+            self._start_leases(client)
         return ""
 
     async def _learn_identity(self) -> None:
@@ -203,7 +231,7 @@ class WorkloadCluster:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._cache_tasks = []
-        self.pods = self.nodes = self.namespaces = self.claims = self.slices = None
+        self.pods = self.nodes = self.namespaces = self.claims = self.slices = self.leases = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()

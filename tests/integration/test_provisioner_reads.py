@@ -1,22 +1,27 @@
 """An idle pass's requests, before and after it reads the operator's caches (issue 13).
 
 What this proves, on real apiservers with the twin: an idle Ready pool of 3 cells costs a pass
-one GET of the pool, one of the kubeconfig Secret and two per cell of its Node when it reads the
-apiservers; on the caches the composition root owns (``provisioner_wiring.ClusterState``: the
-pool watch, the workload cluster's Secret and Node watches) through ``CachedReads`` the same
-pass does none of them, and the pool still
+one GET of the pool, one of the kubeconfig Secret, two per cell of its Node, one per cell of its
+kubelet Lease and a ``/version`` probe when it reads the apiservers; on the caches the
+composition root owns (``provisioner_wiring.ClusterState``: the pool watch, the workload
+cluster's Secret, Node and node Lease watches) through ``CachedReads`` the same pass does none
+of them (the live Nodes watch vouches for the cluster instead of the probe), and the pool still
 converges through those caches (each pass sees its own writes: ``CachedReads``'
-read-your-writes rule). The counts are printed (``-s``) for docs/architecture.md.
+read-your-writes rule). And a cluster that goes away while that watch is live (every connection
+to it cut) is still reported ``Unreachable`` at once: the broken watch no longer vouches, the
+pass probes. The counts are printed (``-s``) for docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -30,11 +35,12 @@ from provisioner.cached_reads import CachedReads
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, api_from_kubeconfig
 from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import KUBECONFIG_SECRET, swiftguest_pool
+from simulations.twin.scenario import KUBECONFIG_SECRET, dead_kubeconfig_secret, swiftguest_pool
 from tests.integration.provisioner_support import (
     RecordingKubeApi,
     RunningPool,
     apis,  # noqa: F401  (fixture)
+    cond,
     ready_with,
     running_pool,
 )
@@ -127,12 +133,62 @@ async def _synced(cluster: WorkloadCluster) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _leases_synced(cluster: WorkloadCluster) -> None:
+    """Poll until the node Lease cache (started by the first pass's Lease read) is synced."""
+    deadline = time.monotonic() + 60
+    while not (cluster.leases is not None and cluster.leases.synced.is_set()):
+        assert time.monotonic() < deadline, "the node Lease cache never synced"
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def on_the_caches(
+    scene: RunningPool, infra_rest: RestClient, counted: Counted
+) -> AsyncIterator[tuple[CachedReads, WatchCache, WorkloadCluster]]:
+    """Restart the scene's operator on the caches the composition root owns (the pool watch,
+    the workload cluster's watches) through ``CachedReads``, its clients counted by
+    ``counted``; return once every cache it reads is synced and has seen one pass."""
+    namespace = scene.key.namespace
+    pools = WatchCache(infra_rest, Query(collection_path(namespace, POOLS_PATH)))
+    clusters = WorkloadClusters(infra_rest, _workload_client, lambda *_: None)
+    cluster = clusters.ensure(ClusterKey(namespace, KUBECONFIG_SECRET))
+    task = asyncio.create_task(pools.run())
+    try:
+        state = ClusterState((namespace,), lambda: [pools], clusters)
+        reads = CachedReads(counted.infra, state.store)
+        await scene.reconciler.close()  # an operator restart, now on the caches
+        scene.reconciler = Reconciler(
+            reads,
+            scene.clock,
+            workload_factory=counted.workload_factory,
+            workload_reads=state.workload_reads,
+            workload_live=state.workload_live,
+        )
+        await asyncio.wait_for(pools.synced.wait(), 60)
+        await _synced(cluster)
+        await scene.passes(1)
+        await _leases_synced(cluster)
+        await _caught_up(pools, counted.infra.inner, namespace, scene.key.name)
+        yield reads, pools, cluster
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await clusters.close()
+
+
 async def _measure(scene: RunningPool, counted: Counted) -> tuple[Counter[str], Counter[str]]:
-    await scene.converge(ready_with(3), timeout_s=120)
+    return await _measure_one(scene, counted, ready=3)
+
+
+async def _measure_one(
+    scene: RunningPool, counted: Counted, ready: int
+) -> tuple[Counter[str], Counter[str]]:
+    """The requests of one idle pass of the Ready pool of ``ready`` cells (infra, workload)."""
+    await scene.converge(ready_with(ready), timeout_s=120)
     await scene.passes(1)  # one more pass: the Ready pool's first idle pass
     counted.reset()
     result = await scene.reconciler.reconcile_once(scene.key)
-    assert result.ready == 3
+    assert result.ready == ready
     return counted.pass_counts()
 
 
@@ -156,38 +212,17 @@ async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
         # each cell's Node twice (its state, then its HAMi capacity) and its kubelet Lease
         assert (workload_before["get Node"], workload_before["get Lease"]) == (6, 3)
 
-        pools = WatchCache(infra_rest, Query(collection_path(namespace, POOLS_PATH)))
-        clusters = WorkloadClusters(infra_rest, _workload_client, lambda *_: None)
-        cluster = clusters.ensure(ClusterKey(namespace, KUBECONFIG_SECRET))
-        tasks = [asyncio.create_task(pools.run())]
-        try:
-            state = ClusterState((namespace,), lambda: [pools], clusters)
-            after = Counted(CountingKubeApi(infra_api))
-            reads = CachedReads(after.infra, state.store)
-            await scene.reconciler.close()  # an operator restart, now on the caches
-            scene.reconciler = Reconciler(
-                reads,
-                scene.clock,
-                workload_factory=after.workload_factory,
-                workload_reads=state.workload_reads,
-            )
-            await asyncio.wait_for(pools.synced.wait(), 60)
-            await _synced(cluster)
-            await scene.passes(1)
-            await _caught_up(pools, infra_api, namespace, name)
+        after = Counted(CountingKubeApi(infra_api))
+        async with on_the_caches(scene, infra_rest, after) as (reads, _, _):
             infra_after, workload_after = await _measure(scene, after)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await clusters.close()
         print(f"cached idle pass: infra {dict(infra_after)} workload {dict(workload_after)}")
         print(
             f"requests per idle pass: {infra_before.total() + workload_before.total()} -> "
             f"{infra_after.total() + workload_after.total()}"
         )
         assert workload_after["get Node"] == 0  # the cluster's Node cache answered
-        assert workload_after["get Lease"] == 3  # no Lease cache yet
+        assert workload_after["get Lease"] == 0  # and its node Lease cache
+        assert workload_after["version"] == 0  # its live Nodes watch vouched: no probe
         assert infra_after["get GPUCellPool"] == 0
         assert infra_after["get Secret"] == infra_before["get Secret"] - 1  # join template only
         assert reads.served >= 2
@@ -196,3 +231,77 @@ async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
 
 async def _workload_client(kubeconfig: Mapping[str, Any]) -> RestClient:
     return await client_from_kubeconfig(kubeconfig)
+
+
+class Relay:
+    """A TCP relay on loopback to an apiserver; ``cut`` closes it and every connection through
+    it, so a client of the relay finds the cluster gone (refused from then on)."""
+
+    def __init__(self, url: str) -> None:
+        target = urlsplit(url)
+        self._target = (target.hostname or "127.0.0.1", target.port or 443)
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._target)
+        self._writers += [writer, up_writer]
+        await asyncio.gather(
+            _pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True
+        )
+
+    async def cut(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+async def test_a_cluster_cut_off_under_a_live_watch_is_unreachable_at_the_next_pass(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+    infra_rest: RestClient,
+) -> None:
+    infra_api, _ = apis
+    relay = Relay(workload.url)
+    port = await relay.start()
+    name = f"cut-{namespace[-6:]}"
+    counted = Counted(CountingKubeApi(infra_api))
+    options: Any = {"workload_factory": counted.workload_factory}
+    pool = swiftguest_pool(name, namespace, 1)
+    async with running_pool(apis, workload, pool, operator_api=counted.infra, **options) as scene:
+        # The operator reaches the workload cluster only through the relay.
+        await infra_api.apply(
+            dead_kubeconfig_secret(namespace, workload.kubeconfig_path.read_text(), port)
+        )
+        await scene.converge(ready_with(1), timeout_s=120)
+        async with on_the_caches(scene, infra_rest, counted) as (_, _, cluster):
+            _, idle = await _measure_one(scene, counted, ready=1)
+            assert idle["version"] == 0 and cluster.nodes is not None and cluster.nodes.live
+            await relay.cut()
+            deadline = time.monotonic() + 60
+            while cluster.nodes is not None and cluster.nodes.live:
+                assert time.monotonic() < deadline, "the Nodes watch never noticed the cut"
+                await asyncio.sleep(0.05)
+            counted.reset()
+            await scene.passes(1)
+            _, workload_counts = counted.pass_counts()
+            assert workload_counts["version"] == 1  # the broken watch vouches no more
+            raw = await infra_api.get(KINDS["GPUCellPool"], namespace, name)
+            reachable = cond(raw, "WorkloadClusterReachable")
+            assert (reachable["status"], reachable["reason"]) == ("False", "Unreachable")

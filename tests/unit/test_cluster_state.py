@@ -2,8 +2,9 @@
 
 What this proves: a pool is read from the pool watch of its namespace (or the all-namespaces
 one), a kubeconfig Secret from the Secret watch of the workload cluster it names, a workload
-Node from that cluster's current Nodes cache; anything else, or a cluster not yet known, has no
-cache (the read stays a GET).
+Node from that cluster's current Nodes cache, a kubelet Lease from its node Lease cache (the
+first such read asks the cluster to mirror them); anything else, or a cluster not yet known, has
+no cache (the read stays a GET). A cluster's liveness is asked of the cluster the Secret names.
 """
 
 from __future__ import annotations
@@ -46,5 +47,25 @@ def test_the_kubeconfig_secret_and_nodes_come_from_the_workload_cluster() -> Non
     assert nodes("Node", None, "cell-0") is None  # no client yet: no Nodes cache
     cluster.nodes = WatchCache(NO_SOURCE, Query("/api/v1/nodes"))  # a (re)built connection
     assert nodes("Node", None, "cell-0") is cluster.nodes
-    assert nodes("Lease", "kube-node-lease", "cell-0") is None
     assert state.workload_reads("team", "unknown")("Node", None, "cell-0") is None
+
+
+def test_node_leases_come_from_the_workload_clusters_lease_cache() -> None:
+    clusters, cluster = _clusters()
+    reads = ClusterState(("team",), list, clusters).workload_reads("team", "kubeconfig")
+    assert not cluster.lease_watch
+    assert reads("Lease", "kube-node-lease", "cell-0") is None  # no client yet: GET
+    assert cluster.lease_watch  # the read asked for the Lease watch
+    cluster.leases = WatchCache(NO_SOURCE, Query("/leases"))  # as a (re)built connection has
+    assert reads("Lease", "kube-node-lease", "cell-0") is cluster.leases
+    assert reads("Lease", "elsewhere", "cell-0") is None  # only the kubelets' Leases
+
+
+def test_liveness_is_the_named_clusters() -> None:
+    clusters, cluster = _clusters()
+    state = ClusterState(("team",), list, clusters)
+    asked: list[str | None] = []
+    cluster.live_on = lambda kubeconfig: asked.append(kubeconfig) or True  # type: ignore[method-assign]
+    assert state.workload_live("team", "kubeconfig", "a2M=")
+    assert asked == ["a2M="]
+    assert not state.workload_live("team", "unknown", "a2M=")

@@ -5,6 +5,9 @@ the resourceVersion without touching the store; a 410 (as an ERROR event) relist
 the difference (added, modified, deleted) to subscribers; other failures back off and resume
 from the last resourceVersion; a kubeconfig Secret change rebuilds the workload caches with the
 new credential, and an unusable one becomes an error string that never contains the content.
+A cache is ``live`` from a successful list or event until a failure; a workload cluster vouches
+(``live_on``) only for the kubeconfig its live caches were built from; its node Lease cache,
+once asked for, survives rebuilds and wakes nobody.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import yaml
 
 from gpucellpool.kube.cache import Gone, Query, WatchCache
-from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
+from gpucellpool.kube.workload import NODE_LEASES_PATH, ClusterKey, WorkloadClusters
 
 JSON = dict[str, Any]
 
@@ -100,6 +103,33 @@ async def test_http_gone_and_errors_resume_correctly() -> None:
     assert "ConnectionError" in cache.last_error
 
 
+async def test_a_cache_is_live_from_a_success_until_a_failure() -> None:
+    parked = Script(lists=[([obj("a", "1")], "1")], watches=[])
+    cache = WatchCache(parked, Query("/x"))
+    assert not cache.live
+    task = asyncio.create_task(cache.run())
+    await asyncio.wait_for(parked.done.wait(), 5)
+    assert cache.live  # listed, watching
+    task.cancel()
+
+    broken = Script(lists=[([obj("a", "1")], "1")], watches=[[ConnectionError("reset")]])
+    cache = WatchCache(broken, Query("/x"), retry_s=30)  # sits in its back-off after the error
+    task = asyncio.create_task(cache.run())
+    await until(lambda: cache.last_error != "")
+    assert not cache.live
+    task.cancel()
+
+    recovered = Script(
+        lists=[([obj("a", "1")], "1")],
+        watches=[[ConnectionError("reset")], [{"type": "ADDED", "object": obj("b", "2")}]],
+    )
+    cache = WatchCache(recovered, Query("/x"), retry_s=0.001)
+    task = asyncio.create_task(cache.run())
+    await asyncio.wait_for(recovered.done.wait(), 5)
+    assert cache.live and cache.last_error  # an event after the failure: live again
+    task.cancel()
+
+
 class FakeClient:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = config
@@ -152,3 +182,62 @@ async def test_secret_change_rebuilds_workload_caches() -> None:
     await until(lambda: broken.error != "kubeconfig Secret not read yet")
     assert broken.error == "kubeconfig unusable: ValueError" and not broken.synced()
     await bad.close()
+
+
+class Rotation:
+    """The kubeconfig Secret, listed as ``first``; its watch turns it into ``then`` once
+    ``rotate`` is set."""
+
+    def __init__(self, first: JSON, then: JSON) -> None:
+        self.first, self.then = first, then
+        self.rotate = asyncio.Event()
+
+    async def list(self, query: Query) -> tuple[list[JSON], str]:
+        return [self.first], "1"
+
+    async def watch(self, query: Query, resource_version: str) -> AsyncIterator[JSON]:
+        await self.rotate.wait()
+        yield {"type": "MODIFIED", "object": self.then}
+        await asyncio.Event().wait()  # park forever
+
+
+class LeaseClient(FakeClient):
+    """A workload cluster holding one Node and its kubelet Lease."""
+
+    async def list(self, query: Query) -> tuple[list[JSON], str]:
+        if query.path == NODE_LEASES_PATH:
+            return [obj("cell-0", "7")], "7"
+        return ([obj("cell-0", "3")] if query.path == "/api/v1/nodes" else []), "3"
+
+
+async def test_a_cluster_vouches_for_its_own_kubeconfig_and_mirrors_leases_quietly() -> None:
+    made: list[FakeClient] = []
+
+    async def factory(config: Mapping[str, Any]) -> FakeClient:
+        made.append(LeaseClient(config))
+        return made[-1]
+
+    one, two = yaml.safe_dump({"server": "https://one"}), yaml.safe_dump({"server": "https://two"})
+    raw_one, raw_two = (secret("1", k)["data"]["value"] for k in (one, two))
+    infra = Rotation(secret("1", one), secret("2", two))
+    wakes: list[tuple[str, str]] = []
+    clusters = WorkloadClusters(infra, factory, lambda k, kind, o: wakes.append((kind, str(o))))
+    cluster = clusters.ensure(ClusterKey("ns", "wl"))
+    await until(cluster.synced)
+    assert cluster.live_on(raw_one) and not cluster.live_on(raw_two)
+    assert cluster.leases is None  # nobody asked for Leases yet
+    cluster.watch_leases()
+    leases = cluster.leases
+    assert leases is not None
+    await until(leases.synced.is_set)
+    assert leases.get("ns/cell-0") is not None
+    assert not any("'7'" in o for _, o in wakes)  # the Lease wakes nobody (Nodes do)
+    assert any("'3'" in o for _, o in wakes)
+    infra.rotate.set()
+    await until(lambda: len(made) == 2 and cluster.synced())  # the Secret rotated: rebuilt
+    assert cluster.live_on(raw_two) and not cluster.live_on(raw_one)
+    rebuilt = cluster.leases
+    assert rebuilt is not None and rebuilt is not leases  # Leases mirrored on the new client
+    await until(rebuilt.synced.is_set)
+    await clusters.close()
+    assert not cluster.live_on(raw_two)  # stopped: vouches for nothing
