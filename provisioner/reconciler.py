@@ -149,7 +149,8 @@ class Reconciler:
     async def reconcile_once(self, key: PoolKey) -> ReconcileResult:
         """One pass. A write that lost an optimistic-concurrency race (409) ends the pass
         early; the next pass starts from fresh reads (every step is idempotent). The status
-        write retries its own 409s first (``write_status``), so the pass's rows are kept.
+        write is a server-side apply of the provisioner's own fields (``write_status``): no
+        precondition, so it does not lose a race to the autoscaler's status writes.
         Any other exception is counted as a reconcile error and re-raised. The recorder is
         taken once per pass: if leadership is lost meanwhile, its writes are dropped."""
         recorder = self.metrics.pool(key.namespace, key.name)
@@ -186,7 +187,7 @@ class Reconciler:
                 }
             }
             raw = await self.infra.patch(KINDS["GPUCellPool"], key.namespace, key.name, patch)
-            pool = GPUCellPool.model_validate(raw)  # its resourceVersion guards the status write
+            pool = GPUCellPool.model_validate(raw)
         return await self._converge(pool, backend, now, recorder)
 
     async def _workload(self, pool: GPUCellPool) -> tuple[KubeApi | None, Reachability]:
