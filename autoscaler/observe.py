@@ -214,6 +214,9 @@ def cells_for_pool(
     for row in pool.status.cells or []:
         state = _state(row.phase)
         since = row.last_transition_time.timestamp() if row.last_transition_time else now
+        # a Booting cell's age is its creation's, not its last boot phase's (the hedge keeps
+        # the boots that have run longest); rows written before creationTime: the phase's
+        created = row.creation_time.timestamp() if row.creation_time else since
         node_name = row.node_name or row.name
         pods = [
             p
@@ -230,7 +233,7 @@ def cells_for_pool(
                 name=row.name,
                 index=row.index,
                 state=state,
-                created_at=since,
+                created_at=created,
                 gpus=gpus,
                 pods=len(pods),
                 evictable_pods=len(pods),

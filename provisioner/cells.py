@@ -214,6 +214,7 @@ async def observe_cell(
             "node_ready": node.ready if node.exists and node.owned else None,
             "capacity_devices": node.capacity.healthy_devices if node.exists else None,
             "template_hash": cell.annotations.get(TEMPLATE_HASH_ANNOTATION) or None,
+            "creation_time": to_time(outer.created_at_s) or row.creation_time,
         }
     )
     return CellPass(row=row, decision=decision)

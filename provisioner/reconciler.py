@@ -352,6 +352,7 @@ class Reconciler:
                 failure_count=(old.failure_count if old else None),
                 template_hash=current_hash,
                 last_transition_time=to_time(now),
+                creation_time=to_time(now),
             )
         return created
 

@@ -72,6 +72,10 @@ class CellStatus(KubeModel):
     """Hash of the guestTemplate the cell was built from."""
     last_transition_time: Timestamp | None = None
     """When the phase last changed."""
+    creation_time: Timestamp | None = None
+    """When this incarnation's outer object (SwiftGuest or Machine) was created. The autoscaler
+    orders Booting cells by it: hedged spare boots are cancelled newest first, keeping the
+    boots that have run longest (lastTransitionTime moves with every boot phase)."""
 
 
 class Demand(KubeModel):
