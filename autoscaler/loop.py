@@ -44,6 +44,7 @@ from autoscaler.loop_state import LoopSettings, PoolState, due, record_metrics, 
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
+    demand_candidates,
     free_gpus_for_new_cells,
     index_pods,
     nodes_to_read,
@@ -295,21 +296,27 @@ class Autoscaler:
             return observation((), cells, (), stale, False)
         selection, ns_labels = pool.spec.autoscaling.demand, snap.namespace_labels
         index = snap.pod_index or index_pods(snap.pods)
-        uids = [
-            _meta(p, "uid")
-            for p in index.unbound
+        # The pool's own unbound pods, found once (through the label index when its selection
+        # has matchLabels); everything below looks only at these.
+        mine = [
+            p
+            for p in demand_candidates(index, selection.pod_selector)
             if counts_as_demand(p, selection, ns_labels.get(_meta(p, "namespace")))
         ]
-        state.first_seen = remember_first_seen(state.first_seen, uids, now)
+        state.first_seen = remember_first_seen(
+            state.first_seen, [_meta(p, "uid") for p in mine], now
+        )
         shape = pool_shape(pool).shape
         claims, claim_use = claim_inputs(pool, snap.claims, snap.slices, shape.gpus)
-        pending, bad = pending_for_pool(pool, index.unbound, ns_labels, state.first_seen, claims)
+        pending, bad = pending_for_pool(pool, mine, ns_labels, state.first_seen, claims)
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         # One pending pod, one pool: the others of this cluster compute the same answer.
-        state.share = share_pending(pool, pending, index.unbound, ns_labels, self._rivals(pool))
+        state.share = share_pending(pool, pending, mine, ns_labels, self._rivals(pool))
         pending = state.share.kept
-        nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
+        nodes = snap.nodes_by_name
+        if nodes is None:
+            nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
         names, prom_usage, health = await self._read_usage(pool, nodes, now)
         asked = frozenset(names) if prom_usage is not None else None
         inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked, claim_use)

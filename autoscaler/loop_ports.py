@@ -37,6 +37,9 @@ class WorkloadSnapshot:
     """ResourceClaims (watched while a pool of the cluster uses HAMi's DRA mode)."""
     slices: Sequence[JSON] = ()
     """ResourceSlices (likewise)."""
+    nodes_by_name: Mapping[str, JSON] | None = None
+    """``nodes`` by name when the caches hold them so (a copy, not rebuilt per pool); None:
+    the loop maps them."""
 
 
 class WorkloadView(Protocol):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.policy.pool_demand import (
+    label_pairs,
     metadata,
 )
 from autoscaler.policy.types import (
@@ -34,6 +35,7 @@ from autoscaler.policy.types import (
     PendingPod,
     Reason,
 )
+from gpucellpool.api.base import LabelSelector
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase, PlanStep
 
@@ -110,6 +112,30 @@ class PodIndex:
 
     unbound: tuple[JSON, ...]
     by_node: Mapping[str, Sequence[JSON]]
+    by_label: Mapping[tuple[str, str], Sequence[JSON]] | None = None
+    """The ``unbound`` pods per (label key, value) they carry (``label_index``), so a pool whose
+    demand selects by ``matchLabels`` looks at its own few pods, not at every unbound pod of
+    the cluster; None: not indexed (``demand_candidates`` scans them all)."""
+
+
+def label_index(unbound: Iterable[JSON]) -> dict[tuple[str, str], list[JSON]]:
+    """Each unbound pod under every (key, value) of its labels."""
+    out: dict[tuple[str, str], list[JSON]] = defaultdict(list)
+    for pod in unbound:
+        for pair in label_pairs(pod):
+            out[pair].append(pod)
+    return dict(out)
+
+
+def demand_candidates(index: PodIndex, selector: LabelSelector | None) -> Sequence[JSON]:
+    """The unbound pods a demand ``podSelector`` can match: the shortest ``by_label`` list of
+    its ``matchLabels`` (a pod lacking one of them cannot match), else every unbound pod. A
+    superset: the caller still applies ``counts_as_demand``."""
+    wanted = selector.match_labels if selector is not None else None
+    if not wanted or index.by_label is None:
+        return index.unbound
+    lists = [index.by_label.get((str(k), str(v)), ()) for k, v in wanted.items()]
+    return min(lists, key=len)
 
 
 def index_pods(pods: Iterable[JSON]) -> PodIndex:
@@ -124,7 +150,7 @@ def index_pods(pods: Iterable[JSON]) -> PodIndex:
         status = pod.get("status")
         if isinstance(status, Mapping) and status.get("phase") == "Pending":
             unbound.append(pod)
-    return PodIndex(tuple(unbound), dict(by_node))
+    return PodIndex(tuple(unbound), dict(by_node), label_index(unbound))
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +198,28 @@ def raised(annotated: Sequence[GPUUsage], reported: Sequence[GPUUsage]) -> tuple
     )
 
 
+# A memo, not state (like ``sharing._RIVALS``): per Node name, the pods tuple last read and
+# the usage its annotations give. The pod index (``routing.PodIndexer``) hands out the same
+# tuple for a Node until one of its pods changes, so ``is`` tells whether the memo is current;
+# without it every decision of every pool re-parsed the annotations of all its cells' pods.
+_USAGE: dict[str, tuple[Sequence[JSON], int, tuple[GPUUsage, ...]]] = {}
+_USAGE_LIMIT = 100_000
+
+
+def annotated_usage(node_name: str, pods: Sequence[JSON], gpus: int) -> tuple[GPUUsage, ...]:
+    """``usage_from_pods``, remembered per Node while its pods are the same tuple."""
+    if not isinstance(pods, tuple):  # a list may change in place: not remembered
+        return usage_from_pods(pods, gpus)
+    memo = _USAGE.get(node_name)
+    if memo is not None and memo[0] is pods and memo[1] == gpus:
+        return memo[2]
+    if len(_USAGE) >= _USAGE_LIMIT:  # Node names of many clusters over a long life
+        _USAGE.clear()
+    usage = usage_from_pods(pods, gpus)
+    _USAGE[node_name] = (pods, gpus, usage)
+    return usage
+
+
 def ready_cell_usage(
     node_name: str, pods: Sequence[JSON], inputs: CellInputs
 ) -> tuple[tuple[GPUUsage, ...], bool]:
@@ -185,7 +233,8 @@ def ready_cell_usage(
     ``staleAfter``) is known from its annotations: it packs as the busy cell it is, never as
     an empty one.
     """
-    annotated = usage_from_pods(pods, inputs.shape.gpus) if node_name in inputs.nodes else None
+    gpus = inputs.shape.gpus
+    annotated = annotated_usage(node_name, pods, gpus) if node_name in inputs.nodes else None
     if inputs.claim_usage is not None and annotated is not None:
         annotated = inputs.claim_usage.get(node_name) or (GPUUsage(),) * inputs.shape.gpus
     if inputs.prometheus_usage is None:
@@ -218,14 +267,11 @@ def cells_for_pool(
         # the boots that have run longest); rows written before creationTime: the phase's
         created = row.creation_time.timestamp() if row.creation_time else since
         node_name = row.node_name or row.name
-        pods = [
-            p
-            for p in inputs.node_pods.get(node_name, ())
-            if (p.get("status") or {}).get("phase") not in _TERMINAL
-        ]
+        bound = inputs.node_pods.get(node_name, ())
+        pods = [p for p in bound if (p.get("status") or {}).get("phase") not in _TERMINAL]
         gpus: tuple[GPUUsage, ...] = ()
-        if state is CellState.READY:
-            gpus, known = ready_cell_usage(node_name, pods, inputs)
+        if state is CellState.READY:  # (the usage skips terminal pods itself)
+            gpus, known = ready_cell_usage(node_name, bound, inputs)
             if not known:
                 unknown.append(row.name)
         views.append(

@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.observe import PodIndex
+from autoscaler.observe import PodIndex, label_index
 from autoscaler.policy.pool_demand import counts_as_demand
 from gpucellpool.api.autoscaling import DemandSelection
 from gpucellpool.api.pool import POOL_LABEL
@@ -242,7 +242,8 @@ class PodIndexer:
         """A snapshot: later ``apply`` calls never change an index already handed out."""
         if self._index is None:
             by_node = {node: pods for node, pods in self._node_pods.items() if pods}
-            self._index = PodIndex(tuple(self._unbound.values()), by_node)
+            unbound = tuple(self._unbound.values())
+            self._index = PodIndex(unbound, by_node, label_index(unbound))
         return self._index
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.demand import pod_key
 from autoscaler.policy.expander import PoolOption, PoolShare, assign
-from autoscaler.policy.pool_demand import counts_as_demand, hami_mode
+from autoscaler.policy.pool_demand import counts_as_demand, hami_mode, label_pairs
 from autoscaler.policy.types import PendingPod
 from gpucellpool.api.autoscaling import AutoscalingMode, DemandSelection
 from gpucellpool.api.pool import GPUCellPool
@@ -38,6 +38,9 @@ class Rival:
     selection: DemandSelection
     mode: str = "DevicePlugin"
     """Its HAMi mode (``pool_demand.hami_mode``): a DRA pool wants only pods waiting on claims."""
+    match_pairs: frozenset[tuple[str, str]] = frozenset()
+    """Its podSelector's ``matchLabels`` as pairs: a pod lacking one of them is not its demand
+    (a quick test before ``counts_as_demand``; empty: no such shortcut)."""
 
 
 def pool_key(pool: GPUCellPool) -> str:
@@ -76,7 +79,12 @@ def _rival(pool: GPUCellPool) -> Rival | None:
     memo = _RIVALS.get(key)
     if memo is None or memo[0] is not pool:
         demand, mode = pool.spec.autoscaling.demand, hami_mode(pool)
-        rival = Rival(option_of(pool), demand, mode) if eligible(pool) else None
+        pairs = (
+            frozenset((demand.pod_selector.match_labels or {}).items())
+            if demand.pod_selector
+            else frozenset()
+        )
+        rival = Rival(option_of(pool), demand, mode, pairs) if eligible(pool) else None
         memo = _RIVALS[key] = (pool, rival)
     return memo[1]
 
@@ -112,15 +120,20 @@ def share_pending(
     options = {r.option.key: r.option for r in rivals}
     if eligible(pool, own_view=True):
         options[own] = option_of(pool)
+    pairs = {k: label_pairs(pod) for k, pod in manifests.items()}
+    carried = frozenset().union(*pairs.values())  # every label pair of this pool's pods
     counted: dict[str, list[PendingPod]] = {}  # per distinct demand selection: its pods
     for rival in rivals:
+        if not rival.match_pairs <= carried:  # with many pools on a cluster: most rivals
+            wanted[rival.option.key] = []  # select none of this pool's pods
+            continue
+        near = [p for p in pending if p.key in pairs and rival.match_pairs <= pairs[p.key]]
         selection = rival.mode + rival.selection.model_dump_json()
         if selection not in counted:
             counted[selection] = [
                 p
-                for p in pending
-                if p.key in manifests
-                and counts_as_demand(
+                for p in near
+                if counts_as_demand(
                     manifests[p.key],
                     rival.selection,
                     namespace_labels.get(p.key.split("/", 1)[0]),

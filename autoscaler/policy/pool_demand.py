@@ -33,6 +33,14 @@ def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+def label_pairs(obj: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    """A manifest's labels as (key, value) pairs (entries that are not strings left out)."""
+    labels = metadata(obj).get("labels")
+    if not isinstance(labels, Mapping):
+        return frozenset()
+    return frozenset((k, v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str))
+
+
 def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelector semantics; None matches everything."""
     if selector is None:

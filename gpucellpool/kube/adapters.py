@@ -113,6 +113,7 @@ class CacheWorkloadView:
             pod_index=index,
             claims=cluster.claims.items() if cluster.claims else (),
             slices=cluster.slices.items() if cluster.slices else (),
+            nodes_by_name=dict(cluster.nodes.objects),  # cluster-scoped: keyed by name
         )
 
 
