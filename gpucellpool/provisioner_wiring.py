@@ -10,7 +10,7 @@ wiring. Building that cluster here keeps ``App`` short and still the one root: `
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpucellpool.infra_nodes import InfraNodes
@@ -60,21 +60,30 @@ def shared_workload_apis(
 @dataclass(frozen=True, slots=True)
 class ClusterState:
     """The composition root's caches a pass reads instead of GETting (``CachedReads``): the
-    pool watches (one per watched namespace, in ``namespaces`` order; built after the
-    provisioner, hence a getter) and each workload cluster's kubeconfig Secret watch."""
+    pool watches and the SwiftGuest watches (one per watched namespace, in ``namespaces``
+    order; built after the provisioner, hence getters; ``ProvisionerSide`` fills in its
+    SwiftGuest watches) and each workload cluster's kubeconfig Secret watch."""
 
     namespaces: tuple[str | None, ...]
     pool_caches: Callable[[], Sequence[WatchCache]]
     clusters: WorkloadClusters
+    guest_caches: Callable[[], Sequence[WatchCache]] = tuple
 
     def store(self, kind: str, namespace: str | None, name: str) -> Store | None:
-        """The cache mirroring that object, or None (the read stays a GET)."""
+        """The cache mirroring that object (name "": its collection), or None (a GET)."""
         if kind == "GPUCellPool":
-            for ns, cache in zip(self.namespaces, self.pool_caches(), strict=False):
-                if ns is None or ns == namespace:
-                    return cache
-        elif kind == "Secret" and namespace and (cluster := self._cluster(namespace, name)):
+            return self._of_namespace(self.pool_caches(), namespace)
+        if kind == "SwiftGuest":
+            return self._of_namespace(self.guest_caches(), namespace)
+        if kind == "Secret" and namespace and (cluster := self._cluster(namespace, name)):
             return cluster.secret
+        return None
+
+    def _of_namespace(self, caches: Sequence[WatchCache], namespace: str | None) -> Store | None:
+        """The watch (of ``caches``, in ``namespaces`` order) that covers ``namespace``."""
+        for ns, cache in zip(self.namespaces, caches, strict=False):
+            if ns is None or ns == namespace:
+                return cache
         return None
 
     def _cluster(self, namespace: str, secret: str) -> WorkloadCluster | None:
@@ -124,9 +133,11 @@ class ProvisionerSide:
         *,
         state: ClusterState | None = None,
     ) -> None:
-        """``state``: the caches a pass reads its pool and kubeconfig Secret from (None: GET)."""
+        """``state``: the caches a pass reads its pool and kubeconfig Secret from (None: GET);
+        its SwiftGuests come from this side's own SwiftGuest watches then."""
         operator_api: KubeApi = RestKubeApi(infra.for_manager(FIELD_MANAGER, api_timeout_s))
         if state is not None:
+            state = replace(state, guest_caches=lambda: self.guests)
             operator_api = CachedReads(operator_api, state.store)
         workloads = shared_workload_apis(connections) if connections else api_from_kubeconfig
         # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
@@ -143,14 +154,15 @@ class ProvisionerSide:
             workload_live=state.workload_live if state is not None else None,
         )
         self.driver = ProvisionerDriver(self.reconciler, clock, is_leader)
-        self.outer = [
-            WatchCache(infra, Query(collection_path(ns, path)), on_change)
+        self.guests = [
+            WatchCache(infra, Query(collection_path(ns, SWIFTGUESTS_PATH)), self._guest_changed)
             for ns in namespaces
-            for path, on_change in (
-                (SWIFTGUESTS_PATH, self._guest_changed),
-                (MACHINES_PATH, self._outer_changed),
-            )
         ]
+        machines = [
+            WatchCache(infra, Query(collection_path(ns, MACHINES_PATH)), self._outer_changed)
+            for ns in namespaces
+        ]
+        self.outer = [*self.guests, *machines]
 
     def watches(self) -> list[WatchCache]:
         """The caches to run while this process provisions."""

@@ -4,7 +4,9 @@ Why this module exists: a pass used to GET its pool and its kubeconfig Secret fr
 apiserver every time, though the composition root already mirrors both (the pool watch that
 wakes the driver, the Secret watch of each workload cluster). ``CachedReads`` is a ``KubeApi``
 whose ``get`` asks a ``StoreLookup`` for the cache that holds the object and answers from it;
-every other verb, and every object no cache holds, goes to the apiserver as before.
+a ``list`` is answered from the cache that mirrors the collection when its selectors are ones
+this module can evaluate (``selector_match``: equality labels, ``spec.nodeName``,
+``metadata.name``); every other verb, and every object no cache holds, goes to the apiserver.
 
 A cache lags the provisioner's own writes by a watch event, and a pass that read its pool from
 before its own finalizer patch or status write would act on a state it has already replaced
@@ -15,14 +17,16 @@ while one is remembered the cache is used only once it holds that very version (
 memory is dropped: the watch delivers later versions in order), otherwise the read is a GET,
 whose answer becomes the remembered version. A delete, or a write that lost a 409, remembers
 "unknown", which only an absent cached object matches: the next read is a GET until the
-cache has dropped the object too.
+cache has dropped the object too. A list is served only while every remembered object of that
+cache is caught up (it is then forgotten); otherwise it is a GET, whose answer updates the
+remembered versions of what it returned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -41,9 +45,14 @@ class Store(Protocol):
 
     def get(self, key: str) -> JSON | None: ...
 
+    def items(self) -> list[JSON]: ...
+
 
 StoreLookup = Callable[[str, str | None, str], Store | None]
-"""(kind, namespace, name) -> the cache that mirrors that object, or None (read it with a GET)."""
+"""(kind, namespace, name) -> the cache that mirrors that object, or None (read it with a GET);
+name "" asks for the cache of the collection (a list)."""
+Match = Callable[[Mapping[str, object]], bool]
+FIELDS = {"spec.nodeName": ("spec", "nodeName"), "metadata.name": ("metadata", "name")}
 
 WorkloadReads = Callable[[str, str], StoreLookup]
 """(namespace, kubeconfig Secret name) -> the caches of the workload cluster that Secret reaches."""
@@ -53,8 +62,68 @@ def _key(namespace: str | None, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+def _split(key: str) -> tuple[str | None, str]:
+    """``_key``'s inverse: (namespace or None, name)."""
+    namespace, _, name = key.rpartition("/")
+    return namespace or None, name
+
+
 def _version(obj: JSON | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or UNKNOWN)
+
+
+def _label_term(term: str) -> Match | None:
+    """One equality-based label requirement (``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``)."""
+    if any(c in term for c in "() "):
+        return None  # set-based (in, notin): not evaluated here
+    key, op, value = term.partition("!=") if "!=" in term else term.partition("=")
+    value = value.removeprefix("=")
+    if not op:
+        absent = term.startswith("!")
+        key = term.removeprefix("!")
+        return lambda obj: (key in _labels(obj)) != absent
+    if op == "!=":
+        return lambda obj: _labels(obj).get(key) != value
+    return lambda obj: _labels(obj).get(key) == value
+
+
+def _labels(obj: Mapping[str, object]) -> Mapping[str, object]:
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _field_term(term: str) -> Match | None:
+    """One field requirement ``path=value`` or ``path!=value`` on a path in ``FIELDS``."""
+    negate = "!=" in term
+    path, _, value = term.partition("!=" if negate else "=")
+    value = value.removeprefix("=")
+    if path not in FIELDS:
+        return None
+    section, leaf = FIELDS[path]
+
+    def match(obj: Mapping[str, object]) -> bool:
+        part = obj.get(section)
+        found = part.get(leaf) if isinstance(part, Mapping) else None
+        return (str(found or "") == value) != negate
+
+    return match
+
+
+def selector_match(label_selector: str, field_selector: str) -> Match | None:
+    """The objects both selectors select, or None if either uses what this cannot evaluate
+    (the list is then a GET)."""
+    terms: list[Match | None] = []
+    terms += [_label_term(t.strip()) for t in label_selector.split(",") if t.strip()]
+    terms += [_field_term(t.strip()) for t in field_selector.split(",") if t.strip()]
+    known = [t for t in terms if t is not None]
+    if len(known) < len(terms):
+        return None
+    return lambda obj: all(t(obj) for t in known)
+
+
+def _in_namespace(namespace: str | None, obj: JSON) -> bool:
+    return namespace is None or (obj.get("metadata") or {}).get("namespace") == namespace
 
 
 @dataclass
@@ -85,6 +154,48 @@ class CachedReads(DelegatingKubeApi):
             self._seen[ident] = _version(fresh)
         return fresh
 
+    async def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[JSON]:
+        store = self.stores(kind.kind, namespace, "")
+        match = selector_match(label_selector, field_selector)
+        if store is not None and match is not None and self._caught_up(kind.kind, store):
+            self.served += 1
+            objects = [o for o in store.items() if _in_namespace(namespace, o) and match(o)]
+            return copy.deepcopy(objects)
+        self.fetched += 1
+        items = await self.inner.list(kind, namespace, label_selector, field_selector)
+        if store is not None:
+            listed = {_key(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in items}
+            for ident in self._remembered(kind.kind, store):
+                if ident[1] in listed:
+                    self._seen[ident] = _version(listed[ident[1]])
+        return items
+
+    def _remembered(self, kind: str, store: Store) -> tuple[tuple[str, str], ...]:
+        """The remembered objects of ``kind`` that ``store`` mirrors."""
+        return tuple(
+            ident
+            for ident in tuple(self._seen)
+            if ident[0] == kind and self.stores(kind, *_split(ident[1])) is store
+        )
+
+    def _caught_up(self, kind: str, store: Store) -> bool:
+        """Whether ``store`` is synced and holds every version remembered of it (then they
+        are forgotten: the watch delivers later versions in order)."""
+        if not store.synced.is_set():
+            return False
+        remembered = self._remembered(kind, store)
+        if any(_version(store.get(key)) != self._seen[(k, key)] for k, key in remembered):
+            return False
+        for ident in remembered:
+            self._seen.pop(ident, None)
+        return True
+
     async def _write(self, write: Write, call: Callable[[], Awaitable[T]]) -> T:
         ident = (write.kind, _key(write.namespace, write.name))
         if write.verb == "evict" or self.stores(write.kind, write.namespace, write.name) is None:
@@ -98,4 +209,4 @@ class CachedReads(DelegatingKubeApi):
         return result
 
 
-__all__ = ["CachedReads", "Store", "StoreLookup", "WorkloadReads"]
+__all__ = ["CachedReads", "Store", "StoreLookup", "WorkloadReads", "selector_match"]

@@ -3,9 +3,11 @@
 What this proves, on real apiservers with the twin: an idle Ready pool of 3 cells costs a pass
 one GET of the pool, one of the kubeconfig Secret, two per cell of its Node, one per cell of its
 kubelet Lease and a ``/version`` probe when it reads the apiservers; on the caches the
-composition root owns (``provisioner_wiring.ClusterState``: the pool watch, the workload
-cluster's Secret, Node and node Lease watches) through ``CachedReads`` the same pass does none
-of them (the live Nodes watch vouches for the cluster instead of the probe), and the pool still
+composition root owns (``provisioner_wiring.ClusterState``: the pool and SwiftGuest watches,
+the infrastructure Node watch, the workload cluster's Secret, Node and node Lease watches)
+through ``CachedReads`` the same pass does none of them, nor its lists of SwiftGuests and of
+the pool's workload Nodes (the live Nodes watch vouches for the cluster instead of the
+probe), and the pool still
 converges through those caches (each pass sees its own writes: ``CachedReads``'
 read-your-writes rule). And a cluster that goes away while that watch is live (every connection
 to it cut) is still reported ``Unreachable`` at once: the broken watch no longer vouches, the
@@ -26,13 +28,15 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from gpucellpool.infra_nodes import InfraNodes
 from gpucellpool.kube.adapters import POOLS_PATH
 from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
 from gpucellpool.kube.workload import ClusterKey, WorkloadCluster, WorkloadClusters
-from gpucellpool.provisioner_wiring import ClusterState, collection_path
+from gpucellpool.provisioner_wiring import SWIFTGUESTS_PATH, ClusterState, collection_path
 from provisioner.cached_reads import CachedReads
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, api_from_kubeconfig
+from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import KUBECONFIG_SECRET, dead_kubeconfig_secret, swiftguest_pool
@@ -150,11 +154,13 @@ async def on_the_caches(
     ``counted``; return once every cache it reads is synced and has seen one pass."""
     namespace = scene.key.namespace
     pools = WatchCache(infra_rest, Query(collection_path(namespace, POOLS_PATH)))
+    guests = WatchCache(infra_rest, Query(collection_path(namespace, SWIFTGUESTS_PATH)))
     clusters = WorkloadClusters(infra_rest, _workload_client, lambda *_: None)
     cluster = clusters.ensure(ClusterKey(namespace, KUBECONFIG_SECRET))
-    task = asyncio.create_task(pools.run())
+    hosts = InfraNodes(infra_rest, NodeGets(counted.infra), lambda _: None)
+    tasks = [asyncio.create_task(c.run()) for c in (pools, guests, hosts.cache)]
     try:
-        state = ClusterState((namespace,), lambda: [pools], clusters)
+        state = ClusterState((namespace,), lambda: [pools], clusters, lambda: [guests])
         reads = CachedReads(counted.infra, state.store)
         await scene.reconciler.close()  # an operator restart, now on the caches
         scene.reconciler = Reconciler(
@@ -163,16 +169,19 @@ async def on_the_caches(
             workload_factory=counted.workload_factory,
             workload_reads=state.workload_reads,
             workload_live=state.workload_live,
+            hosts=hosts,
         )
-        await asyncio.wait_for(pools.synced.wait(), 60)
+        for cache in (pools, guests, hosts.cache):
+            await asyncio.wait_for(cache.synced.wait(), 60)
         await _synced(cluster)
         await scene.passes(1)
         await _leases_synced(cluster)
         await _caught_up(pools, counted.infra.inner, namespace, scene.key.name)
         yield reads, pools, cluster
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await clusters.close()
 
 
@@ -223,6 +232,9 @@ async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
         assert workload_after["get Node"] == 0  # the cluster's Node cache answered
         assert workload_after["get Lease"] == 0  # and its node Lease cache
         assert workload_after["version"] == 0  # its live Nodes watch vouched: no probe
+        assert workload_after["list Node"] == 0  # the pool's Nodes, listed from that cache
+        assert infra_after["list SwiftGuest"] == 0  # the cells, from the SwiftGuest watch
+        assert infra_after["get Node"] == 0  # their hosts, from the infrastructure Node watch
         assert infra_after["get GPUCellPool"] == 0
         assert infra_after["get Secret"] == infra_before["get Secret"] - 1  # join template only
         assert reads.served >= 2

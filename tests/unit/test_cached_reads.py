@@ -3,7 +3,9 @@
 What this proves: with the cache caught up a get does not reach the apiserver; after the
 provisioner's own write (or a 409, or a delete) the next get is a GET until the cache holds the
 very version the provisioner last saw, after which the cache answers again; objects no cache
-mirrors, and an unsynced cache, are always GETs.
+mirrors, and an unsynced cache, are always GETs. A list is answered from the cache (selectors
+evaluated as the apiserver would) only while every object the provisioner wrote is caught up
+there, and is a GET for selectors it cannot evaluate.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, cast
 
 import pytest
 
-from provisioner.cached_reads import CachedReads, Store
+from provisioner.cached_reads import CachedReads, Store, selector_match
 from provisioner.kube import JSON, KINDS, Conflict, Kind, KubeApi
 
 POOL = KINDS["GPUCellPool"]
@@ -31,12 +33,23 @@ class Server:
 
     objects: dict[str, JSON] = field(default_factory=dict)
     gets: int = 0
+    lists: int = 0
     version: int = 10
     conflict: bool = False
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
         self.gets += 1
         return self.objects.get(name)
+
+    async def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[JSON]:
+        self.lists += 1
+        return list(self.objects.values())  # the tests list without narrowing selectors
 
     async def patch(
         self,
@@ -68,6 +81,9 @@ class Cache:
 
     def get(self, key: str) -> JSON | None:
         return self.objects.get(key)
+
+    def items(self) -> list[JSON]:
+        return list(self.objects.values())
 
     def catch_up(self) -> None:
         self.objects = {f"ns/{n}": o for n, o in self.server.objects.items()}
@@ -153,3 +169,77 @@ async def test_an_answer_from_the_cache_is_a_copy_the_pass_may_edit(world: Any) 
     got = await reads.get(POOL, "ns", "p")
     got["metadata"]["resourceVersion"] = "edited by the pass"
     assert cache.get("ns/p")["metadata"]["resourceVersion"] == "10"  # the shared view unchanged
+
+
+def _labelled(name: str, version: int, node: str, **labels: str) -> JSON:
+    obj = _obj(name, version, spec={"nodeName": node})
+    obj["metadata"]["labels"] = labels
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("labels", "fields", "selected"),
+    [
+        ("", "", {"a", "b", "c"}),
+        ("pool=x", "", {"a", "b"}),
+        ("pool==x,role!=spare", "", {"a"}),
+        ("role", "", {"b"}),
+        ("!role", "", {"a", "c"}),
+        ("pool=x", "spec.nodeName=n1", {"b"}),
+        ("", "metadata.name!=a", {"b", "c"}),
+    ],
+)
+def test_selectors_select_as_the_apiserver_does(
+    labels: str, fields: str, selected: set[str]
+) -> None:
+    objects = [
+        _labelled("a", 1, "n0", pool="x"),
+        _labelled("b", 1, "n1", pool="x", role="spare"),
+        _labelled("c", 1, "n1", pool="y"),
+    ]
+    match = selector_match(labels, fields)
+    assert match is not None
+    assert {o["metadata"]["name"] for o in objects if match(o)} == selected
+
+
+def test_selectors_it_cannot_evaluate_leave_the_list_to_the_apiserver() -> None:
+    assert selector_match("pool in (x,y)", "") is None
+    assert selector_match("", "status.phase=Running") is None
+
+
+async def test_a_list_comes_from_the_cache_once_it_holds_the_passs_writes(world: Any) -> None:
+    server, cache, reads = world
+    server.objects["q"] = _obj("q", 10)
+    cache.catch_up()
+    assert {o["metadata"]["name"] for o in await reads.list(POOL, "ns")} == {"p", "q"}
+    assert server.lists == 0
+    await reads.patch(POOL, "ns", "p", {"spec": {"replicas": 2}})
+    await reads.list(POOL, "ns")  # the cache lags the write: a GET
+    assert server.lists == 1
+    cache.catch_up()
+    listed = await reads.list(POOL, "ns")
+    assert server.lists == 1  # caught up: the cache answers, with the write
+    assert {o["metadata"]["name"]: o.get("spec") for o in listed}["p"] == {"replicas": 2}
+    listed[0]["metadata"]["name"] = "edited by the pass"
+    assert "edited by the pass" not in {o["metadata"]["name"] for o in cache.items()}
+
+
+async def test_a_deleted_object_keeps_lists_fresh_until_the_cache_drops_it(world: Any) -> None:
+    server, cache, reads = world
+    cache.catch_up()
+    await reads.delete(POOL, "ns", "p")
+    assert await reads.list(POOL, "ns") == []  # the cache still holds p: a GET
+    cache.catch_up()
+    assert await reads.list(POOL, "ns") == []
+    assert server.lists == 1
+
+
+async def test_an_unevaluable_selector_or_unsynced_cache_lists_from_the_apiserver(
+    world: Any,
+) -> None:
+    server, cache, reads = world
+    await reads.list(POOL, "ns")  # not synced yet
+    cache.catch_up()
+    await reads.list(POOL, "ns", label_selector="pool in (x)")
+    await reads.list(KINDS["Secret"], "ns")  # no cache mirrors Secrets here
+    assert server.lists == 3

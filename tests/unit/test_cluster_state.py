@@ -1,10 +1,11 @@
 """``ClusterState``: which of the composition root's caches answers which provisioner read.
 
-What this proves: a pool is read from the pool watch of its namespace (or the all-namespaces
-one), a kubeconfig Secret from the Secret watch of the workload cluster it names, a workload
-Node from that cluster's current Nodes cache, a kubelet Lease from its node Lease cache (the
-first such read asks the cluster to mirror them); anything else, or a cluster not yet known, has
-no cache (the read stays a GET). A cluster's liveness is asked of the cluster the Secret names.
+What this proves: a pool (or SwiftGuest) is read from the pool (SwiftGuest) watch of its
+namespace (or the all-namespaces one), a kubeconfig Secret from the Secret watch of the
+workload cluster it names, a workload Node from that cluster's current Nodes cache, a kubelet
+Lease from its node Lease cache (the first such read asks the cluster to mirror them); anything
+else, or a cluster not yet known, has no cache (the read stays a GET). A cluster's liveness is
+asked of the cluster the Secret names.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ def test_pools_come_from_their_namespace_watch() -> None:
     assert state.store("GPUCellPool", "elsewhere", "p") is None
     everywhere = ClusterState((None,), lambda: [team], clusters)
     assert everywhere.store("GPUCellPool", "elsewhere", "p") is team
+    assert state.store("GPUCellPool", "team", "") is team  # the collection, for a list
+
+
+def test_swiftguests_come_from_their_namespace_watch() -> None:
+    team, other = WatchCache(NO_SOURCE, Query("a")), WatchCache(NO_SOURCE, Query("b"))
+    clusters, _ = _clusters()
+    state = ClusterState(("team", "other"), list, clusters, lambda: [team, other])
+    assert state.store("SwiftGuest", "other", "g-0") is other
+    assert state.store("SwiftGuest", "team", "") is team
+    assert state.store("SwiftGuest", "elsewhere", "g-0") is None
 
 
 def test_the_kubeconfig_secret_and_nodes_come_from_the_workload_cluster() -> None:
@@ -42,7 +53,7 @@ def test_the_kubeconfig_secret_and_nodes_come_from_the_workload_cluster() -> Non
     state = ClusterState(("team",), list, clusters)
     assert state.store("Secret", "team", "kubeconfig") is cluster.secret
     assert state.store("Secret", "team", "join-template") is None
-    assert state.store("SwiftGuest", "team", "kubeconfig") is None
+    assert state.store("SwiftGuest", "team", "kubeconfig") is None  # no SwiftGuest watch given
     nodes = state.workload_reads("team", "kubeconfig")
     assert nodes("Node", None, "cell-0") is None  # no client yet: no Nodes cache
     cluster.nodes = WatchCache(NO_SOURCE, Query("/api/v1/nodes"))  # a (re)built connection
