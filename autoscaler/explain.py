@@ -6,8 +6,9 @@ provisioner keeps acting on the previous target), ``status.lastDecision`` (``act
 Shadow), ``status.demand`` and ``demandFreeSince`` (only from a successful read), and the
 ``ScalingActive`` and ``CellShapeKnown`` conditions (transition time kept while the status
 does not change) - is decided here, purely, so it is unit-tested without a server.
-``PolicyMemory`` is serialised to a compact JSON annotation so stabilisation windows and
-cooldowns survive an operator restart (the API has no status field for it yet).
+``PolicyMemory`` is serialised to compact JSON in ``status.policyMemory``, written with the
+rest of our status (one write per outcome), so stabilisation windows and cooldowns survive an
+operator restart; the annotation earlier versions wrote is still read when that is absent.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.types import Decision, PolicyMemory, Reason
 from gpucellpool.api.conditions import CellShapeReason, ConditionType
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.status import MAX_POLICY_MEMORY_CHARS
 
 JSON = dict[str, Any]
-MEMORY_ANNOTATION = "autoscaler.cells.kubeswift.io/policy-memory"
+MEMORY_ANNOTATION = "autoscaler.cells.kubeswift.io/policy-memory"  # read only: before policyMemory
+MEMORY_FIELD = "policyMemory"
 MEMORY_VERSION = 1
 
 
@@ -297,6 +300,25 @@ def encode_memory(memory: PolicyMemory) -> str:
         },
         separators=(",", ":"),
     )
+
+
+def memory_field(memory: PolicyMemory, limit: int = MAX_POLICY_MEMORY_CHARS) -> str:
+    """``encode_memory`` within the status field's bound: when too long (idle times of
+    thousands of cells), the rolling samples go first (a restart re-learns them), then the
+    rate events; when and how it last scaled always stays."""
+    text = encode_memory(memory)
+    if len(text) <= limit:
+        return text
+    slim = replace(memory, recommendations=(), idle_since={}, demand_samples=())
+    text = encode_memory(slim)
+    return text if len(text) <= limit else encode_memory(replace(slim, scale_events=()))
+
+
+def stored_memory(pool: GPUCellPool) -> PolicyMemory:
+    """The memory the last autoscaler left: ``status.policyMemory``, else the annotation an
+    earlier version wrote, else a fresh one."""
+    text = pool.status.policy_memory or pool.metadata.annotations.get(MEMORY_ANNOTATION)
+    return decode_memory(text)
 
 
 def decode_memory(text: str | None) -> PolicyMemory:

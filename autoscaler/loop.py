@@ -24,11 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from autoscaler.explain import (
-    MEMORY_ANNOTATION,
-    decode_memory,
-    drifted,
-)
+from autoscaler.explain import drifted, stored_memory
 from autoscaler.loop_measure import measure, record
 from autoscaler.loop_ports import (
     ActivitySource,
@@ -239,7 +235,7 @@ class Autoscaler:
             return None
         pool, now = state.pool, self.clock.now()
         if state.memory is None:
-            state.memory = decode_memory(pool.metadata.annotations.get(MEMORY_ANNOTATION))
+            state.memory = stored_memory(pool)
         snap = self.workload.snapshot(pool)
         state.synced = snap.synced
         obs = await self._observe(state, snap, now)

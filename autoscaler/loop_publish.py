@@ -3,9 +3,11 @@
 Why this module exists: deciding and telling are separate jobs. The loop (``autoscaler.loop``)
 observes and decides; this module turns a ``Decision`` into the writes a user and the provisioner
 read, and decides when a write is due at all: status only when the outcome changed (a
-message-only change at most every ``message_refresh_s``), an Event only when the reason changed,
-the memory annotation when its scale facts changed or every ``memory_persist_s``. Writes go
-through the ``PoolWriter`` port, at most ``writes_in_flight`` at once across pools.
+message-only change at most every ``message_refresh_s``) or the policy memory must be saved
+(``status.policyMemory``, in the same write: when its scale facts changed or every
+``memory_persist_s``), an Event only when the reason changed. One status write per changed
+outcome is the whole cost of a new pending pod on the pool object. Writes go through the
+``PoolWriter`` port, at most ``writes_in_flight`` at once across pools.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from autoscaler.explain import (
-    MEMORY_ANNOTATION,
+    MEMORY_FIELD,
     Outcome,
     carry_victims,
-    encode_memory,
+    memory_field,
     note,
     outcome,
     parse_rfc3339,
@@ -74,26 +76,27 @@ class Publisher:
         shared = with_share(outcome(decision, reachable), state.share)
         out = carry_victims(shared, victims_in_force(state), live)
         out = self._with_status_facts(state, out, decision, reachable, now)
+        # The memory rides on the status write: at once when its scaling facts changed (a
+        # restart must not scale down just after a scale-up), else every memory_persist_s.
+        facts = scale_facts(decision.memory)
+        remember = facts != state.facts_written or now - state.memory_written_at >= persist_s
         changed = self._due(state, out, now) or due(state.measured, state.measured_published)
-        if changed:
+        if changed or remember:
             if state.event_reason is None:  # after a restart or takeover: what status says,
                 # read before our write (its watch event may update raw_status meanwhile)
                 state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
             body = status_apply_body(pool, out, state.raw_status, now)
+            body["status"][MEMORY_FIELD] = memory_field(decision.memory)
             if state.measured is not None:
                 add_to_status(body, pool, state.measured, state.raw_status, now)
                 state.measured_published = published(state.measured)
             await self._write(lambda: self.writer.apply_status(body))
             state.published, state.status_written_at = out, now
+            state.memory_written_at, state.facts_written = now, facts
             if state.event_reason != out.reason:
                 warn = not reachable
                 await self._write(lambda: self.writer.event(pool, out.reason, note(out), warn))
                 state.event_reason = out.reason
-        facts = scale_facts(decision.memory)
-        if facts != state.facts_written or now - state.memory_written_at >= persist_s:
-            text = encode_memory(decision.memory)
-            await self._write(lambda: self.writer.annotate(pool, MEMORY_ANNOTATION, text))
-            state.memory_written_at, state.facts_written = now, facts
 
     @staticmethod
     def _with_status_facts(

@@ -18,6 +18,7 @@ from gpucellpool.api.conditions import Condition, find_condition
 
 MAX_CELLS = 10000
 MAX_PLAN_REJECTIONS = 256  # status.planRejections holds the first ones (a plan can name more)
+MAX_POLICY_MEMORY_CHARS = 262144  # status.policyMemory: the autoscaler trims its samples to fit
 CellName = Annotated[str, Field(max_length=NAME_MAX)]
 
 
@@ -288,6 +289,12 @@ class GPUCellPoolStatus(KubeModel):
     """Conditions, keyed by type."""
     last_decision: LastDecision | None = None
     """The autoscaler's most recent decision."""
+    policy_memory: str | None = Field(default=None, max_length=MAX_POLICY_MEMORY_CHARS)
+    """The autoscaler's memory between decisions, encoded (when and by how much the pool last
+    scaled, its recent recommendations, idle times and demand samples), written with its status
+    so a restarted or newly elected autoscaler resumes where the last one stopped (autoscaler;
+    replaces the earlier ``autoscaler.cells.kubeswift.io/policy-memory`` annotation, still read
+    when this is absent). Internal: not meant to be read or edited by hand."""
     plan_rejections: list[PlanRejection] | None = Field(
         default=None, max_length=MAX_PLAN_REJECTIONS
     )

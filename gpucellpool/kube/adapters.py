@@ -40,7 +40,7 @@ def pool_path(namespace: str, name: str) -> str:
 
 
 class KubePoolWriter:
-    """Status by server-side apply (own field manager), memory by annotation, Events v1."""
+    """Status (with the policy memory) by server-side apply (own field manager), Events v1."""
 
     def __init__(self, client: RestClient, identity: str, clock: Any) -> None:
         self.client, self.identity, self.clock = client, identity, clock
@@ -49,10 +49,6 @@ class KubePoolWriter:
     async def apply_status(self, body: JSON) -> None:
         meta = body["metadata"]
         await self.client.apply_status(pool_path(meta["namespace"], meta["name"]), body)
-
-    async def annotate(self, pool: GPUCellPool, key: str, value: str) -> None:
-        patch = {"metadata": {"annotations": {key: value}}}
-        await self.client.merge_patch(pool_path(pool.metadata.namespace, pool.metadata.name), patch)
 
     async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None:
         """One Event about the pool through the one sink (never raises)."""

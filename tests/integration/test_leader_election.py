@@ -78,9 +78,6 @@ class CountingWriter:
         self.writes += 1
         await self.inner.apply_status(body)
 
-    async def annotate(self, pool: Any, key: str, value: str) -> None:
-        await self.inner.annotate(pool, key, value)
-
     async def event(self, pool: Any, reason: str, note: str, warning: bool) -> None:
         await self.inner.event(pool, reason, note, warning)
 

@@ -5,7 +5,9 @@ the whole burst; the periodic tick decides with no event; one pool's failing wri
 another pool (and the failing pool keeps retrying, backing off from 1 s to the tick); Shadow
 mode publishes without touching desiredReplicas; the ScalingActive transition time is kept while
 its status is unchanged; an Event is posted only when the reason changes; a standby (non-leader)
-writes nothing; the policy memory survives a restart through the pool annotation.
+writes nothing; the policy memory survives a restart through ``status.policyMemory`` (written
+with the status, no second write), and a pool last written by an earlier version (the memory
+annotation) resumes from that.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.explain import MEMORY_ANNOTATION, decode_memory, encode_memory
+from autoscaler.explain import MEMORY_ANNOTATION, MEMORY_FIELD, decode_memory, encode_memory
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import PolicyMemory, Reason
 from simulations.engine.clock import VirtualClock, settle
@@ -168,8 +170,13 @@ async def test_condition_time_kept_and_event_only_on_reason_change(world) -> Non
     assert latest["lastDecision"]["reason"] == "DemandSatisfied"
     assert latest["desiredReplicas"] == 1, "the loop must not undo its own scale-up"
     writes = len(writer.statuses)
-    await clock.advance(60.0)  # ticks with an unchanged outcome: no new write, no event
-    assert len(writer.statuses) == writes
+    await clock.advance(60.0)  # ticks with an unchanged outcome: no event, and the only
+    saved = writer.statuses[writes:]  # writes save the memory's samples (memory_persist_s)
+    assert len(saved) <= 60.0 / SETTINGS.memory_persist_s
+    decided = [
+        (s["status"]["lastDecision"]["reason"], s["status"]["desiredReplicas"]) for s in saved
+    ]
+    assert set(decided) <= {("DemandSatisfied", 1)}
     events = [r for n, r, _ in writer.events if n == "a"]
     assert events == ["Idle", "ScaledUp", "DemandSatisfied"]
 
@@ -185,24 +192,30 @@ async def test_standby_writes_nothing(world) -> None:  # type: ignore[no-untyped
     await standby.close()
 
 
-async def test_memory_survives_restart_through_annotation(world) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("where", ["status", "annotation"])
+async def test_memory_survives_restart(world, where: str) -> None:  # type: ignore[no-untyped-def]
     scaler, workload, writer, clock = world
     workload.pods["p"] = pending_pod("p")
     scaler.pool_event("ADDED", pool_manifest("a"))
     await clock.advance(0.2)
     assert last_decision(writer, "a")["reason"] == "ScaledUp"
-    stored = writer.annotations[("a", MEMORY_ANNOTATION)]["value"]
+    stored = writer.for_pool("a")[-1]["status"][MEMORY_FIELD]  # in the same write
+    assert writer.annotations == {}  # no second write on the pool
     assert decode_memory(stored).last_scale_up_at == pytest.approx(clock.now(), abs=1)
     await scaler.close()
     # Restart: demand is gone and the cell is Ready and empty. Without memory the new process
-    # would scale down at once; with it, the scale-down delay after scale-up holds.
+    # would scale down at once; with it, the scale-down delay after scale-up holds. An earlier
+    # version kept the same memory in an annotation: it is read when the status has none.
     workload.pods.clear()
     raw = pool_manifest("a")
-    raw["metadata"]["annotations"] = {MEMORY_ANNOTATION: stored}
     raw["status"] = {
         "desiredReplicas": 1,
         "cells": [{"name": "a-0", "index": 0, "phase": "Ready", "nodeName": "a-0"}],
     }
+    if where == "status":
+        raw["status"][MEMORY_FIELD] = stored
+    else:
+        raw["metadata"]["annotations"] = {MEMORY_ANNOTATION: stored}
     workload.nodes = [{"metadata": {"name": "a-0"}}]
     restarted = Autoscaler(workload, FakeWriter(), clock, settings=SETTINGS)
     restarted.pool_event("ADDED", raw)
@@ -212,6 +225,7 @@ async def test_memory_survives_restart_through_annotation(world) -> None:  # typ
     assert decision.reason is not Reason.SCALED_DOWN
     fresh = Autoscaler(workload, FakeWriter(), clock, settings=SETTINGS)
     raw["metadata"]["annotations"] = {}
+    raw["status"].pop(MEMORY_FIELD, None)
     fresh.pool_event("ADDED", raw)
     await clock.advance(0.2)
     forgetful = fresh.pools[("ns", "a")].last_decision
@@ -244,7 +258,7 @@ async def test_changed_decision_persists_memory_at_once(world) -> None:  # type:
     workload.pods["p"] = pending_pod("p")
     scaler.cluster_event("wl")
     await clock.advance(0.2)  # well inside memory_persist_s, but the decision changed
-    stored = decode_memory(writer.annotations[("a", MEMORY_ANNOTATION)]["value"])
+    stored = decode_memory(writer.for_pool("a")[-1]["status"][MEMORY_FIELD])
     assert stored.last_scale_up_at is not None
 
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from autoscaler.explain import MEMORY_ANNOTATION, encode_memory
+from autoscaler.explain import MEMORY_FIELD, decode_memory, encode_memory
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import PolicyMemory
 from simulations.engine.clock import VirtualClock
@@ -86,8 +86,8 @@ def _delayed_pool() -> dict[str, object]:
     """One Ready, empty cell just after a scale-up: the hold's message counts the seconds."""
     raw = pool_manifest("a")
     memory = PolicyMemory(last_scale_up_at=1_000_000.0 - 1.0)
-    raw["metadata"]["annotations"] = {MEMORY_ANNOTATION: encode_memory(memory)}
     raw["status"] = {
+        MEMORY_FIELD: encode_memory(memory),
         "desiredReplicas": 1,
         "cells": [{"name": "a-0", "index": 0, "phase": "Ready", "nodeName": "a-0"}],
     }
@@ -126,25 +126,26 @@ async def test_unsynced_caches_are_retried_quickly(world: World) -> None:
     assert writer.for_pool("a")[-1]["status"]["lastDecision"]["reason"] == "ScaledUp"
 
 
-async def test_memory_written_when_it_scaled_else_every_persist_interval(world: World) -> None:
+async def test_memory_rides_on_the_status_write_when_it_scaled_else_every_persist_interval(
+    world: World,
+) -> None:
     scaler, workload, writer, clock = world
-    writes: list[float] = []
-    annotate = writer.annotate
 
-    async def counting(*args: object) -> None:
-        writes.append(clock.now())
-        await annotate(*args)  # type: ignore[arg-type]
+    def memories() -> list[PolicyMemory]:
+        return [decode_memory(s["status"][MEMORY_FIELD]) for s in writer.for_pool("a")]
 
-    writer.annotate = counting  # type: ignore[method-assign,assignment]
     scaler.pool_event("ADDED", pool_manifest("a"))
     await clock.advance(0.2)
-    assert len(writes) == 1  # the first decision
+    assert len(memories()) == 1  # the first decision
     workload.pods["p"] = pending_pod("p")
     scaler.wake([A])
     await clock.advance(0.2)
-    assert len(writes) == 2  # it scaled up: written at once
+    assert len(memories()) == 2 and memories()[-1].last_scale_up_at is not None  # at once
     scaler.wake([A])  # the follow-up hold changes the outcome, not the scaling facts
     await clock.advance(0.2)
-    assert len(writes) == 2
-    await clock.advance(31.0)
-    assert len(writes) == 3  # the samples, within memory_persist_s
+    held = memories()
+    assert len(held) == 3 and held[-1].last_scale_up_at == held[1].last_scale_up_at
+    await clock.advance(31.0)  # three ticks: the samples are saved once, within persist_s
+    later = memories()
+    assert len(later) == 4 and later[-1] != held[-1]
+    assert writer.annotations == {}  # never a second write on the pool object
