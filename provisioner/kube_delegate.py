@@ -1,11 +1,14 @@
 """A ``KubeApi`` that forwards every verb to another one, with one hook around the writes.
 
-Why this module exists: tests and the twin wrap a ``KubeApi`` to watch or disturb what the
-operator writes (crash at the N-th write, record every write's outcome, slip a competing write
-in first). Each wrapper used to forward all nine Protocol methods by hand; now they subclass
-``DelegatingKubeApi`` and override ``_write`` only. Reads (``get``, ``list``, ``version``) and
-``close`` pass straight through. It lives next to ``kube`` (production code) so both
-``simulations`` and ``tests`` can import it without production ever importing them.
+Why this module exists: the operator itself wraps its ``KubeApi`` - ``provisioner.cached_reads``
+answers reads from the watch caches and must see every write to keep read-your-writes - and so
+do the twin and the tests, to watch or disturb what the operator writes (crash at the N-th
+write, record every write's outcome, slip a competing write in first). Each wrapper used to
+forward all nine Protocol methods by hand; now they subclass ``DelegatingKubeApi`` and override
+``_write`` (and, for ``CachedReads``, the reads) only. Reads (``get``, ``list``, ``version``)
+and ``close`` pass straight through. Production code (not test support): it sits next to
+``kube`` because ``cached_reads`` builds on it, and ``simulations`` and ``tests`` import it
+from there without production ever importing them.
 """
 
 from __future__ import annotations
