@@ -78,6 +78,8 @@ async def test_pool_reaches_ready_through_all_three_layers(
     row = status(pool)["cells"][0]
     assert row["name"] == "ready-0" and row["phase"] == "Ready" and row["reason"] == "CellReady"
     assert row["guestUID"] == guest["metadata"]["uid"]
+    # the autoscaler orders Booting cells by their creation (hedged boots: newest cancelled)
+    assert row["creationTime"] == guest["metadata"]["creationTimestamp"]
     assert row["nodeName"] == "ready-0" and row["nodeReady"] is True and row["capacityDevices"] == 1
     assert row["devices"] == guest["status"]["gpu"]["devices"] and row["hostNode"]
     assert row["readyOnce"] is True and row["templateHash"]
