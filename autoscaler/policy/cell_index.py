@@ -191,13 +191,36 @@ def _rows_replaced(prev: CellIndex, old: list[Row], new: list[Row]) -> Bins:
     return Bins(rows, usage, util, used, sorted(free), True)
 
 
+def _diff(
+    prev: CellIndex, cells: Sequence[CellView]
+) -> tuple[dict[int, CellView], set[int]] | None:
+    """(views of ``cells`` not in ``prev``, by id; ids of ``prev``'s views not in ``cells``),
+    or None when ``cells`` holds a view twice.
+
+    When only views changed in place (as many cells as before, a changed cell's new view at
+    its old position: a pod landed or left), the positions that differ say it all."""
+    old_cells = prev.cells
+    if len(old_cells) == len(cells):
+        moved = list(itertools.compress(range(len(cells)), map(operator.is_not, old_cells, cells)))
+        new = {id(cells[i]): cells[i] for i in moved}
+        old = {id(old_cells[i]) for i in moved}
+        added = {i: v for i, v in new.items() if i not in old}
+        if len(new) == len(moved) and not any(map(prev.facts.__contains__, added)):
+            return added, old - new.keys()
+    by_id = dict(zip(map(id, cells), cells, strict=True))
+    if len(by_id) != len(cells):
+        return None
+    added = {i: by_id[i] for i in by_id.keys() - prev.facts.keys()}
+    return added, prev.facts.keys() - by_id.keys()
+
+
 def _update(prev: CellIndex, cells: Sequence[CellView]) -> CellIndex:
     """``prev`` moved on to ``cells``: facts only for the views not seen before."""
-    by_id = dict(zip(map(id, cells), cells, strict=True))
-    added = by_id.keys() - prev.facts.keys()
-    removed = prev.facts.keys() - by_id.keys()
-    if not prev.exact or len(by_id) != len(cells) or len(added) > len(cells) // 2 + 8:
+    diff = _diff(prev, cells) if prev.exact else None
+    if diff is None or len(diff[0]) > len(cells) // 2 + 8:
         return _build(cells, prev.shape, prev.threshold)
+    by_id, removed = diff
+    added = by_id.keys()
     facts, by_name, totals = dict(prev.facts), dict(prev.by_name), dict(prev.totals)
     old = [prev.facts[i].row for i in removed]
     for i in removed:

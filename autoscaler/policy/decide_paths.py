@@ -157,13 +157,10 @@ def _down_guard(
     """The first rule that forbids removing cells now, or None (rules in priority order)."""
     delay = config.scale_down_delay_after_scale_up_seconds
     since = None if mem.last_scale_up_at is None else now - mem.last_scale_up_at
-    target = limits.stabilised_down(mem.recommendations, now, config.scale_down, raw)
-    window = config.scale_down.stabilization_window_seconds
-    rate = limits.rate_allowance(config.scale_down, mem.scale_events, now, inp.current, -1)
     actions = [t for t in (mem.last_scale_up_at, mem.last_scale_down_at) if t is not None]
     quiet = now - max(actions) if actions else None
     cooldown = config.scale_down_cooldown_seconds
-    return _first(
+    found = _first(
         [
             (
                 not obs.workload_cluster_reachable,
@@ -190,14 +187,23 @@ def _down_guard(
                 Reason.STABILIZING,
                 f"last scaling action {quiet or 0.0:g}s ago, scale-down cooldown {cooldown:g}s",
             ),
-            (
-                target >= inp.current,
-                Reason.STABILIZING,
-                f"highest recommendation in the last {window:g}s is {target}",
-            ),
-            (rate == 0, Reason.RATE_LIMITED, "scale-down rate policy allows 0 cells now"),
         ]
     )
+    return found if found is not None else _window_guard(mem, config, now, inp, raw)
+
+
+def _window_guard(
+    mem: PolicyMemory, config: PolicyConfig, now: float, inp: Inputs, raw: int
+) -> tuple[Reason, str] | None:
+    """The last two rules of ``_down_guard``: the down window's highest recommendation, then
+    the rate policies (computed only when the rules before them let the scale-down pass)."""
+    target = limits.stabilised_down(mem.recommendations, now, config.scale_down, raw)
+    if target >= inp.current:
+        window = config.scale_down.stabilization_window_seconds
+        return Reason.STABILIZING, f"highest recommendation in the last {window:g}s is {target}"
+    if limits.rate_allowance(config.scale_down, mem.scale_events, now, inp.current, -1) == 0:
+        return Reason.RATE_LIMITED, "scale-down rate policy allows 0 cells now"
+    return None
 
 
 def scale_down(
