@@ -18,7 +18,7 @@ from autoscaler.policy.types import (
     PolicyMemory,
     Reason,
 )
-from provisioner.fsm.plan_check import Rejection
+from provisioner.fsm.plan_check import Bounds, CellFact, Plan, Rejection, check_plan
 from simulations.engine.actuator import actions
 from simulations.engine.world import World
 
@@ -62,3 +62,19 @@ def test_victims_in_the_plans_order_down_to_the_target_only() -> None:
     assert gone.drain == ("cell-1",)  # no stand-in for the missing cell-9
     assert [v.rejection for v in gone.checked.rejections] == [Rejection.VICTIM_GONE]
     assert actions(plan(3, "cell-0"), w.cells.values(), CONFIG, None, 0).drain == ()
+
+
+def test_a_plan_without_victims_or_physical_limit_is_checked_as_with_every_cells_fact() -> None:
+    # the actuator skips the per-cell facts then; the check must answer exactly as with them
+    states = (CellState.READY, CellState.BOOTING, CellState.DRAINING, CellState.FAILED)
+    w = world(*states, CellState.READY)
+    facts = [
+        CellFact(c.name, live=c.state in (CellState.BOOTING, CellState.READY))
+        for c in w.cells.values()
+    ]
+    for target in range(0, 9):
+        todo = actions(plan(target), w.cells.values(), CONFIG, None, 5.0)
+        bounds = Bounds(CONFIG.min_replicas, CONFIG.max_replicas, None, None, 2)
+        assert todo.checked == check_plan(Plan(target, ()), facts, bounds, 5.0)
+        live = 3  # two Ready, one Booting
+        assert todo.create == max(0, min(target, CONFIG.max_replicas) - live)
