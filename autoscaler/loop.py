@@ -304,7 +304,9 @@ class Autoscaler:
         )
         shape = pool_shape(pool).shape
         claims, claim_use = claim_inputs(pool, snap.claims, snap.slices, shape.gpus)
-        pending, bad = pending_for_pool(pool, mine, ns_labels, state.first_seen, claims)
+        parsed = {u: v for u, v in state.parsed.items() if u in state.first_seen}  # still here
+        state.parsed = parsed
+        pending, bad = pending_for_pool(pool, mine, ns_labels, state.first_seen, claims, parsed)
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         # One pending pod, one pool: the others of this cluster compute the same answer.

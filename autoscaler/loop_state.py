@@ -21,6 +21,7 @@ from autoscaler.observe import utilisation
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.next_change import advance
+from autoscaler.policy.pool_demand import ParseMemo
 from autoscaler.policy.types import (
     Decision,
     Observation,
@@ -87,6 +88,9 @@ class PoolState:
     measured_published: tuple[Any, ...] | None = None  # measured_use.published() last written
     share: PoolShare = field(default_factory=PoolShare)
     """The expander's split of the last observed pending pods (``autoscaler.sharing``)."""
+    parsed: ParseMemo = field(default_factory=dict)
+    """The pending pods' parsed asks by UID (``pool_demand.pending_for_pool``'s memo), kept
+    for the pods still counted."""
 
 
 def due(state: PoolState, settings: LoopSettings) -> float:

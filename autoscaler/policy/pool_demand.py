@@ -12,7 +12,7 @@ survives across decisions. ``autoscaler.observe`` builds the rest of the observa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from autoscaler.policy.demand import is_pending_hami_pod, pending_pod_from_manifest
@@ -114,16 +114,25 @@ def _pending_pod(
     return parsed
 
 
+Parsed = PendingPod | AskError | None
+ParseMemo = MutableMapping[str, tuple[Mapping[str, Any], float, Parsed]]
+
+
 def pending_for_pool(
     pool: GPUCellPool,
     pods: Iterable[JSON],
     namespace_labels: Mapping[str, Mapping[str, str]],
     first_seen: Mapping[str, float],
     claims: Mapping[str, JSON] | None = None,
+    memo: ParseMemo | None = None,
 ) -> tuple[tuple[PendingPod, ...], tuple[tuple[str, AskError], ...]]:
     """The pool's pending pods (with remembered first-seen times) and the malformed ones.
 
-    ``claims``: the workload cluster's ResourceClaims by ``namespace/name`` (DRA mode)."""
+    ``claims``: the workload cluster's ResourceClaims by ``namespace/name`` (DRA mode).
+    ``memo`` (the caller's, per pool; device-plugin mode only): each pod's parse by UID, reused
+    while the pod is the same object with the same first-seen time (a cached manifest is
+    replaced, never edited, when the pod changes), so a pool's decision does not re-read the
+    asks of pods that waited through earlier decisions; entries are added, never pruned."""
     selection = pool.spec.autoscaling.demand
     out: list[PendingPod] = []
     bad: list[tuple[str, AskError]] = []
@@ -132,10 +141,17 @@ def pending_for_pool(
         ns_labels = namespace_labels.get(str(meta.get("namespace", "")))
         if not counts_as_demand(pod, selection, ns_labels):
             continue
-        seen = first_seen.get(str(meta.get("uid", "")))
+        uid = str(meta.get("uid", ""))
+        seen = first_seen.get(uid)
         if seen is None:
             continue  # the caller records first_seen before building; never guess "now"
-        parsed = _pending_pod(pool, pod, seen, claims)
+        kept = memo.get(uid) if memo is not None and claims is None else None
+        if kept is not None and kept[0] is pod and kept[1] == seen:
+            parsed = kept[2]
+        else:
+            parsed = _pending_pod(pool, pod, seen, claims)
+            if memo is not None and claims is None:
+                memo[uid] = (pod, seen, parsed)
         if parsed is None:
             continue
         if isinstance(parsed, AskError):

@@ -5,12 +5,15 @@ What these prove: a pool's demand read through the unbound pods' label index
 selection, and the router's incremental index labels the same pods as ``index_pods``;
 ``share_pending`` with the rivals' ``matchLabels`` shortcut gives every pod to the same pool as
 without it; a Node's annotation usage is remembered only while its pods are the same tuple
-(a changed pod, which the index hands out as a new tuple, is read again). These shortcuts took
+(a changed pod, which the index hands out as a new tuple, is read again), and a pending pod's
+parsed asks are reused only while it is the same object with the same first-seen time. These
+shortcuts took
 a decision at 50 pools / 10,000 pods from ~12 ms to ~4 ms (docs/benchmarks.md, live-scale).
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from dataclasses import replace
 from typing import Any
@@ -24,7 +27,7 @@ from autoscaler.observe import (
     label_index,
     usage_from_pods,
 )
-from autoscaler.policy.pool_demand import pending_for_pool
+from autoscaler.policy.pool_demand import ParseMemo, pending_for_pool
 from autoscaler.policy.types import GPUUsage
 from autoscaler.routing import PodIndexer
 from autoscaler.sharing import rivals_of, share_pending
@@ -146,3 +149,21 @@ def test_a_nodes_usage_is_remembered_only_while_its_pods_are_the_same_tuple() ->
     listed.append(allocated("memo-n1", 1000))  # a list may change in place: read each time
     assert annotated_usage("memo-n1", listed, 1) == (GPUUsage(2000, 20, 2),)
     assert annotated_usage("memo-n1", changed, 2) == (GPUUsage(10000, 20, 2), GPUUsage())
+
+
+def test_a_pending_pods_parse_is_reused_only_for_the_same_object_and_first_seen() -> None:
+    pool = GPUCellPool.model_validate(pool_manifest("p"))
+    pod = pending_pod("w", 8000)
+    uid = pod["metadata"]["uid"]
+    memo: ParseMemo = {}
+    (first,), _ = pending_for_pool(pool, [pod], {}, {uid: 1.0}, memo=memo)
+    assert memo[uid][2] is first
+    (again,), _ = pending_for_pool(pool, [pod], {}, {uid: 1.0}, memo=memo)
+    assert again is first  # not parsed again
+    bigger = copy.deepcopy(pod)  # the cache's new object for a changed pod
+    bigger["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "16000"
+    (changed,), _ = pending_for_pool(pool, [bigger], {}, {uid: 1.0}, memo=memo)
+    assert changed.ask.memory_mib == 16000 and first.ask.memory_mib == 8000
+    (later,), _ = pending_for_pool(pool, [bigger], {}, {uid: 5.0}, memo=memo)
+    assert later.first_seen == 5.0
+    assert pending_for_pool(pool, [bigger], {}, {uid: 5.0}) == ((later,), ())  # no memo
