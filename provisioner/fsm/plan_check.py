@@ -10,8 +10,9 @@ actuator re-checks its planner's choice (autoscaler-anchors):
 * Target: kept when inside the spec's bounds (minReplicas..maxReplicas); otherwise clamped and
   rejected as ``StaleGeneration`` (the plan was made for an older spec) or ``TargetOutOfBounds``.
 * Remove, per victim in the plan's order: nothing to do when it is already leaving (or gone once
-  the pool is down to the target: the step is done); ``VictimGone`` when it no longer exists
-  while the pool is still above the target (no other cell stands in: the next plan chooses);
+  the pool is down to the target, or the plan's other victims cover what is left: the step is
+  done); ``VictimGone`` when it no longer exists while the pool is still above the target by
+  more than the remaining victims (no other cell stands in: the next plan chooses);
   ``VictimInDrainBackoff`` while a drain of it was abandoned recently (``fsm.drain_backoff``):
   its slot is not filled by another cell, the scale-down waits. Every other live cell in drain
   back-off is reported the same way while it lasts (a standing refusal): otherwise the next plan,
@@ -133,13 +134,18 @@ def _victims(
     plan: Plan, target: int, cells: Sequence[CellFact], now_s: float
 ) -> tuple[list[str], list[str], list[Verdict]]:
     by_name = {c.name: c for c in cells}
-    above_target = sum(1 for c in cells if c.live) > target
+    victims = list(dict.fromkeys(plan.victims))
+    remaining = [by_name[n] for n in victims if n in by_name and by_name[n].live]
+    # A gone victim is only a missing step while the remaining victims do not cover the
+    # excess: one drained by this very plan (gone while the next victim still drains) is done.
+    uncovered = sum(1 for c in cells if c.live) - target - len(remaining)
     accepted: list[str] = []
     held: list[str] = []
     verdicts: list[Verdict] = []
-    for name in dict.fromkeys(plan.victims):
+    for name in victims:
         fact = by_name.get(name)
-        if fact is None and above_target:
+        if fact is None and uncovered > 0:
+            uncovered -= 1
             message = f"victim {name} no longer exists; no other cell stands in for it"
             verdicts.append(Verdict(PlanStep.REMOVE, Rejection.VICTIM_GONE, message, name))
         elif fact is None or not fact.live:

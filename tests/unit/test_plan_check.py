@@ -45,6 +45,17 @@ def test_victim_gone_is_rejected_only_while_the_pool_is_above_target() -> None:
     assert done.victims == () and done.rejections == ()
 
 
+def test_a_victim_this_plan_already_removed_is_done_not_gone() -> None:
+    # plan 4 -> 2 (p-3, p-1): p-3 is drained and gone while p-1 is still live; the excess (1)
+    # is p-1's step, so p-3's step is done - no rejection (one woke the autoscaler each time)
+    cells = CELLS[:3]
+    checked = check_plan(Plan(2, ("p-3", "p-1"), 3), cells, BOUNDS, NOW)
+    assert checked.victims == ("p-1",) and checked.rejections == ()
+    # a gone victim the remaining ones do not cover is still rejected, the first in plan order
+    short = check_plan(Plan(1, ("p-8", "p-9", "p-1"), 3), cells, BOUNDS, NOW)
+    assert [(v.rejection, v.cell) for v in short.rejections] == [(Rejection.VICTIM_GONE, "p-8")]
+
+
 def test_victim_in_drain_backoff_is_held_until_it_ends() -> None:
     cells = (CellFact("p-0"), CellFact("p-1", held_until_s=NOW + 120.0), CellFact("p-2"))
     checked = check_plan(Plan(1, ("p-1", "p-2"), 3), cells, BOUNDS, NOW)
