@@ -3,7 +3,8 @@
 What this proves: a pool (or SwiftGuest) is read from the pool (SwiftGuest) watch of its
 namespace (or the all-namespaces one), a kubeconfig Secret from the Secret watch of the
 workload cluster it names, a workload Node from that cluster's current Nodes cache, a kubelet
-Lease from its node Lease cache (the first such read asks the cluster to mirror them); anything
+Lease from its node Lease cache (the first such read asks the cluster to mirror them),
+ResourceSlices and ResourceClaims from its DRA caches when it has them; anything
 else, or a cluster not yet known, has no cache (the read stays a GET). A cluster's liveness is
 asked of the cluster the Secret names.
 """
@@ -70,6 +71,18 @@ def test_node_leases_come_from_the_workload_clusters_lease_cache() -> None:
     cluster.leases = WatchCache(NO_SOURCE, Query("/leases"))  # as a (re)built connection has
     assert reads("Lease", "kube-node-lease", "cell-0") is cluster.leases
     assert reads("Lease", "elsewhere", "cell-0") is None  # only the kubelets' Leases
+
+
+def test_dra_objects_come_from_the_clusters_dra_caches_once_it_mirrors_them() -> None:
+    clusters, cluster = _clusters()
+    reads = ClusterState(("team",), list, clusters).workload_reads("team", "kubeconfig")
+    assert reads("ResourceSlice", None, "") is None  # not in DRA mode: GET
+    cluster.slices = WatchCache(NO_SOURCE, Query("/resourceslices"))
+    cluster.claims = WatchCache(NO_SOURCE, Query("/resourceclaims"))
+    assert reads("ResourceSlice", None, "") is cluster.slices
+    assert reads("ResourceClaim", None, "") is cluster.claims
+    assert reads("DeviceClass", None, "hami") is None
+    assert reads("Pod", None, "") is None  # Pods stay GETs (the drain reads them fresh)
 
 
 def test_liveness_is_the_named_clusters() -> None:
