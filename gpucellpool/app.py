@@ -305,7 +305,7 @@ class App:
         syncing = [
             f"{k.namespace}/{k.secret}"
             for k, c in self.clusters.clusters.items()
-            if not c.synced() and not c.error
+            if not c.synced() and not (c.settled() and c.error)  # broken: told in status
         ]
         return (not syncing, f"workload caches syncing: {', '.join(syncing)}")
 

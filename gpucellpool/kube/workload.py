@@ -87,6 +87,7 @@ class WorkloadCluster:
         self.lease_watch = False  # the provisioner reads this cluster's node Leases
         self.dra = False  # a pool of this cluster uses HAMi's DRA mode: watch claims and slices
         self.error = "kubeconfig Secret not read yet"
+        self._applied = False  # a Secret state was applied once (see ``settled``)
         self.uid = ""  # the cluster's kube-system Namespace UID, once this connection learned it
         self._digest = ""
         self._wanted: str | None = None  # the newest kubeconfig (base64) seen on the Secret
@@ -114,6 +115,12 @@ class WorkloadCluster:
         """The workload cluster this connection reaches: its ``ClusterUID`` once learned on
         the current connection, the Secret key until then."""
         return ClusterUID(self.uid) if self.uid else self.key
+
+    def settled(self) -> bool:
+        """Whether ``error`` is a verdict: the Secret was read and applied (caches built, or
+        ``error`` says why not), or it was listed and does not exist. Before that the cluster
+        is syncing, not broken (readiness waits for it)."""
+        return self._applied or (self.secret.synced.is_set() and not self.secret.objects)
 
     def synced(self) -> bool:
         caches = [self.pods, self.nodes, self.namespaces]
@@ -177,6 +184,7 @@ class WorkloadCluster:
             lost, self.uid = self.uid, ""  # a new credential may reach another cluster
             await self._stop_caches()
             self.error = await self._connect(raw)
+            self._applied = True
             self._wake(self.key, "SECRET", {})
             if lost:  # the pools that judged with ours judge without them now
                 self._wake(self.key, IDENTITY_EVENT, {"uid": lost})
