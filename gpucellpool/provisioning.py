@@ -3,9 +3,9 @@
 Why this module exists: ``gpucellpool run`` must not only decide but also act. The provisioner
 shell (``provisioner.reconciler.Reconciler``) is stateless per pass; this driver has the one keyed
 runner (``gpucellpool.runtime.runner``) reconcile a pool when something relevant changed - the
-pool's spec, deletion or ``status.desiredReplicas`` (the autoscaler's contract), its
-SwiftGuests/Machines, or one of its cells' Nodes or a pod on one (routed by
-``autoscaler.routing``: the drain waits for a Node to empty) - 0.2 s after the first such event
+pool's spec, deletion, ``status.desiredReplicas`` or the acted ``lastDecision.victims`` (the
+autoscaler's plan), its SwiftGuests/Machines, or one of its cells' Nodes or a pod on one (routed
+by ``autoscaler.routing``: the drain waits for a Node to empty) - 0.2 s after the first such event
 (the runner's debounce with min == max), and otherwise when the reconciler asked to be requeued
 (``requeue_after_s``, else ``idle_requeue_s``). Failures back off exponentially (1 s doubling to
 ``max_backoff_s``) and never touch other pools. Only the leader reconciles, and only the pools
@@ -37,8 +37,21 @@ class _Pool:
 
 
 def _fingerprint(raw: JSON) -> tuple[Any, ...]:
+    """What a pass executes: the spec, the deletion, and the autoscaler's plan - its target and
+    its victims (``lastDecision.victims`` of an acted decision), so that a plan that only changes
+    which cells leave at the same target wakes the pool instead of waiting for a requeue."""
     meta, status = raw.get("metadata") or {}, raw.get("status") or {}
-    return (meta.get("generation"), meta.get("deletionTimestamp"), status.get("desiredReplicas"))
+    last = status.get("lastDecision")
+    victims: Any = None
+    if isinstance(last, dict) and last.get("act", True):
+        chosen = last.get("victims")
+        victims = tuple(str(v) for v in chosen) if isinstance(chosen, list) else None
+    return (
+        meta.get("generation"),
+        meta.get("deletionTimestamp"),
+        status.get("desiredReplicas"),
+        victims,
+    )
 
 
 def owner_pool(obj: JSON) -> tuple[str, str] | None:

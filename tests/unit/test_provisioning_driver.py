@@ -121,3 +121,27 @@ async def test_only_owned_pools_reconcile() -> None:
     await clock.advance(60.0)
     assert {name for name, _ in reconciler.passes} == {"a"}
     await driver.close()
+
+
+def with_plan(raw: dict[str, Any], victims: list[str] | None, act: bool = True) -> dict[str, Any]:
+    decision = {"reason": "ScaledDown", "desiredReplicas": raw["status"]["desiredReplicas"]}
+    decision |= {"act": act, **({"victims": victims} if victims is not None else {})}
+    return {**raw, "status": {**raw["status"], "lastDecision": decision}}
+
+
+async def test_a_plan_that_changes_only_its_victims_wakes_the_pool() -> None:
+    driver, reconciler, clock, _ = make()
+    driver.pool_event("ADDED", with_plan(pool("a", desired=3), ["a-4"]))
+    await clock.advance(0.3)
+    assert len(reconciler.passes) == 1
+    driver.pool_event("MODIFIED", with_plan(pool("a", desired=3), ["a-4"]))  # same plan
+    await clock.advance(1.0)
+    assert len(reconciler.passes) == 1
+    driver.pool_event("MODIFIED", with_plan(pool("a", desired=3), ["a-2"]))  # same target
+    await clock.advance(0.3)
+    assert reconciler.passes[-1] == ("a", 1.5)
+    driver.pool_event("MODIFIED", with_plan(pool("a", desired=3), ["a-1"], act=False))  # shadow
+    driver.pool_event("MODIFIED", with_plan(pool("a", desired=3), ["a-0"], act=False))
+    await clock.advance(1.0)
+    assert len(reconciler.passes) == 3  # leaving the acted plan wakes once; shadow picks do not
+    await driver.close()
