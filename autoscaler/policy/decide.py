@@ -250,18 +250,17 @@ def decide(
         decision = scale_down(observation, mem, config, now, inp, raw)
     else:
         decision = hold(observation, mem, config, inp)
-    base = replace(
+    used = float(inp.packing.cells_used()) if inp.trusted else None
+    # ``steady`` reads only the decision's memory: one copy of the decision carries it all
+    return replace(
         decision,
         cells_needed=inp.packing.new_cells,
         pending_asks=len(inp.fitting),
         unschedulable=inp.unschedulable,
         forecast_cells=inp.forecast,
+        steady=next_change.steady(observation, memory, decision, config, now, raw, used),
+        act=decision.act and config.mode != Mode.SHADOW,
     )
-    used = float(inp.packing.cells_used()) if inp.trusted else None
-    base = replace(
-        base, steady=next_change.steady(observation, memory, base, config, now, raw, used)
-    )
-    return replace(base, act=False) if config.mode == Mode.SHADOW else base
 
 
 __all__ = ["Reason", "decide"]

@@ -21,7 +21,7 @@ from itertools import pairwise
 
 from autoscaler.policy.packing import ask_size, lower_bound_cells, pack
 from autoscaler.policy.types import CellShape, GPUAsk, PendingPod
-from simulations.engine import hami
+from simulations.engine import gc_pause, hami
 from simulations.engine.metrics import Sample, SimResult
 from simulations.traces.model import TracePod
 
@@ -116,7 +116,8 @@ def oracle(
 ) -> SimResult:
     """The oracle's ``SimResult`` for ``pods`` on cells of ``shape``."""
     fit = [p for p in pods if hami.fits_fresh_cell(p.ask, shape)]
-    curve = cells_over_time(fit, shape, max_points, method)
+    with gc_pause.relaxed():  # many small packings: the collector off the trace (engine)
+        curve = cells_over_time(fit, shape, max_points, method)
     cell_seconds = util_seconds = ready_seconds = 0.0
     for (time, cells, util), (after, _, _) in pairwise(curve):
         cell_seconds += cells * (after - time)
