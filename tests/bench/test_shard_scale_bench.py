@@ -209,9 +209,10 @@ def exported(metrics: str) -> set[str]:
 
 async def reporters(infra: RestClient) -> dict[str, set[str]]:
     """``reportingInstance`` of every Event about each pool of the benchmark's namespace."""
-    listed = await infra.get(f"/apis/events.k8s.io/v1/namespaces/{LAYOUT.namespace}/events")
+    path = f"/apis/events.k8s.io/v1/namespaces/{LAYOUT.namespace}/events"
+    listed, _ = await infra.list(Query(path))  # in pages: thousands of Events at full scale
     out: dict[str, set[str]] = {}
-    for event in (listed or {}).get("items") or []:
+    for event in listed:
         pool = str((event.get("regarding") or {}).get("name", ""))
         out.setdefault(pool, set()).add(str(event.get("reportingInstance", "")))
     return out
