@@ -16,6 +16,7 @@ everything else of the object is kept as the apiserver sent it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
 
 from gpucellpool.kube.cache import JSON, ListWatch, Query
 
@@ -28,6 +29,13 @@ def without_managed_fields(obj: JSON) -> JSON:
     return obj
 
 
+@runtime_checkable
+class Paged(Protocol):
+    """A source that lists page by page (``RestClient.pages``)."""
+
+    def pages(self, query: Query) -> AsyncIterator[tuple[list[JSON], str]]: ...
+
+
 class WithoutManagedFields:
     """A ``ListWatch`` over ``source`` whose listed and watched objects lack managedFields."""
 
@@ -35,8 +43,17 @@ class WithoutManagedFields:
         self._source = source
 
     async def list(self, query: Query) -> tuple[list[JSON], str]:
-        items, version = await self._source.list(query)
-        return [without_managed_fields(item) for item in items], version
+        if not isinstance(self._source, Paged):
+            items, version = await self._source.list(query)
+            return [without_managed_fields(item) for item in items], version
+        # Page by page: trimmed after all pages were decoded, the freed fields were holes in
+        # memory the process never gave back (RSS as high as without trimming).
+        kept: list[JSON] = []
+        version = ""
+        async for page, page_version in self._source.pages(query):
+            kept += [without_managed_fields(item) for item in page]
+            version = page_version
+        return kept, version
 
     async def watch(self, query: Query, resource_version: str) -> AsyncIterator[JSON]:
         async for event in self._source.watch(query, resource_version):

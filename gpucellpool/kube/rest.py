@@ -56,6 +56,7 @@ JSON_PATCH_TYPE = "application/json-patch+json"
 LIST_PAGE_LIMIT = 500
 """Items per list request, as client-go's reflectors ask; a server may answer with all."""
 Sleep = Callable[[float], Awaitable[None]]
+Items = list[JSON]  # (``list`` is also a method name inside RestClient)
 log = logging.getLogger(__name__)
 
 
@@ -201,12 +202,22 @@ class RestClient:
         list's resourceVersion. A page is one request under the timeout, where 40,000 pods in
         one answer (~100 MB of JSON) may outlast it and be held whole while decoded."""
         items: list[JSON] = []
+        version = ""
+        async for page, page_version in self.pages(query):
+            items += page
+            version = page_version
+        return items, version
+
+    async def pages(self, query: Query) -> AsyncIterator[tuple[Items, str]]:
+        """``list`` one page at a time: (its items, the list's resourceVersion), so a caller
+        can trim each page before the next one is decoded (``kube.lean``)."""
         token = ""
         while True:
             params = [*self._selectors(query), ("limit", str(LIST_PAGE_LIMIT))]
             page = await self.call("GET", query.path, [*params, *_continue(token)])
             kind = str(page.get("kind", "")).removesuffix("List")
             api_version = str(page.get("apiVersion", ""))
+            items: Items = []
             for item in page.get("items") or []:
                 if isinstance(item, dict):  # list items come without kind/apiVersion
                     item.setdefault("kind", kind)
@@ -214,8 +225,9 @@ class RestClient:
                     items.append(item)
             meta = page.get("metadata") or {}
             token = str(meta.get("continue") or "")
+            yield items, str(meta.get("resourceVersion", ""))
             if not token:
-                return items, str(meta.get("resourceVersion", ""))
+                return
 
     async def watch(self, query: Query, resource_version: str) -> AsyncIterator[JSON]:
         """Watch events from ``resource_version``; 410 raises ``Gone``, other errors the tree."""
