@@ -30,7 +30,7 @@ from webhook.rules import RuleSettings, validate_create
 
 SWIFTGUESTS_PATH = "/apis/swift.kubeswift.io/v1alpha1/swiftguests"
 MACHINES_PATH = "/apis/cluster.x-k8s.io/v1beta2/machines"
-WORKLOAD_KINDS = ("Node", "Lease", "ResourceSlice", "ResourceClaim")
+WORKLOAD_KINDS = ("Node", "Lease", "ResourceSlice", "ResourceClaim", "Pod")
 """The workload cluster kinds a pass reads from ``WorkloadCluster``'s caches."""
 
 
@@ -96,10 +96,11 @@ class ClusterState:
         return None
 
     def workload_reads(self, namespace: str, secret: str) -> StoreLookup:
-        """The caches of the workload cluster the Secret reaches: its Nodes, node Leases and
-        (in HAMi's DRA mode) ResourceSlices and ResourceClaims, looked up at each read, so a
-        rebuilt cluster's new caches are used (none yet: GET). The first Lease read starts
-        that cluster's Lease watch (``watch_leases``)."""
+        """The caches of the workload cluster the Secret reaches: its Nodes, Pods, node Leases
+        and (in HAMi's DRA mode) ResourceSlices and ResourceClaims, looked up at each read, so
+        a rebuilt cluster's new caches are used (none yet: GET). The first Lease read starts
+        that cluster's Lease watch (``watch_leases``). An evicted pod keeps the Pods lists
+        fresh until the cache has dropped it (``CachedReads``)."""
 
         def store(kind: str, ns: str | None, name: str) -> Store | None:
             if kind not in WORKLOAD_KINDS or not (cluster := self._cluster(namespace, secret)):
@@ -108,7 +109,7 @@ class ClusterState:
                 if ns != NODE_LEASE_NAMESPACE:
                     return None
                 cluster.watch_leases()
-            caches = (cluster.nodes, cluster.leases, cluster.slices, cluster.claims)
+            caches = (cluster.nodes, cluster.leases, cluster.slices, cluster.claims, cluster.pods)
             return dict(zip(WORKLOAD_KINDS, caches, strict=True))[kind]
 
         return store

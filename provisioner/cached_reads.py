@@ -15,11 +15,11 @@ before its own finalizer patch or status write would act on a state it has alrea
 the provisioner itself saw of an object (its own write's answer, or a GET's) is remembered;
 while one is remembered the cache is used only once it holds that very version (then the
 memory is dropped: the watch delivers later versions in order), otherwise the read is a GET,
-whose answer becomes the remembered version. A delete, or a write that lost a 409, remembers
-"unknown", which only an absent cached object matches: the next read is a GET until the
-cache has dropped the object too. A list is served only while every remembered object of that
-cache is caught up (it is then forgotten); otherwise it is a GET, whose answer updates the
-remembered versions of what it returned.
+whose answer becomes the remembered version. A delete, an accepted eviction (the pod is on its
+way out) or a write that lost a 409 remembers "unknown", which only an absent cached object
+matches: the next read is a GET until the cache has dropped the object too. A list is served
+only while every remembered object of that cache is caught up (it is then forgotten);
+otherwise it is a GET, whose answer updates the remembered versions of what it returned.
 """
 
 from __future__ import annotations
@@ -198,14 +198,18 @@ class CachedReads(DelegatingKubeApi):
 
     async def _write(self, write: Write, call: Callable[[], Awaitable[T]]) -> T:
         ident = (write.kind, _key(write.namespace, write.name))
-        if write.verb == "evict" or self.stores(write.kind, write.namespace, write.name) is None:
+        if self.stores(write.kind, write.namespace, write.name) is None:
             return await call()
         try:
             result = await call()
         except Conflict:
             self._seen[ident] = UNKNOWN
             raise
-        self._seen[ident] = _version(result) if isinstance(result, dict) else UNKNOWN
+        # An evicted pod is on its way out: read fresh until the cache has dropped it.
+        if write.verb == "evict" or not isinstance(result, dict):
+            self._seen[ident] = UNKNOWN
+        else:
+            self._seen[ident] = _version(result)
         return result
 
 

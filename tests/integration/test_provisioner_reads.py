@@ -5,9 +5,9 @@ one GET of the pool, one of the kubeconfig Secret, two per cell of its Node, one
 kubelet Lease and a ``/version`` probe when it reads the apiservers; on the caches the
 composition root owns (``provisioner_wiring.ClusterState``: the pool and SwiftGuest watches,
 the infrastructure Node watch, the workload cluster's Secret, Node and node Lease watches)
-through ``CachedReads`` the same pass does none of them, nor its lists of SwiftGuests and of
-the pool's workload Nodes (the live Nodes watch vouches for the cluster instead of the
-probe), and the pool still
+through ``CachedReads`` the same pass does none of them, nor its lists of SwiftGuests, of the
+pool's workload Nodes and of each cell's pods (the live Nodes watch vouches for the cluster
+instead of the probe), and the pool still
 converges through those caches (each pass sees its own writes: ``CachedReads``'
 read-your-writes rule). And a cluster that goes away while that watch is live (every connection
 to it cut) is still reported ``Unreachable`` at once: the broken watch no longer vouches, the
@@ -233,6 +233,7 @@ async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
         assert workload_after["get Lease"] == 0  # and its node Lease cache
         assert workload_after["version"] == 0  # its live Nodes watch vouched: no probe
         assert workload_after["list Node"] == 0  # the pool's Nodes, listed from that cache
+        assert workload_after["list Pod"] == 0  # each cell's pods, from the Pods cache
         assert infra_after["list SwiftGuest"] == 0  # the cells, from the SwiftGuest watch
         assert infra_after["get Node"] == 0  # their hosts, from the infrastructure Node watch
         assert infra_after["get GPUCellPool"] == 0

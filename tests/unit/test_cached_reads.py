@@ -18,7 +18,7 @@ from typing import Any, cast
 import pytest
 
 from provisioner.cached_reads import CachedReads, Store, selector_match
-from provisioner.kube import JSON, KINDS, Conflict, Kind, KubeApi
+from provisioner.kube import JSON, KINDS, Conflict, Kind, KubeApi, KubeError
 
 POOL = KINDS["GPUCellPool"]
 
@@ -70,6 +70,11 @@ class Server:
     ) -> bool:
         return self.objects.pop(name, None) is not None
 
+    async def evict(self, namespace: str, name: str) -> None:
+        if self.conflict:  # here: a PodDisruptionBudget allows no disruption
+            raise KubeError(429, "Cannot evict pod as it would violate the pod's disruption budget")
+        self.objects.pop(name, None)
+
 
 @dataclass
 class Cache:
@@ -90,9 +95,9 @@ class Cache:
         self.synced.set()
 
 
-def _reads(server: Server, cache: Cache) -> CachedReads:
+def _reads(server: Server, cache: Cache, kind_cached: str = "GPUCellPool") -> CachedReads:
     def stores(kind: str, namespace: str | None, name: str) -> Store | None:
-        return cache if kind == "GPUCellPool" else None
+        return cache if kind == kind_cached else None
 
     return CachedReads(cast(KubeApi, server), stores)
 
@@ -243,3 +248,23 @@ async def test_an_unevaluable_selector_or_unsynced_cache_lists_from_the_apiserve
     await reads.list(POOL, "ns", label_selector="pool in (x)")
     await reads.list(KINDS["Secret"], "ns")  # no cache mirrors Secrets here
     assert server.lists == 3
+
+
+async def test_pods_listed_fresh_after_an_eviction_until_the_cache_drops_the_pod() -> None:
+    server = Server({"a": _labelled("a", 10, "n0"), "b": _labelled("b", 10, "n0")})
+    cache = Cache(server)
+    reads = _reads(server, cache, "Pod")
+    cache.catch_up()
+    server.conflict = True  # refused (429): the pod stays, the cache is still right
+    with pytest.raises(KubeError):
+        await reads.evict("ns", "a")
+    assert len(await reads.list(KINDS["Pod"], None, field_selector="spec.nodeName=n0")) == 2
+    assert server.lists == 0
+    server.conflict = False
+    await reads.evict("ns", "a")
+    listed = await reads.list(KINDS["Pod"], None, field_selector="spec.nodeName=n0")
+    assert [p["metadata"]["name"] for p in listed] == ["b"]  # a GET: the cache still has a
+    assert server.lists == 1
+    cache.catch_up()  # the watch delivered a's deletion
+    await reads.list(KINDS["Pod"], None, field_selector="spec.nodeName=n0")
+    assert server.lists == 1

@@ -4,7 +4,8 @@ What this proves: a pool (or SwiftGuest) is read from the pool (SwiftGuest) watc
 namespace (or the all-namespaces one), a kubeconfig Secret from the Secret watch of the
 workload cluster it names, a workload Node from that cluster's current Nodes cache, a kubelet
 Lease from its node Lease cache (the first such read asks the cluster to mirror them),
-ResourceSlices and ResourceClaims from its DRA caches when it has them; anything
+ResourceSlices and ResourceClaims from its DRA caches when it has them, Pods from its Pods
+cache; anything
 else, or a cluster not yet known, has no cache (the read stays a GET). A cluster's liveness is
 asked of the cluster the Secret names.
 """
@@ -82,7 +83,9 @@ def test_dra_objects_come_from_the_clusters_dra_caches_once_it_mirrors_them() ->
     assert reads("ResourceSlice", None, "") is cluster.slices
     assert reads("ResourceClaim", None, "") is cluster.claims
     assert reads("DeviceClass", None, "hami") is None
-    assert reads("Pod", None, "") is None  # Pods stay GETs (the drain reads them fresh)
+    assert reads("Pod", None, "") is None  # no client yet: no Pods cache
+    cluster.pods = WatchCache(NO_SOURCE, Query("/api/v1/pods"))
+    assert reads("Pod", None, "") is cluster.pods
 
 
 def test_liveness_is_the_named_clusters() -> None:
