@@ -11,7 +11,9 @@ instead of the probe), and the pool still
 converges through those caches (each pass sees its own writes: ``CachedReads``'
 read-your-writes rule). And a cluster that goes away while that watch is live (every connection
 to it cut) is still reported ``Unreachable`` at once: the broken watch no longer vouches, the
-pass probes. The counts are printed (``-s``) for docs/architecture.md.
+pass probes. An evict drain on the caches (the node's pods listed from the Pods cache, fresh
+after each eviction) evicts each pod exactly once. The counts are printed (``-s``) for
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ from tests.integration.provisioner_support import (
     RunningPool,
     apis,  # noqa: F401  (fixture)
     cond,
+    gpu_pod,
     ready_with,
+    row,
     running_pool,
 )
 
@@ -318,3 +322,47 @@ async def test_a_cluster_cut_off_under_a_live_watch_is_unreachable_at_the_next_p
             raw = await infra_api.get(KINDS["GPUCellPool"], namespace, name)
             reachable = cond(raw, "WorkloadClusterReachable")
             assert (reachable["status"], reachable["reason"]) == ("False", "Unreachable")
+
+
+async def test_an_evict_drain_on_the_caches_evicts_each_pod_once(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+    infra_rest: RestClient,
+) -> None:
+    infra_api, workload_api = apis
+    name = f"ev-{namespace[-6:]}"
+    counted = Counted(CountingKubeApi(infra_api))
+    options: Any = {"workload_factory": counted.workload_factory, "run_pods": True}
+    pool = swiftguest_pool(name, namespace, 2, autoscaling={"drain": {"mode": "Evict"}})
+    async with running_pool(apis, workload, pool, operator_api=counted.infra, **options) as scene:
+        await scene.converge(ready_with(2), timeout_s=120)
+        async with on_the_caches(scene, infra_rest, counted) as (reads, _, cluster):
+            for pod in ("a", "b"):
+                await workload_api.create(gpu_pod(namespace, f"trainer-{pod}", f"{name}-1"))
+            deadline = time.monotonic() + 60  # the drain must see both pods in the cache
+            while (
+                len(
+                    [
+                        p
+                        for p in (cluster.pods.items() if cluster.pods else [])
+                        if p["metadata"]["namespace"] == namespace
+                    ]
+                )
+                < 2
+            ):
+                assert time.monotonic() < deadline, "the Pods cache never saw the trainers"
+                await asyncio.sleep(0.05)
+            fresh = counted.workloads[-1]
+            fresh.reset()
+            await scene.scale(1)
+            done = await scene.converge(ready_with(1), timeout_s=120)
+            assert done is not None
+            assert [c["name"] for c in done["status"]["cells"]] == [f"{name}-0"]
+            evictions = fresh.of("evict", "Pod")
+            assert sorted(c.name for c in evictions if c.outcome == "ok") == [
+                "trainer-a",
+                "trainer-b",
+            ]  # each pod evicted exactly once: the drain never read a pod it had evicted
+            assert reads.served > 0
+            assert row(done, f"{name}-1") == {}
