@@ -14,7 +14,8 @@ same reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from autoscaler.policy.types import CellState, Decision, PolicyConfig
@@ -23,6 +24,7 @@ from provisioner.fsm.plan_execute import LiveCell, creatable, removals
 from simulations.engine.world import SimCell
 
 LIVE = (CellState.BOOTING, CellState.READY)
+_STATE = operator.attrgetter("state")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,15 +46,25 @@ def actions(
     """The plan of ``decision`` checked against ``cells`` and executed as membership would.
 
     Every simulated cell holds its GPUs from creation until it is gone (no pre-GPU phase), so the
-    free GPUs are ``physical_gpus`` less every cell's, draining ones included.
+    free GPUs are ``physical_gpus`` less every cell's, draining ones included. A simulated
+    cell is never in drain back-off nor waiting for its GPU, so the check reads the cells
+    only to judge named victims and the physical limit; a plan with neither (most of a
+    replay's decisions) is checked without building a fact per cell (the same answer,
+    tests/unit/test_sim_actuator.py).
     """
     all_cells = list(cells)
-    live = [LiveCell(c.name, c.index) for c in all_cells if c.state in LIVE]
-    facts = [CellFact(c.name, live=c.state in LIVE) for c in all_cells]
+    live = sum(map(LIVE.__contains__, map(_STATE, all_cells)))
     per_cell = max(config.shape.gpus, 1)
     free = None if physical_gpus is None else max(physical_gpus - len(all_cells) * per_cell, 0)
     bounds = Bounds(config.min_replicas, config.max_replicas, None, free, per_cell)
+    facts = _facts(all_cells) if decision.victims or free is not None else ()
     checked = check_plan(Plan(decision.desired_replicas, decision.victims), facts, bounds, now)
-    if checked.target >= len(live):
-        return Actions(creatable(checked, checked.target - len(live)), (), checked)
-    return Actions(0, removals(checked, live), checked)
+    if checked.target >= live:
+        return Actions(creatable(checked, checked.target - live), (), checked)
+    in_service = [LiveCell(c.name, c.index) for c in all_cells if c.state in LIVE]
+    return Actions(0, removals(checked, in_service), checked)
+
+
+def _facts(cells: Sequence[SimCell]) -> list[CellFact]:
+    """The plan check's view of the simulated cells."""
+    return [CellFact(c.name, live=c.state in LIVE) for c in cells]
