@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Awaitable, Callable, Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -135,6 +136,9 @@ class CachedReads(DelegatingKubeApi):
     served: int = 0
     fetched: int = 0
     _seen: dict[tuple[str, str], str] = field(default_factory=dict)
+    _by_node: dict[int, tuple[weakref.ref[Store], int, dict[str, list[JSON]]]] = field(
+        default_factory=dict
+    )
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
         store = self.stores(kind.kind, namespace, name)
@@ -165,7 +169,8 @@ class CachedReads(DelegatingKubeApi):
         match = selector_match(label_selector, field_selector)
         if store is not None and match is not None and self._caught_up(kind.kind, store):
             self.served += 1
-            objects = [o for o in store.items() if _in_namespace(namespace, o) and match(o)]
+            candidates = self._candidates(store, field_selector)
+            objects = [o for o in candidates if _in_namespace(namespace, o) and match(o)]
             return copy.deepcopy(objects)
         self.fetched += 1
         items = await self.inner.list(kind, namespace, label_selector, field_selector)
@@ -175,6 +180,29 @@ class CachedReads(DelegatingKubeApi):
                 if ident[1] in listed:
                     self._seen[ident] = _version(listed[ident[1]])
         return items
+
+    def _candidates(self, store: Store, field_selector: str) -> Sequence[JSON]:
+        """The store's objects a list may select: for ``spec.nodeName=<node>`` alone (each
+        cell's pods, each DRA cell's slices: one list per cell per pass) the objects on that
+        node, from an index rebuilt only when the store changed (``WatchCache.version``), so a
+        pass does not scan every pod of the cluster per cell."""
+        path, _, node = field_selector.partition("=")
+        version = getattr(store, "version", None)
+        if path != "spec.nodeName" or "," in node or "!" in path or not isinstance(version, int):
+            return store.items()
+        held = self._by_node.get(id(store))
+        if held is None or held[0]() is not store or held[1] != version:
+            index: dict[str, list[JSON]] = {}
+            for obj in store.items():
+                on = (obj.get("spec") or {}).get("nodeName")
+                if on:
+                    index.setdefault(str(on), []).append(obj)
+            # Only a weak reference to the store: a rebuilt cluster's old cache is let go,
+            # and its index with it at the next rebuild of any index.
+            live = {k: v for k, v in self._by_node.items() if v[0]() is not None}
+            held = live[id(store)] = (weakref.ref(store), version, index)
+            self._by_node = live
+        return held[2].get(node, [])
 
     def _remembered(self, kind: str, store: Store) -> tuple[tuple[str, str], ...]:
         """The remembered objects of ``kind`` that ``store`` mirrors."""

@@ -268,3 +268,37 @@ async def test_pods_listed_fresh_after_an_eviction_until_the_cache_drops_the_pod
     cache.catch_up()  # the watch delivered a's deletion
     await reads.list(KINDS["Pod"], None, field_selector="spec.nodeName=n0")
     assert server.lists == 1
+
+
+@dataclass(eq=False)
+class VersionedCache(Cache):
+    """A cache with ``WatchCache.version`` (bumped by ``catch_up``), counting full scans."""
+
+    version: int = 0
+    scans: int = 0
+
+    def items(self) -> list[JSON]:
+        self.scans += 1
+        return super().items()
+
+    def catch_up(self) -> None:
+        super().catch_up()
+        self.version += 1
+
+
+async def test_pods_on_a_node_come_from_an_index_rebuilt_only_on_change() -> None:
+    server = Server({f"p{i}": _labelled(f"p{i}", 10, f"n{i % 3}") for i in range(9)})
+    cache = VersionedCache(server)
+    reads = _reads(server, cache, "Pod")
+    cache.catch_up()
+    for node in ("n0", "n1", "n2", "n0"):  # one pass: every cell's pods
+        listed = await reads.list(KINDS["Pod"], None, field_selector=f"spec.nodeName={node}")
+        assert {p["spec"]["nodeName"] for p in listed} == {node} and len(listed) == 3
+    assert cache.scans == 1  # one scan of the cluster's pods, not one per cell
+    server.objects["new"] = _labelled("new", 11, "n1")
+    cache.catch_up()  # the watch delivered a new pod: the index is rebuilt once
+    listed = await reads.list(KINDS["Pod"], None, field_selector="spec.nodeName=n1")
+    assert "new" in {p["metadata"]["name"] for p in listed}
+    assert await reads.list(KINDS["Pod"], "other", field_selector="spec.nodeName=n1") == []
+    assert await reads.list(KINDS["Pod"], None, field_selector="spec.nodeName=n9") == []
+    assert cache.scans == 2 and server.lists == 0
