@@ -134,6 +134,12 @@ class ObservedBoots(BootModel):
         return seconds, False
 
 
+def _spread(boots: list[float]) -> tuple[float, float]:
+    """Median and log-sd of measured boot times (at least one)."""
+    logs = [math.log(b) for b in boots if b > 0]
+    return statistics.median(boots), statistics.pstdev(logs) if len(logs) > 1 else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class WorldTimings:
     """The world's latencies in compressed seconds: nominal (the spec) or measured on the twin.
@@ -143,7 +149,9 @@ class WorldTimings:
     (the provisioner creating the guest, KubeSwift's delay, and everything a loaded kubelet,
     HAMi and provisioner add; the simulator creates a cell at its decision, so the provisioning
     time belongs in the boot), drain = cell empty to guest gone, react = first pending pod to
-    the first decision asking for cells.
+    the first decision asking for cells. ``with_lag`` moves the provisioner's part out of the
+    boot: execution lag = decision to guest created (or drain started), boot = guest created to
+    Ready, as the simulator's engine models them (``engine.exec_lag``).
     """
 
     boot_seconds: float
@@ -152,6 +160,7 @@ class WorldTimings:
     react_seconds: float
     source: str = "nominal"
     boots: tuple[float, ...] = ()  # per cell in creation order, when measured
+    exec_lag_seconds: float = 0.0  # decision to execution (0: boots count from the decision)
 
     @classmethod
     def nominal(cls, spec: DemoSpec) -> WorldTimings:
@@ -168,14 +177,28 @@ class WorldTimings:
     ) -> WorldTimings:
         """Median and log-sd of the twin's boots, median drain; nominal where none was seen."""
         base = cls.nominal(spec)
-        logs = [math.log(b) for b in boots if b > 0]
+        median, sigma = _spread(boots) if boots else (base.boot_seconds, 0.0)
         return cls(
-            boot_seconds=statistics.median(boots) if boots else base.boot_seconds,
-            boot_sigma=statistics.pstdev(logs) if len(logs) > 1 else 0.0,
+            boot_seconds=median,
+            boot_sigma=sigma,
             drain_seconds=statistics.median(drains) if drains else base.drain_seconds,
             react_seconds=react if react is not None else base.react_seconds,
             source="measured on the twin",
             boots=tuple(boots),
+        )
+
+    def with_lag(self, guest_boots: list[float], lags: list[float]) -> WorldTimings:
+        """These timings with the measured execution lag (its median) apart from the boots,
+        which then count from the guest's creation; unchanged when no lag was measured."""
+        if not lags or not guest_boots:
+            return self
+        median, sigma = _spread(guest_boots)
+        return replace(
+            self,
+            boot_seconds=median,
+            boot_sigma=sigma,
+            boots=tuple(guest_boots),
+            exec_lag_seconds=statistics.median(lags),
         )
 
     def boot_model(self) -> BootModel:
@@ -195,6 +218,7 @@ def sim_config(spec: DemoSpec, timings: WorldTimings | None = None) -> SimConfig
         react_delay_seconds=t.react_seconds,
         boot=t.boot_model(),
         drain_seconds=t.drain_seconds,
+        exec_lag_seconds=t.exec_lag_seconds,
         warm_start=False,  # the twin's pool starts empty too
         tail_seconds=spec.horizon_seconds,
         samples=4000,

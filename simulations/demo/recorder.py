@@ -80,6 +80,14 @@ class Recorder:
     # in order by the guests that follow: a cell's boot counts from the decision, as a user
     # measures "scale-up to Ready" on their cluster (the provisioner's work is part of it).
     _asked: collections.deque[float] = field(default_factory=collections.deque)
+    # The same for a scale-down: one entry per cell a decision lowered desiredReplicas by,
+    # taken in order by the cells then seen Draining.
+    _lowered: collections.deque[float] = field(default_factory=collections.deque)
+    # Decision -> execution, per cell: desiredReplicas raised -> its guest created, lowered ->
+    # a cell seen Draining (the provisioner's lag; the simulator holds its decisions this long).
+    lags: list[float] = field(default_factory=list)
+    _guest_seen: dict[str, float] = field(default_factory=dict)  # name -> guest created
+    ready_from_guest: list[tuple[float, float]] = field(default_factory=list)  # (created, boot)
     _desired: int = 0
     decisions: list[tuple[float, str, int]] = field(default_factory=list)  # on change
     _live: set[str] = field(default_factory=set)
@@ -110,6 +118,8 @@ class Recorder:
         shift = time.monotonic() - self.t0
         self.booting = {k: v - shift for k, v in self.booting.items()}
         self._asked = collections.deque(t - shift for t in self._asked)
+        self._lowered = collections.deque(t - shift for t in self._lowered)
+        self._guest_seen = {k: v - shift for k, v in self._guest_seen.items()}
         self.t0 += shift
         self.samples.clear()
         self.sample()
@@ -127,13 +137,18 @@ class Recorder:
         name, now = str(obj["metadata"]["name"]), self.now()
         if kind == "ADDED":
             self.created_guests.add(str(obj["metadata"]["uid"]))
-            self.booting[name] = self._asked.popleft() if self._asked else now
+            asked = self._asked.popleft() if self._asked else None
+            self.booting[name] = now if asked is None else asked
+            self._guest_seen[name] = now
+            if asked is not None:
+                self.lags.append(now - asked)
             self._live.add(name)
             self.first_guest = now if self.first_guest is None else self.first_guest
         elif kind == "DELETED":
             self.deleted_guests += 1
             self._live.discard(name)
             self.booting.pop(name, None)
+            self._guest_seen.pop(name, None)
             if name in self.draining:
                 self.drains.append(now - self._emptied(name, self.draining.pop(name)))
         self.sample()
@@ -145,10 +160,13 @@ class Recorder:
         desired = int(self._status.get("desiredReplicas") or 0)
         if desired > self._desired:
             self._asked.extend([now] * (desired - self._desired))
+            self._lowered.clear()  # a scale-down not carried out yet is no longer asked for
             self.first_request = now if self.first_request is None else self.first_request
         elif desired < self._desired:  # asked-for cells not created yet are no longer asked for
-            for _ in range(min(len(self._asked), self._desired - desired)):
+            unasked = min(len(self._asked), self._desired - desired)
+            for _ in range(unasked):
                 self._asked.pop()
+            self._lowered.extend([now] * (self._desired - desired - unasked))
         self._desired = desired
         last = self._status.get("lastDecision") or {}
         outcome = (str(last.get("reason", "")), int(last.get("desiredReplicas") or 0))
@@ -159,7 +177,11 @@ class Recorder:
             if cell.get("phase") == "Ready" and name in self.booting:
                 created = self.booting.pop(name)
                 self.ready_after.append((created, now - created))
+                guest = self._guest_seen.pop(name, created)
+                self.ready_from_guest.append((created, now - guest))
             elif cell.get("phase") in ("Draining", "Deleting") and name in self._live:
+                if name not in self.draining and self._lowered:
+                    self.lags.append(now - self._lowered.popleft())
                 self.draining.setdefault(name, now)
         self.sample()
 
@@ -182,6 +204,11 @@ class Recorder:
         """Cell asked for (or, without a decision to match, guest seen) to cell Ready, in the
         order the guests were created."""
         return [boot for _, boot in sorted(self.ready_after)]
+
+    @property
+    def guest_boots(self) -> list[float]:
+        """Guest created to cell Ready, in the same order: the boot once the lag is apart."""
+        return [boot for _, boot in sorted(self.ready_from_guest)]
 
     def _emptied(self, node: str, drain_start: float) -> float:
         """When a draining cell's last pod ended (its drain start if it was empty)."""

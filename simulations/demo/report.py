@@ -49,6 +49,10 @@ class DemoReport:
     timelines: dict[str, list[tuple[float, float]]]  # compressed seconds
     panels_total: int = 0
     panels_empty: tuple[str, ...] = ()  # "<dashboard: panel>: <query>" with no data
+    # against the simulator given the measured timings without the execution lag (boots from
+    # the decision, every decision applied at once): the model before engine.exec_lag
+    fidelity_lag_free: Fidelity | None = None
+    lags: tuple[float, ...] = ()  # the twin's decision -> execution lags, compressed seconds
 
 
 def cells_of(result: SimResult) -> list[tuple[float, float]]:
@@ -103,9 +107,11 @@ def _clip(result: SimResult, end: float) -> SimResult:
     return replace(result, timeline=tuple(kept))
 
 
-def measured_timings(run: TwinResult) -> WorldTimings:
+def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
+    """The twin's timings; with ``lag`` the provisioner's execution lag apart from the boots."""
     rec = run.recorder
-    return WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.first_request)
+    timings = WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.first_request)
+    return timings.with_lag(rec.guest_boots, rec.lags) if lag else timings
 
 
 def _simulate(run: TwinResult, timings: WorldTimings, name: str) -> tuple[SimResult, Fidelity]:
@@ -120,6 +126,8 @@ def build_report(run: TwinResult) -> DemoReport:
     spec, timings = run.spec, measured_timings(run)
     simulated, fidelity = _simulate(run, timings, "simulator, twin's timings")
     nominal, fidelity_nominal = _simulate(run, WorldTimings.nominal(spec), "simulator, nominal")
+    lag_free = measured_timings(run, lag=False)
+    _, fidelity_lag_free = _simulate(run, lag_free, "simulator, no lag")
     twin = twin_result(run, fidelity.end_seconds, fidelity)
     reference = oracle(run.pods, SHAPE)
     results = tuple(
@@ -136,6 +144,8 @@ def build_report(run: TwinResult) -> DemoReport:
         spec=spec,
         fidelity=fidelity,
         fidelity_nominal=fidelity_nominal,
+        fidelity_lag_free=fidelity_lag_free,
+        lags=tuple(run.recorder.lags),
         timings=timings,
         results=results,
         summaries=summaries,
@@ -169,7 +179,8 @@ def _fidelity_lines(f: Fidelity, factor: float) -> list[str]:
 def _timings_line(t: WorldTimings, factor: float) -> str:
     return (
         f"boot median {t.boot_seconds * factor:.0f} s (sigma {t.boot_sigma:.2f}), drain "
-        f"{t.drain_seconds * factor:.0f} s, reaction {t.react_seconds * factor:.0f} s"
+        f"{t.drain_seconds * factor:.0f} s, reaction {t.react_seconds * factor:.0f} s, "
+        f"execution lag {t.exec_lag_seconds * factor:.0f} s"
     )
 
 

@@ -65,3 +65,6 @@ class SimConfig:
     # With policy_config.scale_down_on_usage: how long a cell's pods must compute nothing
     # (TracePod.usage) before the cell counts as idle (spec.autoscaling.usageIdleWindow).
     usage_idle_window_seconds: float = 1800.0
+    # Decision to execution (a guest created, a drain started): each acted decision is carried
+    # out this long after it was made (engine.exec_lag); 0 applies it at once.
+    exec_lag_seconds: float = 0.0

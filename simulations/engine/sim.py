@@ -30,6 +30,7 @@ from simulations.engine.actuator import actions
 from simulations.engine.clock import VirtualClock
 from simulations.engine.config import BootModel, DrainMode, SimConfig
 from simulations.engine.decider import Decider
+from simulations.engine.exec_lag import ExecLag
 from simulations.engine.gangs import GangBook, GangScaleUp, hostable_gangs
 from simulations.engine.metrics import Counters, Integrals, SimResult
 from simulations.engine.policy import ScalingPolicy
@@ -41,6 +42,7 @@ from simulations.traces.model import TracePod
 __all__ = ["BootModel", "DrainMode", "SimConfig", "Simulation", "simulate"]
 
 END, BOOT, DRAIN, DRAIN_TIMEOUT, ARRIVAL, TICK, REACT, SAMPLE = range(8)
+EXECUTE = 8  # a held decision's actions (engine.exec_lag), after the samples of its instant
 # ~0.1 s of work between progress reports, so a bar moves several times a second.
 PROGRESS_EVERY_EVENTS = 1024
 
@@ -77,6 +79,7 @@ class Simulation:
         self.running: dict[str, Running] = {}
         self.waits: dict[str, float] = {}
         self.decider = Decider(policy, config)
+        self.lag = ExecLag(config.exec_lag_seconds)
         self.desired = 0
         self.react_at: float | None = None
         self.integrals = Integrals()
@@ -160,8 +163,10 @@ class Simulation:
             self._arrival(payload, now)
         elif kind in (TICK, REACT):
             self._tick(kind, now)
-        else:
+        elif kind == SAMPLE:
             self._sample(now)
+        else:
+            self._execute(self.lag.release(), now)
 
     def _settle(self, now: float) -> None:
         if self.capacity_up:
@@ -316,6 +321,8 @@ class Simulation:
         if self.book.waiting:
             self._admit_gangs(now)
         observation = self.decider.observe(self.world, self._free_physical(), now)
+        if self.lag.plan is not None:  # a held plan: the cells as the provisioner will have them
+            observation = self.lag.view(observation, self.decider.memory.last_scale_up_at or now)
         decision, repeated = self.decider.decide(observation, now)
         self.counters.decisions += 1
         self.counters.reason(str(decision.reason))
@@ -343,6 +350,12 @@ class Simulation:
         self.desired = decision.desired_replicas
         if not decision.act:
             return
+        if self.lag.active:
+            self.push(self.lag.hold(decision, now, self.world.cells.values()), EXECUTE)
+            return
+        self._execute(decision, now)
+
+    def _execute(self, decision: Decision, now: float) -> None:
         cells, config = self.world.cells, self.cfg.policy_config
         todo = actions(decision, cells.values(), config, self.cfg.physical_gpus, now)
         if todo.create:

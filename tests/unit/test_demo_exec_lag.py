@@ -1,0 +1,86 @@
+"""The twin's execution lag, measured from the outside and handed to the simulator: the demo
+recorder pairs each decision with the guest it created or the drain it started
+(``Recorder.lags``), keeps the guest-to-Ready boots apart (``guest_boots``), and
+``WorldTimings.with_lag`` gives the simulator both (``SimConfig.exec_lag_seconds``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from simulations.demo.config import DemoSpec, WorldTimings, sim_config
+from simulations.demo.recorder import Recorder
+
+SPEC = replace(DemoSpec(), hours=0.5, multiplier=0.4, compression=20.0)
+
+
+class At:
+    """The recorder's clock, set by the test."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def recorder() -> tuple[Recorder, At]:
+    rec = Recorder(None, None, "ns", "pool")  # type: ignore[arg-type]  # no watch is started
+    clock = At()
+    rec.now = clock  # type: ignore[method-assign]
+    return rec, clock
+
+
+def pool(desired: int, cells: dict[str, str]) -> dict[str, Any]:
+    rows = [{"name": name, "phase": phase} for name, phase in cells.items()]
+    return {"status": {"desiredReplicas": desired, "cells": rows}}
+
+
+def guest(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": f"uid-{name}"}}
+
+
+def test_each_decision_is_paired_with_the_guest_or_drain_that_carried_it_out() -> None:
+    rec, clock = recorder()
+    rec._pool("MODIFIED", pool(2, {}))  # two cells asked for at 0
+    clock.t = 3.0
+    rec._guest("ADDED", guest("c0"))
+    clock.t = 5.0
+    rec._guest("ADDED", guest("c1"))
+    clock.t = 20.0
+    rec._pool("MODIFIED", pool(2, {"c0": "Ready"}))
+    clock.t = 22.0
+    rec._pool("MODIFIED", pool(2, {"c0": "Ready", "c1": "Ready"}))
+    assert rec.boots == [20.0, 22.0]  # from the decision, as before
+    assert rec.guest_boots == [17.0, 17.0]  # from each guest's creation
+    clock.t = 30.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready", "c1": "Ready"}))  # one cell to leave
+    clock.t = 34.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready", "c1": "Draining"}))
+    clock.t = 35.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready", "c1": "Draining"}))  # seen once
+    assert rec.lags == [3.0, 5.0, 4.0]
+
+
+def test_a_scale_up_cancels_a_scale_down_not_carried_out_yet() -> None:
+    rec, clock = recorder()
+    rec._pool("MODIFIED", pool(1, {}))
+    clock.t = 1.0
+    rec._guest("ADDED", guest("c0"))
+    clock.t = 10.0
+    rec._pool("MODIFIED", pool(0, {"c0": "Ready"}))
+    clock.t = 11.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready"}))  # back up before any drain
+    clock.t = 50.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Draining"}))  # another decision's drain, unpaired
+    assert rec.lags == [1.0]
+
+
+def test_the_simulator_gets_the_median_lag_and_boots_from_the_guest() -> None:
+    measured = WorldTimings.measured(SPEC, [12.0, 20.0, 14.0], [2.0], 1.0)
+    timings = measured.with_lag([10.0, 16.0, 11.0], [2.0, 4.0, 3.0, 9.0])
+    assert (timings.exec_lag_seconds, timings.boot_seconds) == (3.5, 11.0)
+    assert timings.boots == (10.0, 16.0, 11.0) and timings.drain_seconds == 2.0
+    assert sim_config(SPEC, timings).exec_lag_seconds == 3.5
+    assert measured.with_lag([], []) is measured  # nothing measured: the decision-timed boots
+    assert sim_config(SPEC, measured).exec_lag_seconds == 0.0

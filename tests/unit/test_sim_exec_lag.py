@@ -1,0 +1,86 @@
+"""The operator's execution lag in the simulator (``engine.exec_lag``): an acted decision is
+carried out ``exec_lag_seconds`` later, against the world as it is then, and meanwhile the policy
+sees the cells as the provisioner will have them; at 0 the engine applies decisions at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from autoscaler.policy.types import (
+    CellState,
+    Decision,
+    Observation,
+    PolicyConfig,
+    PolicyMemory,
+)
+from simulations.engine import BootModel, ProductionPolicy, SimConfig, simulate
+from simulations.engine.exec_lag import ExecLag
+from simulations.traces import TracePod
+from tests.unit.test_sim_engine import WHOLE, Scripted, random_trace
+
+FIXED_BOOT = BootModel(median_seconds=50.0, sigma=0.0)
+
+
+@dataclass
+class Watching(Scripted):
+    """Scripted, and records the cells each call saw: (time, name, state)."""
+
+    seen: list[tuple[float, tuple[tuple[str, CellState], ...]]] = field(default_factory=list)
+
+    def decide(
+        self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
+    ) -> Decision:
+        self.seen.append((now, tuple((c.name, c.state) for c in observation.cells)))
+        return super().decide(observation, memory, config, now)
+
+
+def lagged(seconds: float, **kwargs: object) -> SimConfig:
+    base: dict[str, object] = {"boot": FIXED_BOOT, "samples": 50, "warm_start": False}
+    base["exec_lag_seconds"] = seconds
+    return SimConfig(**(base | kwargs))  # type: ignore[arg-type]
+
+
+def test_a_decision_is_carried_out_after_the_lag() -> None:
+    pods = (TracePod("p", 0.0, 1000.0, WHOLE),)
+    at_once = simulate(pods, Scripted([(0.0, 1, ())]), lagged(0.0))
+    late = simulate(pods, Scripted([(0.0, 1, ())]), lagged(25.0))
+    assert at_once.waits_seconds == (50.0,)  # boot only
+    assert late.waits_seconds == (75.0,)  # the lag, then the boot
+    assert late.scale_up_cells == at_once.scale_up_cells == 1
+
+
+def test_the_policy_sees_the_held_plan_as_the_provisioner_will_have_it() -> None:
+    pods = (TracePod("p", 0.0, 600.0, WHOLE),)  # runs through the scale-down
+    policy = Watching([(0.0, 1, ()), (400.0, 0, ("cell-0",))])
+    simulate(pods, policy, lagged(25.0, drain_seconds=5.0))
+    at = dict(policy.seen)
+    assert at[0.0] == ()  # nothing yet
+    assert [state for _, state in at[10.0]] == [CellState.BOOTING]  # a placeholder: asked for
+    assert at[20.0][0][0] != "cell-0" and at[30.0] == (("cell-0", CellState.BOOTING),)  # created
+    drained = [t for t, cells in policy.seen if ("cell-0", CellState.DRAINING) in cells]
+    assert drained[0] == 410.0  # the held victim already counts as Draining
+
+
+def test_the_production_policy_asks_once_per_cell_through_the_lag() -> None:
+    pods = random_trace(3, count=60, span=6000.0)
+    base = simulate(pods, ProductionPolicy("gpucellpool"), lagged(0.0, react_on_arrival=True))
+    late = simulate(pods, ProductionPolicy("gpucellpool"), lagged(40.0, react_on_arrival=True))
+    again = simulate(pods, ProductionPolicy("gpucellpool"), lagged(40.0, react_on_arrival=True))
+    assert late == again  # deterministic
+    assert late.unplaced == base.unplaced == 0
+    assert sum(late.waits_seconds) > sum(base.waits_seconds)  # each cell came 40 s later
+    assert late.scale_up_cells == base.scale_up_cells  # no second ask during the lag
+
+
+def test_no_lag_is_the_engine_as_before() -> None:
+    pods = random_trace(5, count=80)
+    policy = ProductionPolicy("gpucellpool")
+    plain = SimConfig(boot=FIXED_BOOT, samples=50, warm_start=False)
+    assert simulate(pods, policy, lagged(0.0)) == simulate(pods, policy, plain)
+
+
+def test_a_negative_lag_is_refused() -> None:
+    with pytest.raises(ValueError, match="exec_lag_seconds"):
+        ExecLag(-1.0)
