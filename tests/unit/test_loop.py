@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 
-from autoscaler.explain import MEMORY_ANNOTATION, MEMORY_FIELD, decode_memory, encode_memory
+from autoscaler.explain import (
+    MEMORY_ANNOTATION,
+    MEMORY_FIELD,
+    decode_memory,
+    encode_memory,
+    memory_field,
+)
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import PolicyMemory, Reason
 from simulations.engine.clock import VirtualClock, settle
@@ -302,3 +308,16 @@ async def test_first_event_survives_the_watch_echo_of_our_own_write() -> None:
         assert [r for _, r, _ in writer.events] == ["Idle"]
     finally:
         await scaler.close()
+
+
+def test_memory_field_drops_the_samples_before_the_scaling_facts() -> None:
+    idle = {f"a-{i}": float(i) for i in range(2000)}
+    memory = PolicyMemory(1.0, 2.0, ((3.0, 4),), idle, ((6.0, 1.5),), ((7.0, -1),), True)
+    assert decode_memory(memory_field(memory)) == memory  # fits: kept whole
+    limit = len(encode_memory(PolicyMemory(1.0, 2.0, scale_events=((7.0, -1),)))) + 20
+    trimmed = decode_memory(memory_field(memory, limit))
+    assert (trimmed.last_scale_up_at, trimmed.last_scale_down_at) == (1.0, 2.0)
+    assert trimmed.scale_events == ((7.0, -1),) and trimmed.boots_proven
+    assert not trimmed.idle_since and not trimmed.recommendations
+    tight = decode_memory(memory_field(memory, 80))  # not even the rate events fit
+    assert (tight.last_scale_up_at, tight.scale_events) == (1.0, ())
