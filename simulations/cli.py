@@ -96,6 +96,12 @@ def add_world_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--boot-failure", type=at.bounded(0, 0.99), default=0.0, help="probability a boot fails"
     )
+    g.add_argument(
+        "--exec-lag-seconds",
+        type=at.bounded(0, 86400),
+        default=0.0,
+        help="decision to execution (guest created, drain started), as measured on your cluster",
+    )
     g.add_argument("--drain", choices=[m.value for m in DrainMode], default="wait-for-idle")
     g.add_argument(
         "--drain-timeout",
@@ -209,6 +215,7 @@ def sim_config(args: argparse.Namespace, config: PolicyConfig) -> SimConfig:
         gpu_policy=args.gpu_policy,
         physical_gpus=args.physical_gpus,
         seed=args.seed,
+        exec_lag_seconds=args.exec_lag_seconds,
     )
 
 

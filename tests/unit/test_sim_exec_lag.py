@@ -4,6 +4,7 @@ sees the cells as the provisioner will have them; at 0 the engine applies decisi
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 
 import pytest
@@ -15,6 +16,7 @@ from autoscaler.policy.types import (
     PolicyConfig,
     PolicyMemory,
 )
+from simulations.cli import add_world_arguments, sim_config
 from simulations.engine import BootModel, ProductionPolicy, SimConfig, simulate
 from simulations.engine.exec_lag import ExecLag
 from simulations.traces import TracePod
@@ -84,3 +86,13 @@ def test_no_lag_is_the_engine_as_before() -> None:
 def test_a_negative_lag_is_refused() -> None:
     with pytest.raises(ValueError, match="exec_lag_seconds"):
         ExecLag(-1.0)
+
+
+def test_the_cli_passes_the_lag_and_refuses_a_negative_one() -> None:
+    parser = argparse.ArgumentParser()
+    add_world_arguments(parser)
+    args = parser.parse_args(["--exec-lag-seconds", "12.5"])
+    assert sim_config(args, PolicyConfig()).exec_lag_seconds == 12.5
+    assert sim_config(parser.parse_args([]), PolicyConfig()).exec_lag_seconds == 0.0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--exec-lag-seconds", "-1"])
