@@ -184,6 +184,14 @@ def _timings_line(t: WorldTimings, factor: float) -> str:
     )
 
 
+def _lag_free_lines(report: DemoReport) -> list[str]:
+    f = report.fidelity_lag_free
+    if f is None:
+        return []
+    head = "The same without the execution lag (boots from the decision, applied at once):"
+    return [head, "", *_fidelity_lines(f, report.spec.compression), ""]
+
+
 def markdown_report(report: DemoReport) -> str:
     spec, k = report.spec, report.spec.compression
     trace = str(spec.trace) if spec.trace else "bundled openb (Alibaba GPU 2023)"
@@ -207,11 +215,12 @@ def markdown_report(report: DemoReport) -> str:
             "## Fidelity: twin vs `gpucellpool simulate` (same trace, same pool spec)",
             "",
             "Simulator given the twin's measured world (each cell's boot time in creation "
-            "order, the median drain, the first reaction), as a user passes the boot time "
-            "measured on their cluster:",
+            "order, the median drain, the first reaction, the median execution lag), as a user "
+            "passes the boot time measured on their cluster:",
             "",
             *_fidelity_lines(report.fidelity, k),
             "",
+            *_lag_free_lines(report),
             "Simulator with the nominal timings:",
             "",
             *_fidelity_lines(report.fidelity_nominal, k),
