@@ -82,7 +82,16 @@ THROUGHPUT_NOTE = (
     "find_cell's answer per ask and HAMi's GPU choice per (usage, ask) until a cell changes, "
     "and the CA/HPA peers skip work a tick with nothing pending does not need; same results "
     "(tests/unit/test_sim_engine_memos.py pins the peers' numbers from before). The policy's "
-    "own speed work (packing, decide) is listed in its commits.\n\n"
+    "own speed work (packing, decide) is listed in its commits. Then (706f0f7..8c3f677) the "
+    "actuator builds the plan check's per-cell facts only for plans that name victims or "
+    "meet a physical limit, replays run with the cyclic collector relaxed "
+    "(`simulations/engine/gc_pause.py`: it took 5-12 % of a replay's CPU), `cell_index` "
+    "finds the changed views by position, the scale-down guard computes the window only "
+    "when it is reached, and `limits.trim`/`window_values` filter with plain "
+    "comprehensions; same SimResult for 7 policies on 5 scenarios before and after. "
+    "gpucellpool's events and cell-hours differ from the run before this one because the "
+    "policy changed in between (hedged boots off by default, 30d2896), not by the speed "
+    "work, which changes no result.\n\n"
 )
 LARGE_POOL_NOTE = (
     "### Throughput: a month of a ~400-cell pool, 8-GPU cells\n\n"
@@ -91,7 +100,9 @@ LARGE_POOL_NOTE = (
     "seed 14); otherwise as above. Before the skip this did not finish in 10 CPU minutes; "
     "after it (26de8b3) oracle 13, original 41, HPA 64, CA 93 CPU s, and gpucellpool had "
     "not finished after 13 min wall; at 7c64bd4, 289 CPU s and 904 s wall one after another "
-    "(gpucellpool 186 CPU s). The speed work changes no result here either.\n\n"
+    "(gpucellpool 186 CPU s). The speed work changes no result here either; gpucellpool's "
+    "events and cell-hours moved since the run before this one with the policy (hedged boots "
+    "off by default, 30d2896).\n\n"
 )
 ROW_HEAD = [
     "| policy | wall s | CPU s | events | events/CPU s | pod events/CPU s | decide calls | "
