@@ -82,6 +82,27 @@ POD_MEMORY = (
     "Since 41cdd9c the caches list in pages of 500 (one answer of ~100 MB of JSON before)."
 )
 
+MISSED = (  # the full-scale run of 2026-12-02 at 6aab739, profiled
+    "Why the targets were missed (run at 6aab739; py-spy of both processes through the "
+    "rounds, 3,167 and 2,957 samples): a decision costs what the whole workload cluster "
+    "costs, not the process's share of it. The expander's `share_pending` "
+    "(`autoscaler/sharing.py` -> `policy/expander.assign`: every pending pod of the cluster "
+    "handed to one of the pools that could take it) took 23 % / 18 % of the samples, the "
+    "rivals of a pool (`rivals_of`: every pool on the same cluster, both shards') 8 %, "
+    "copying the caches into each decision's snapshot (`WatchCache.items`) 4-5 %, decoding "
+    "the watch streams (every Pod event of the cluster reaches both processes) 8 % / 18 %, "
+    "pydantic validation 3-7 %. At ~34 ms of CPU per new pod of its own pools, a round (200 "
+    "pods at once, ~100 decisions per process) is 3-4 s of CPU per process; at load ~8 on 2 "
+    "cores each process got a fraction of a core and the last pools of a round waited behind "
+    "the others (max 17.7 s). Sharding halves the number of decisions per process, not the "
+    "cost of one. RSS: each process caches all 40,000 Pods and 4,000 Nodes (ready 465 / 458 "
+    "MiB; an operator with one pool, 20 Nodes and no pods is 121 MiB), ~9 KiB per cached "
+    "object even without `managedFields` (7f4e294). What would bring it under 300 MiB is "
+    "per-shard narrowing (a process keeping only its pools' Nodes, the pods bound there and "
+    "the pending ones); it is not done: gang accounting (`gang_pods.placed_consumers`) and "
+    "the expander read the pods and pools of every shard."
+)
+
 __all__ = ["scale_harness"]  # the dedicated harness fixture, shared with test_scale_bench
 
 
@@ -408,5 +429,5 @@ def write_doc(table: list[str], report: Report, commit: str, load_at_start: str)
         f"CPU per new pending pod of its own pools: {' / '.join(f'{v:.1f}' for v in per_pod)} "
         "ms per process. "
         f"Run at {commit}. Shared 2-core VM: when the processes started {load_at_start}; at the "
-        f"end of the run {load_note()}.\n\n{POD_MEMORY}\n",
+        f"end of the run {load_note()}.\n\n{POD_MEMORY}\n\n{MISSED}\n",
     )
