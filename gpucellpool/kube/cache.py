@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpucellpool.kube.errors import Gone
+from gpucellpool.kube.errors import Forbidden, Gone
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -71,6 +71,9 @@ class WatchCache:
         self.resource_version = ""
         self.relists = 0
         self.last_error = ""
+        self.forbidden = False
+        """True while the last failure was a 403/401 and nothing has succeeded since: RBAC (or
+        the credential) refuses this mirror, which retrying alone will not change."""
         self.live = False
         """True while the last list or watch request succeeded (a list, a watch event) and no
         failure since: a live watch proves its apiserver reachable with this client's
@@ -142,7 +145,7 @@ class WatchCache:
                 if need_list:
                     await self._relist()
                     need_list = False
-                    self.live = True
+                    self.live, self.forbidden = True, False
                 async for event in self.source.watch(self.query, self.resource_version):
                     self.apply_event(event)
                     self.live = True
@@ -153,7 +156,7 @@ class WatchCache:
                 need_list = True
                 continue
             except Exception as exc:  # any failure: back off, keep mirroring
-                self.live = False
+                self.live, self.forbidden = False, isinstance(exc, Forbidden)
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning(
                     "watch failed; retrying: %s",

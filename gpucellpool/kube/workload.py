@@ -86,7 +86,7 @@ class WorkloadCluster:
         self.leases: WatchCache | None = None
         self.lease_watch = False  # the provisioner reads this cluster's node Leases
         self.dra = False  # a pool of this cluster uses HAMi's DRA mode: watch claims and slices
-        self.error = "kubeconfig Secret not read yet"
+        self._error = "kubeconfig Secret not read yet"
         self._applied = False  # a Secret state was applied once (see ``settled``)
         self.uid = ""  # the cluster's kube-system Namespace UID, once this connection learned it
         self._digest = ""
@@ -116,10 +116,23 @@ class WorkloadCluster:
         the current connection, the Secret key until then."""
         return ClusterUID(self.uid) if self.uid else self.key
 
+    @property
+    def error(self) -> str:
+        """Why this cluster has no usable caches ("" when it has them), never the credential."""
+        if not self._applied and self.secret.forbidden:
+            return (
+                f"kubeconfig Secret {self.key.namespace}/{self.key.secret} not readable: "
+                "forbidden (is its namespace served by this operator?)"
+            )
+        return self._error
+
     def settled(self) -> bool:
         """Whether ``error`` is a verdict: the Secret was read and applied (caches built, or
         ``error`` says why not), or it was listed and does not exist. Before that the cluster
-        is syncing, not broken (readiness waits for it)."""
+        is syncing, not broken (readiness waits for it). A Secret the operator may not read
+        (403: a namespace it does not serve) is a verdict too: waiting will not change it."""
+        if not self._applied and self.secret.forbidden:
+            return True
         return self._applied or (self.secret.synced.is_set() and not self.secret.objects)
 
     def synced(self) -> bool:
@@ -183,7 +196,7 @@ class WorkloadCluster:
             self._built = digest
             lost, self.uid = self.uid, ""  # a new credential may reach another cluster
             await self._stop_caches()
-            self.error = await self._connect(raw)
+            self._error = await self._connect(raw)
             self._applied = True
             self._wake(self.key, "SECRET", {})
             if lost:  # the pools that judged with ours judge without them now

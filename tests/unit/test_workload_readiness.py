@@ -4,7 +4,8 @@ What these prove: a cluster whose Secret has not been listed yet is syncing, not
 ``/readyz`` stays false (before, its initial "not read yet" error counted as a known-broken
 credential and the operator reported ready with empty workload caches: the scale benchmark saw
 ready at 127 MiB RSS, before 10,000 pods were listed); a Secret read with an unusable kubeconfig,
-or listed as absent, is a verdict (reported in status) and no longer holds readiness.
+listed as absent, or refused by RBAC (a pool in a namespace the operator does not serve) is a
+verdict (reported in status) and no longer holds readiness.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from gpucellpool.app import App, Settings
 from gpucellpool.kube.cache import Query
+from gpucellpool.kube.errors import Forbidden
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.workload import ClusterKey, WorkloadCluster
 
@@ -107,3 +109,37 @@ async def test_a_secret_listed_as_absent_is_a_verdict() -> None:
         assert not cluster.synced()
     finally:
         await cluster.stop()
+
+
+class RefusedSecrets:
+    """The infrastructure cluster refuses the Secret list (403), as RBAC does in a namespace
+    the operator does not serve; ``allowed`` lets it through from then on."""
+
+    def __init__(self) -> None:
+        self.allowed = False
+
+    async def list(self, query: Query) -> tuple[list[JSON], str]:
+        if not self.allowed:
+            raise Forbidden(403, 'secrets "wl" is forbidden')
+        return [unusable_secret()], "1"
+
+    async def watch(self, query: Query, resource_version: str) -> AsyncIterator[JSON]:
+        await asyncio.Event().wait()  # park forever
+        yield {}
+
+
+async def test_a_secret_rbac_refuses_is_a_verdict_that_does_not_hold_readiness() -> None:
+    infra = RefusedSecrets()
+    cluster = WorkloadCluster(KEY, infra, no_client, lambda *a: None)
+    app = app_with(cluster)
+    try:
+        cluster.start()
+        await until(cluster.settled)
+        assert "ns/wl not readable: forbidden" in cluster.error
+        assert app.ready()[0]  # before: "workload caches syncing: ns/wl" for ever
+        infra.allowed = True  # RBAC granted later: the Secret is read and applied
+        await until(lambda: cluster.error == "kubeconfig unusable: ValueError")
+    finally:
+        await cluster.stop()
+        await app.autoscaler.close()
+        await app.infra.close()
