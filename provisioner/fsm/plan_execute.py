@@ -64,11 +64,11 @@ def removals(
     excess = len(live) - max(checked.target + max(keep_extra, 0), 0) - len(held)
     if excess <= 0:
         return ()
-    ordered = [c.name for c in sorted(live, key=lambda c: -c.index) if c.failed]
+    highest_first = sorted(live, key=lambda c: -c.index)
+    ordered = [c.name for c in highest_first if c.failed]
     ordered += [v for v in checked.victims if v in names and v not in ordered]
     if not checked.victims_named:
-        rest = sorted(live, key=lambda c: -c.index)
-        ordered += [c.name for c in rest if c.name not in ordered and c.name not in held]
+        ordered += [c.name for c in highest_first if c.name not in ordered and c.name not in held]
     return tuple(ordered[:excess])
 
 
