@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -339,30 +340,24 @@ async def populate(infra: RestClient, workload: RestClient, kubeconfig: str) -> 
         rows = {"status": {"cells": cell_rows(name, CELLS_PER_POOL)}}
         await infra.merge_patch(f"{POOLS_PATH}/{name}/status", rows)
 
-    await bounded([lambda i=i: pool(i) for i in range(POOLS)], IN_FLIGHT)
+    await bounded([functools.partial(pool, i) for i in range(POOLS)], IN_FLIGHT)
     await bounded(
         [
-            lambda i=i, j=j: create_node(workload, NS, pool_name(i), j)
+            functools.partial(create_node, workload, NS, pool_name(i), j)
             for i in range(POOLS)
             for j in range(CELLS_PER_POOL)
         ],
         IN_FLIGHT,
     )
     bound = PODS_PER_POOL - PENDING_PER_POOL
-    jobs = []
+    jobs: list[Callable[[], Awaitable[None]]] = []
     for i in range(POOLS):
         ns, name = pod_namespace(i), pool_name(i)
         for k in range(bound):
             node = f"{name}-{k % CELLS_PER_POOL}"
-            jobs.append(
-                lambda ns=ns, k=k, name=name, node=node: create_bound(
-                    workload, ns, f"run-{k}", name, node
-                )
-            )
+            jobs.append(functools.partial(create_bound, workload, ns, f"run-{k}", name, node))
         for k in range(PENDING_PER_POOL):
-            jobs.append(
-                lambda ns=ns, k=k, name=name: create_pending(workload, ns, f"wait-{k}", name)
-            )
+            jobs.append(functools.partial(create_pending, workload, ns, f"wait-{k}", name))
     await bounded(jobs, IN_FLIGHT)
     return time.monotonic() - started
 
@@ -437,15 +432,13 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
                 created[name] = time.monotonic()
                 await create_pending(workload, pod_namespace(i), f"round-{r}", name)
 
+            def decided(asks: int = asks, created: dict[str, float] = created) -> bool:
+                return all(pools.first(n, created[n], asks) is not None for n in created)
+
             round_start = time.monotonic()
-            await bounded([lambda i=i: one(i) for i in range(POOLS)], IN_FLIGHT)
+            await bounded([functools.partial(one, i) for i in range(POOLS)], IN_FLIGHT)
             with contextlib.suppress(TimeoutError):
-                await pools.until(
-                    lambda asks=asks, created=created: all(
-                        pools.first(n, created[n], asks) is not None for n in created
-                    ),
-                    ROUND_TIMEOUT_S,
-                )
+                await pools.until(decided, ROUND_TIMEOUT_S)
             for name, at in created.items():
                 found = pools.first(name, at, asks)
                 if found is None:
