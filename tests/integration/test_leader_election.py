@@ -40,7 +40,8 @@ class LeaseWrites:
     """Wraps an elector's Lease API; keeps every Lease body it wrote successfully."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.written = inner, []
+        self.inner = inner
+        self.written: list[dict[str, Any]] = []
 
     async def get(self) -> Any:
         return await self.inner.get()

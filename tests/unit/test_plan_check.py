@@ -78,7 +78,7 @@ def test_a_cell_in_drain_backoff_stays_refused_when_the_next_plan_leaves_it_out(
     assert (verdict.cell, verdict.rejection) == ("p-1", Rejection.VICTIM_IN_DRAIN_BACKOFF)
     assert verdict.retry_after_s == NOW + 120.0 and checked.requeue_after_s == 120.0
     rows = [CellPhase.READY] * 3
-    members = [MemberRow(f"p-{i}", i, phase) for i, phase in enumerate(rows)]
+    members = tuple(MemberRow(f"p-{i}", i, phase) for i, phase in enumerate(rows))
     plan = plan_membership(MembershipInput("p", 2, members, {}, NOW, plan=checked))
     assert plan.remove == ("p-2",) and plan.stall is not StallReason.SCALE_DOWN_HELD
     assert check_plan(Plan(2, ("p-2",), 3), cells, BOUNDS, NOW + 120.0).rejections == ()
