@@ -30,6 +30,7 @@ from tests.integration.test_loop_helpers import (
     client_for,
     create_pool,
     decision,
+    desired_is,
     hami_pod,
     mark_unschedulable,
     start_app,
@@ -118,7 +119,7 @@ async def test_pending_pod_to_swiftguest_latency(
                 f"/api/v1/namespaces/{namespace}/pods", hami_pod(namespace, pod, POOL, 24576)
             )
             await mark_unschedulable(workload_api, namespace, pod)
-            at_desired, status = await watch.until(lambda s, k=k: s.get("desiredReplicas") == k, 10)
+            at_desired, status = await watch.until(desired_is(k), 10)
             assert decision(status)["reason"] == "ScaledUp", status
             at_guest = await stamps.guest(f"{POOL}-{k - 1}", 10)
             pending = stamps.pending[pod]

@@ -24,6 +24,7 @@ from tests.integration.test_loop_helpers import (
     create_pending,
     create_pool,
     decision,
+    desired_is,
     hami_pod,
     mark_unschedulable,
     percentile,
@@ -49,7 +50,7 @@ async def test_pending_pod_scales_up_within_a_second(
         for k in range(1, TRIALS + 1):
             started = time.monotonic()
             await create_pending(workload_api, namespace, f"lat-{k}", "lat")
-            at, status = await watch.until(lambda s, k=k: s.get("desiredReplicas") == k, 30)
+            at, status = await watch.until(desired_is(k), 30)
             latencies.append(at - started)
             assert decision(status)["reason"] == "ScaledUp"
             assert decision(status)["act"] is True and decision(status)["pendingAsks"] == k
@@ -165,8 +166,12 @@ async def test_shadow_mode_publishes_without_acting(
         # The provisioner reconciles the pool after the decision, twice, and creates nothing.
         entry = app.driver.pools[(namespace, "shadow")]
         for target in (entry.passes + 1, entry.passes + 2):
+
+            def passed(target: int = target) -> bool:
+                return entry.passes >= target
+
             app.driver.wake((namespace, "shadow"))
-            await until(lambda t=target: entry.passes >= t, 20, "a provisioner pass")
+            await until(passed, 20, "a provisioner pass")
         guests = await infra_api.get(
             f"/apis/swift.kubeswift.io/v1alpha1/namespaces/{namespace}/swiftguests"
         )

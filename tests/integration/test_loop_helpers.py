@@ -200,6 +200,11 @@ async def read_lease(infra: ClusterEndpoint, namespace: str) -> JSON | None:
     return lease
 
 
+def desired_is(replicas: int) -> Callable[[JSON], bool]:
+    """A ``PoolWatch.until`` check: the status's target is ``replicas``."""
+    return lambda status: status.get("desiredReplicas") == replicas
+
+
 def decision(status: JSON) -> JSON:
     return status.get("lastDecision") or {}
 
