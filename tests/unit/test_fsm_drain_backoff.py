@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from provisioner.fsm.drain_backoff import (
@@ -17,10 +19,8 @@ from provisioner.fsm.drain_backoff import (
     parse_record,
     record_abandon,
 )
-from provisioner.fsm.observations import parse_time_s
 
-T0 = parse_time_s("2026-11-30T10:00:00Z")
-assert T0 is not None
+T0 = datetime(2026, 11, 30, 10, tzinfo=UTC).timestamp()
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,8 +19,7 @@ from provisioner.fsm.observations import (
 )
 from provisioner.fsm.vocabulary import CellPhase as P
 
-T0 = parse_time_s("2026-08-08T10:00:00Z")
-assert T0 is not None
+T0 = datetime(2026, 8, 8, 10, tzinfo=UTC).timestamp()
 POOL = PoolIdentity("ns", "gpu")
 
 
@@ -187,13 +187,15 @@ def test_hami_register_annotation(annotation: str | None, healthy: int | None) -
 
 
 def node(
-    ready: str = "True", labels: dict[str, str] | None = None, **annotations: str
+    ready: str = "True",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "metadata": {
             "name": "gpu-0",
             "labels": labels if labels is not None else {**POOL.cell_labels(0), "gpu": "on"},
-            "annotations": annotations,
+            "annotations": annotations or {},
         },
         "status": {
             "allocatable": {"nvidia.com/gpu": "10"},
@@ -207,7 +209,7 @@ REGISTER = {"hami.io/node-nvidia-register": '[{"id":"GPU-1","health":true}]'}
 
 def test_node_three_layer_fields() -> None:
     lease = {"spec": {"renewTime": "2026-08-08T10:00:50Z"}}
-    status = observe_node(node(**REGISTER), lease, True, POOL, frozenset(), T0 + 60)
+    status = observe_node(node(annotations=REGISTER), lease, True, POOL, frozenset(), T0 + 60)
     assert status.exists and status.ready and status.owned and status.liveness is Liveness.LIVE
     cap = status.capacity
     assert (cap.gate_label_on, cap.healthy_devices, cap.allocatable_gpus) == (True, 1, 10)
@@ -231,7 +233,7 @@ def test_node_status_fallback_and_dra_mode() -> None:
 def test_dra_mode_counts_slice_devices_not_the_register_annotation() -> None:
     """DRA mode: the advertised count is the ResourceSlices' (the annotation is ignored, the
     gate labels are not needed); DevicePlugin mode reads the annotation and the gate."""
-    ungated = node(labels=POOL.cell_labels(0), **REGISTER)
+    ungated = node(labels=POOL.cell_labels(0), annotations=REGISTER)
     dra = observe_node(
         ungated, None, False, POOL, frozenset(), T0, device_plugin_mode=False, dra_devices=2
     )
@@ -242,6 +244,6 @@ def test_dra_mode_counts_slice_devices_not_the_register_annotation() -> None:
 
 
 def test_custom_gate_and_preflight() -> None:
-    n = node(**{"cells.kubeswift.io/gpu-preflight": "ok"})
+    n = node(annotations={"cells.kubeswift.io/gpu-preflight": "ok"})
     status = observe_node(n, None, False, POOL, frozenset(), T0, gate_labels={"hami": "yes"})
     assert not status.capacity.gate_label_on and status.capacity.preflight == "ok"
