@@ -26,6 +26,7 @@ from simulations.engine import (
     ProductionPolicy,
     ScalingPolicy,
     SimConfig,
+    SimResult,
     simulate,
 )
 from simulations.engine.hami import BINPACK, SPREAD, choose_gpus
@@ -52,7 +53,8 @@ class Scripted:
         self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
     ) -> Decision:
         self.calls.append(now)
-        desired, victims = 0, ()
+        desired = 0
+        victims: tuple[str, ...] = ()
         for start, want, names in self.steps:
             if now >= start:
                 desired, victims = want, names
@@ -145,7 +147,7 @@ def test_world_never_places_beyond_a_gpu() -> None:
 DRAIN_STEPS = [(0.0, 2, ()), (200.0, 1, ("cell-0",))]
 
 
-def run_drain(mode: DrainMode, timeout: float | None) -> object:
+def run_drain(mode: DrainMode, timeout: float | None) -> SimResult:
     pods = (TracePod("long", 0.0, 1000.0, WHOLE),)
     cfg = config(
         boot=FIXED_BOOT,
@@ -160,7 +162,7 @@ def run_drain(mode: DrainMode, timeout: float | None) -> object:
 def test_evict_requeues_with_remaining_time() -> None:
     result = run_drain(DrainMode.EVICT, None)
     assert result.evictions == 1
-    assert result.waits_seconds == (pytest.approx(50.0),)  # boot wait; re-placed at once
+    assert result.waits_seconds == pytest.approx((50.0,))  # boot wait; re-placed at once
     assert result.end_seconds == pytest.approx(1050.0)  # remaining duration kept
     # cell-0 billed 0..230 (drain started at 200 + 30 s), cell-1 0..1050
     assert result.cost_cell_hours * 3600 == pytest.approx(230.0 + 1050.0)
