@@ -16,11 +16,10 @@ no promise (``None``).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from autoscaler.policy import limits
@@ -34,8 +33,6 @@ from autoscaler.policy.types import (
     Steady,
 )
 
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
-
 
 def _later(times: Sequence[float], now: float) -> float:
     """The first clock at or after ``now`` (one exactly at ``now`` changes right after it)."""
@@ -43,16 +40,28 @@ def _later(times: Sequence[float], now: float) -> float:
     return min(itertools.compress(times, at_or_after), default=math.inf)
 
 
-def _ends(
-    recommendations: Sequence[tuple[float, int]], window: float, keep: Callable[[int], bool]
-) -> Iterator[float]:
-    """``t + window`` for each recommendation ``(t, r)`` with ``keep(r)``, in C."""
-    kept = itertools.compress(recommendations, map(keep, map(_SECOND, recommendations)))
-    return map(operator.add, map(_FIRST, kept), itertools.repeat(window))
+def _window_end(
+    recommendations: Sequence[tuple[float, int]], now: float, window: float, raw: int, down: bool
+) -> list[float]:
+    """When the window's bound over ``raw`` and the recommendations within ``window`` of
+    ``now`` can first move: the highest for the down window (``down``), else the lowest.
+
+    Only the bound is read (``limits.stabilised_down``/``stabilised_up``) and the skipped
+    calls record ``raw`` itself, so the bound moves only once its newest occurrence leaves
+    the window, not when another value beyond ``raw`` does (that took most of a month's
+    decide calls while a scale-down waited out its window). Empty when no recommendation in
+    the window is beyond ``raw``: the bound is ``raw``.
+    """
+    start = now - window
+    beyond = [(t, r) for t, r in recommendations if t >= start and (r > raw if down else r < raw)]
+    if not beyond:
+        return []
+    bound = max(r for _, r in beyond) if down else min(r for _, r in beyond)
+    return [max(t for t, r in beyond if r == bound) + window]
 
 
 def _memory_clocks(
-    memory: PolicyMemory, config: PolicyConfig, raw: int, current: int
+    memory: PolicyMemory, config: PolicyConfig, now: float, raw: int, current: int
 ) -> list[float]:
     """Instants at which something remembered stops (or starts) counting for the path this
     observation takes (``decide`` scales up when ``raw > current``, down when below, else
@@ -64,12 +73,12 @@ def _memory_clocks(
     up = memory.last_scale_up_at
     if raw > current:  # the lowest recommendation over the up window, the up cooldown
         window = config.scale_up.stabilization_window_seconds
-        out += _ends(memory.recommendations, window, functools.partial(operator.gt, raw))  # r < raw
+        out += _window_end(memory.recommendations, now, window, raw, down=False)
         if up is not None:
             out.append(up + config.scale_up_cooldown_seconds)
         return out
     window = config.scale_down.stabilization_window_seconds
-    out += _ends(memory.recommendations, window, functools.partial(operator.lt, raw))  # r > raw
+    out += _window_end(memory.recommendations, now, window, raw, down=True)
     if up is not None:
         out += [
             up + config.scale_down_delay_after_scale_up_seconds,
@@ -112,7 +121,7 @@ def steady(
         return None
     cells = observation.cells
     current = state_count(cells, CellState.READY) + state_count(cells, CellState.BOOTING)
-    clocks = _memory_clocks(decision.memory, config, raw, current)
+    clocks = _memory_clocks(decision.memory, config, now, raw, current)
     stuck = config.stuck_pending_seconds
     if stuck > 0 and observation.workload_cluster_reachable:
         clocks += [p.first_seen + stuck for p in observation.pending]
