@@ -97,6 +97,7 @@ class Settings:
     tick_s: float = 10.0
     pool_namespace: str | None = None  # one namespace (kept for callers); see pool_namespaces
     pool_namespaces: tuple[str, ...] = ()  # with pool_namespace: the watched set; none: all
+    served_namespaces: tuple[str, ...] = ()  # pools served only there (Secrets readable); none: all
     api_timeout_s: float = 10.0
     provision: bool = True  # False: decide only (another process runs the provisioner)
     webhook: WebhookOptions | None = None  # None: no admission webhook in this process
@@ -184,6 +185,7 @@ class App:
             for ns in watched_namespaces(settings)
         ]
         self._cluster_of: dict[tuple[str, str], ClusterKey] = {}
+        self._ignored: set[tuple[str, str]] = set()  # pools outside the served namespaces
         self._releases: set[asyncio.Task[None]] = set()
         self.health, self._metrics_cert = self._health()
         self._tasks: list[asyncio.Task[None]] = []
@@ -243,6 +245,8 @@ class App:
 
     def _pool_changed(self, kind: str, raw: JSON) -> None:
         key = key_of(raw)
+        if not self._serves(key):
+            return
         wc = (raw.get("spec") or {}).get("workloadCluster") or {}
         secret = (wc.get("kubeconfigSecretRef") or {}).get("name")
         if kind == "DELETED":
@@ -263,6 +267,18 @@ class App:
                 self.provisioner.pool_event(kind, raw)
             self.status_metrics.observe(kind, raw)
 
+    def _serves(self, key: tuple[str, str]) -> bool:
+        """Whether the pool's namespace is served (``Settings.served_namespaces``). A pool
+        elsewhere is ignored - no decision, write or retry: the operator may not read its
+        Secrets (the chart grants them only in pool namespaces). Logged once per pool."""
+        served = self.settings.served_namespaces
+        if not served or key[0] in served:
+            return True
+        if key not in self._ignored:
+            self._ignored.add(key)
+            log.info("pool ignored: its namespace is not served", extra={"pool": "/".join(key)})
+        return False
+
     def _cluster_changed(self, key: ClusterKey, kind: str, obj: JSON) -> None:
         """A workload watch event wakes only the pools it concerns (``autoscaler.routing``)."""
         wake = self.router.event(key, kind, obj)
@@ -278,6 +294,7 @@ class App:
         # A new term starts from a first sight of every pool: gauges now, no history counted.
         self.status_metrics.reset()
         pools = [(key_of(raw), raw) for cache in self.pool_caches for raw in cache.items()]
+        pools = [(key, raw) for key, raw in pools if self._serves(key)]
         if not leader:  # a standby exports no per-pool series next to the new leader's
             if self.settings.shards == 1:
                 self.metrics.forget_all()

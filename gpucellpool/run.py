@@ -99,6 +99,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only pools in this namespace; repeat or comma-separate for several (default: all)",
     )
     parser.add_argument(
+        "--serve-namespace",
+        type=flag_types.namespace_list,
+        action="append",
+        default=[],
+        help="pools are served (decided, provisioned) only in these watched namespaces, where "
+        "the operator may read Secrets; others are ignored; repeat or comma-separate "
+        "(default: every watched namespace)",
+    )
+    parser.add_argument(
         "--log-level",
         type=flag_types.log_level,
         default=env("LOG_LEVEL") or "INFO",
@@ -219,6 +228,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         debounce_s=args.debounce,
         tick_s=args.tick,
         pool_namespaces=tuple(ns for value in args.namespace for ns in value),
+        served_namespaces=tuple(ns for value in args.serve_namespace for ns in value),
         provision=args.provision,
         rules=rule_flags.settings_from(args),
         shards=args.shards,

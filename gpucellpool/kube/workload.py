@@ -124,6 +124,9 @@ class WorkloadCluster:
                 f"kubeconfig Secret {self.key.namespace}/{self.key.secret} not readable: "
                 "forbidden (is its namespace served by this operator?)"
             )
+        if self.secret.synced.is_set() and not self.secret.objects:
+            # Listed (or watched) as absent: say so, not "not read yet" (NotFound).
+            return f"kubeconfig Secret {self.key.namespace}/{self.key.secret} not found"
         return self._error
 
     def settled(self) -> bool:

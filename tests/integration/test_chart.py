@@ -122,6 +122,12 @@ def test_watch_namespaces_move_provisioning_into_roles(rendered: dict[str, list[
     args = chart_support.container_args(container)
     settings = settings_from(build_parser(args).parse_args(args))
     assert watched_namespaces(settings) == ("team-a", "team-c")  # every one, not the first
+    # Pools are served only where the Secrets Role is (a pool elsewhere is ignored).
+    assert set(settings.served_namespaces) == secrets
+    default_container = one(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    default_args = chart_support.container_args(default_container)
+    default_settings = settings_from(build_parser(default_args).parse_args(default_args))
+    assert default_settings.served_namespaces == (NS,)  # every namespace watched, one served
     selector = one(scoped, "ValidatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]
     assert selector["matchExpressions"][0]["values"] == ["team-a", "team-c"]
 

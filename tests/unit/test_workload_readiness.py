@@ -111,6 +111,26 @@ async def test_a_secret_listed_as_absent_is_a_verdict() -> None:
         await cluster.stop()
 
 
+async def test_a_missing_kubeconfig_secret_is_reported_not_found_by_name() -> None:
+    """Before, a Secret listed as absent left the error at "kubeconfig Secret not read yet"
+    (misleading: it was read, and is missing); a Secret deleted later said its key was missing."""
+    infra = Secrets([])
+    infra.release.set()
+    cluster = WorkloadCluster(KEY, infra, no_client, lambda *a: None)
+    cluster.start()
+    try:
+        await until(cluster.settled)
+        assert cluster.error == "kubeconfig Secret ns/wl not found"
+        secret = unusable_secret()
+        cluster.secret.apply_event({"type": "ADDED", "object": secret})
+        await until(lambda: cluster.error == "kubeconfig unusable: ValueError")
+        cluster.secret.apply_event({"type": "DELETED", "object": secret})
+        await until(lambda: cluster.error == "kubeconfig Secret ns/wl not found")
+        assert secret["data"]["value"] not in cluster.error  # never the credential
+    finally:
+        await cluster.stop()
+
+
 class RefusedSecrets:
     """The infrastructure cluster refuses the Secret list (403), as RBAC does in a namespace
     the operator does not serve; ``allowed`` lets it through from then on."""
