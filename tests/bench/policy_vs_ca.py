@@ -154,7 +154,7 @@ def run_one(
         ours = WithHistory(fields) if history else ProductionPolicy(overrides=fields)
         result = simulate(pods, ours, config)
     else:
-        limits.in_flight_limit = VARIANTS[policy]  # type: ignore[assignment]
+        limits.in_flight_limit = VARIANTS[policy]
         try:
             ours = WithHistory({}) if history else ProductionPolicy()
             result = simulate(pods, ours, config)

@@ -20,15 +20,24 @@ from autoscaler.policy.cell_index import CellIndex, index_of
 from autoscaler.policy.fit import place_asks
 from autoscaler.policy.packing import pack, pack_bins
 from autoscaler.policy.scale_down import candidates, is_empty
-from autoscaler.policy.types import CellShape, CellState, CellView, GPUUsage, PendingPod
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    CellView,
+    GPUAsk,
+    GPUUsage,
+    PendingPod,
+)
 from tests.unit.test_sim_speed_identity import ASKS
 
 LIVE = (CellState.READY, CellState.BOOTING)
 
 
-def _loaded(rng: random.Random, shape: CellShape) -> tuple[tuple[GPUUsage, ...], tuple]:
+def _loaded(
+    rng: random.Random, shape: CellShape
+) -> tuple[tuple[GPUUsage, ...], tuple[tuple[GPUAsk, ...], ...]]:
     gpus: tuple[GPUUsage, ...] = tuple(GPUUsage() for _ in range(shape.gpus))
-    asks = []
+    asks: list[tuple[GPUAsk, ...]] = []
     for _ in range(rng.randint(0, 3 * shape.gpus)):
         ask = rng.choice(ASKS)
         after, reason = place_asks((ask,), gpus, shape)

@@ -92,7 +92,12 @@ def test_liveness_is_the_named_clusters() -> None:
     clusters, cluster = _clusters()
     state = ClusterState(("team",), list, clusters)
     asked: list[str | None] = []
-    cluster.live_on = lambda kubeconfig: asked.append(kubeconfig) or True  # type: ignore[method-assign]
+
+    def live_on(kubeconfig: str | None) -> bool:
+        asked.append(kubeconfig)
+        return True
+
+    cluster.live_on = live_on  # type: ignore[method-assign]
     assert state.workload_live("team", "kubeconfig", "a2M=")
     assert asked == ["a2M="]
     assert not state.workload_live("team", "unknown", "a2M=")

@@ -23,12 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def crd() -> dict[str, Any]:
-    return yaml.safe_load(crdgen.render_crd())
+    rendered: dict[str, Any] = yaml.safe_load(crdgen.render_crd())
+    return rendered
 
 
 @pytest.fixture(scope="module")
 def schema(crd: dict[str, Any]) -> dict[str, Any]:
-    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    openapi: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return openapi
 
 
 def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:

@@ -84,6 +84,8 @@ def test_an_old_entry_with_nothing_of_ours_is_just_dropped() -> None:
 
 
 def test_unreadable_condition_keys_are_not_claimed() -> None:
-    fields = {"f:status": {"f:conditions": {"k:{not json": {}, 'k:{"type":"Ready"}': {}}}}
+    fields: dict[str, Any] = {
+        "f:status": {"f:conditions": {"k:{not json": {}, 'k:{"type":"Ready"}': {}}}
+    }
     kept = owned_status_fields(fields, KEYS, CONDS)
     assert kept == {"f:status": {"f:conditions": {'k:{"type":"Ready"}': {}}}}

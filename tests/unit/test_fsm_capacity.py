@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from provisioner.fsm.capacity import (
     CellCapacity,
@@ -37,7 +38,7 @@ def test_register_without_type_or_id_still_counts() -> None:
 
 
 def test_allocated_sums_container_devices_of_live_pods() -> None:
-    pods = [
+    pods: list[dict[str, Any]] = [
         {"metadata": {"annotations": {ANN: "GPU-a,NVIDIA,1000,30:;GPU-a,NVIDIA,500,20:;"}}},
         {
             "metadata": {"annotations": {ANN: "GPU-a,NVIDIA,9999,99:;"}},

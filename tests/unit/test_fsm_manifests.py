@@ -119,7 +119,9 @@ def test_operator_owned_fields_override_the_template() -> None:
 
 
 def test_capi_objects_with_bootstrap_template() -> None:
-    template = {"spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {}}}}}}
+    template: dict[str, Any] = {
+        "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {}}}}}
+    }
     config, ksm, machine = capi_objects(CAPI, 0, "h123456789", template)
     assert config["apiVersion"] == "bootstrap.cluster.x-k8s.io/v1beta2"
     assert config["kind"] == "KubeadmConfig" and config["metadata"]["name"] == "gpu-capi-0"
@@ -181,7 +183,7 @@ def test_capi_primary_network_and_native_gpu() -> None:
         {"name": "node", "primary": True, "networkRef": {"name": "routable"}}
     ]
     pool["spec"]["cell"]["gpu"] = {"backend": "Native", "native": {"gpuProfileRef": {"name": "p"}}}
-    template = {"spec": {"template": {"spec": {}}}}
+    template: dict[str, Any] = {"spec": {"template": {"spec": {}}}}
     _, ksm, _ = capi_objects(pool, 0, "h", template)
     guest = ksm["spec"]["backend"]["swiftGuest"]
     assert guest["networkRef"] == "routable" and "nodeNetworkRef" not in guest

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from autoscaler.signals.hami_activity import (
     ACTIVITY_SCHEMAS,
+    ActivityReading,
     ActivitySchema,
     Verdict,
     container_query,
@@ -61,7 +62,7 @@ def read(
     nodes: list[str],
     keys: list[str],
     s: ActivitySchema = CURRENT,
-):  # type: ignore[no-untyped-def]
+) -> ActivityReading:
     return interpret_activity(
         QueryResult("matrix", tuple(hosts)),
         QueryResult("matrix", tuple(pods)),

@@ -56,7 +56,7 @@ def _claim(memory: str | None = "4Gi", cores: str | None = "30", count: Any = 1)
 
 
 def _allocated(claim: JSON, node: str, device: str, consumed: JSON | None = None) -> JSON:
-    result = {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}
+    result: JSON = {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}
     if consumed is not None:
         result["consumedCapacity"] = consumed
     return {**claim, "status": {"allocation": {"devices": {"results": [result]}}}}
@@ -362,7 +362,7 @@ async def test_pods_holding_hami_claims_count_as_gpu_pods_for_drains() -> None:
 def test_allocation_defaults_come_from_the_result_s_own_request() -> None:
     claim = _claim("2Gi", "10")
     first = claim["spec"]["devices"]["requests"][0]
-    second = {"name": "big", "exactly": {**first["exactly"], "capacity": {"requests": {}}}}
+    second: JSON = {"name": "big", "exactly": {**first["exactly"], "capacity": {"requests": {}}}}
     second["exactly"]["capacity"]["requests"] = {"memory": "6Gi", "cores": "20"}
     claim["spec"]["devices"]["requests"].append(second)
     result = {"request": "big", "driver": DRIVER, "pool": "c-0", "device": "hami-gpu-1"}

@@ -71,7 +71,7 @@ def _shapes() -> st.SearchStrategy[tuple[str, str]]:
     return st.one_of(token, basic, bearer, key_data, userinfo, pem_cut, pem, password)
 
 
-_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 
 
 @settings(max_examples=400, deadline=None)

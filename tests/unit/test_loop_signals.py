@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -28,7 +29,7 @@ from tests.unit.test_loop_fakes import (
 )
 
 SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, usage_timeout_s=0.05)
-PROM = {"prometheus": {"url": "http://prometheus:9090"}}
+PROM: dict[str, Any] = {"prometheus": {"url": "http://prometheus:9090"}}
 
 
 class Usage:
@@ -49,7 +50,7 @@ def idle_ready_pool() -> dict[str, object]:
     rows = [{"name": "a-0", "index": 0, "phase": "Ready", "nodeName": "a-0"}]
     raw = with_cells(pool_manifest("a", behavior={"scaleDown": {"stabilizationWindowSeconds": 0}},
                                    scaleDownDelayAfterScaleUp="0s", **PROM), rows)  # fmt: skip
-    raw["status"]["desiredReplicas"] = 1  # type: ignore[index]
+    raw["status"]["desiredReplicas"] = 1
     return raw
 
 
@@ -138,9 +139,9 @@ class Missing(Usage):
 
 def full_cell_pod(node: str) -> dict[str, object]:
     pod = pending_pod(f"on-{node}", mem_mib=24576)
-    pod["spec"]["nodeName"] = node  # type: ignore[index]
+    pod["spec"]["nodeName"] = node
     pod["status"] = {"phase": "Running"}
-    pod["metadata"]["annotations"] = {  # type: ignore[index]
+    pod["metadata"]["annotations"] = {
         "hami.io/vgpu-devices-allocated": f"GPU-{node},NVIDIA,24576,100:;"
     }
     return pod
@@ -167,7 +168,7 @@ async def test_a_victims_metrics_blinking_out_does_not_undo_the_scale_down() -> 
     rows = [{"name": f"a-{i}", "index": i, "phase": "Ready", "nodeName": f"a-{i}"} for i in (0, 1)]
     raw = with_cells(pool_manifest("a", behavior={"scaleDown": {"stabilizationWindowSeconds": 0}},
                                    scaleDownDelayAfterScaleUp="0s", **PROM), rows)  # fmt: skip
-    raw["status"]["desiredReplicas"] = 2  # type: ignore[index]
+    raw["status"]["desiredReplicas"] = 2
     workload.nodes = [{"metadata": {"name": "a-0"}}, {"metadata": {"name": "a-1"}}]
     workload.pods = {"busy": full_cell_pod("a-0")}
     usage = Missing(set())

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from gpucellpool.kube.cache import Gone, Query, WatchCache
+from gpucellpool.kube.cache import Query, WatchCache
+from gpucellpool.kube.errors import Gone
 from gpucellpool.kube.workload import NODE_LEASES_PATH, ClusterKey, WorkloadClusters
 
 JSON = dict[str, Any]

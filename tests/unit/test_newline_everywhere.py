@@ -52,7 +52,7 @@ def _places(node: Any, path: tuple[Step, ...] = ()) -> Iterator[tuple[tuple[Step
 
 def _smuggled(doc: dict[str, Any], path: tuple[Step, ...], is_key: bool, char: str) -> Any:
     copied = copy.deepcopy(doc)
-    parent = copied
+    parent: Any = copied
     for step in path[:-1]:
         parent = parent[step]
     last = path[-1]
@@ -104,7 +104,7 @@ def test_a_control_character_anywhere_is_refused(char: str) -> None:
     assert admitted == []
 
 
-_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=5)
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=5)
 _SPEC = st.recursive(
     st.none() | st.integers() | _TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),

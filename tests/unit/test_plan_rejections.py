@@ -95,7 +95,8 @@ def test_a_refused_victim_does_not_make_the_target_flap() -> None:
     facts = tuple(
         CellFact(c.name, held_until_s=None if c.name == "b" else NOW + 600) for c in cells
     )
-    memory, protected, targets = IDLE_AC, frozenset[str](), []
+    memory, protected = IDLE_AC, frozenset[str]()
+    targets: list[int] = []
     for step in range(6):
         now = NOW + step
         d = decide(Observation((), cells, protected=protected), memory, CONFIG, now)

@@ -94,8 +94,11 @@ def _metrics(reg: CollectorRegistry) -> ProvisionerMetrics:
 async def test_a_failed_pass_is_counted_and_still_raised(reg: CollectorRegistry) -> None:
     api = ScriptedApi(fail={"GPUCellPool": Unreachable(0, "connection refused")})
     reconciler = Reconciler(
-        api, VirtualClock(1_790_000_000.0), events=NullEventSink(), metrics=_metrics(reg)
-    )  # type: ignore[arg-type]
+        api,  # type: ignore[arg-type]
+        VirtualClock(1_790_000_000.0),
+        events=NullEventSink(),
+        metrics=_metrics(reg),
+    )
     with pytest.raises(Unreachable):
         await reconciler.reconcile_once(PoolKey("ns", "p"))
     with pytest.raises(Unreachable):
@@ -106,8 +109,11 @@ async def test_a_failed_pass_is_counted_and_still_raised(reg: CollectorRegistry)
 async def test_a_lost_race_is_not_a_reconcile_error(reg: CollectorRegistry) -> None:
     api = ScriptedApi(fail={"GPUCellPool": Conflict(409, "the object has been modified")})
     reconciler = Reconciler(
-        api, VirtualClock(1_790_000_000.0), events=NullEventSink(), metrics=_metrics(reg)
-    )  # type: ignore[arg-type]
+        api,  # type: ignore[arg-type]
+        VirtualClock(1_790_000_000.0),
+        events=NullEventSink(),
+        metrics=_metrics(reg),
+    )
     result = await reconciler.reconcile_once(PoolKey("ns", "p"))
     assert result.requeue_after_s is not None
     assert _value(reg, "gpucell_reconcile_errors_total") == 0

@@ -119,6 +119,7 @@ def test_stored_fields_this_pass_did_not_compute_are_sent_back() -> None:
     and plan rejections go back as they are when a pass has nothing newer."""
     reach = Reachability(True, "Connected", "")
     hami = workload_capacity([CellCapacity((Device(8192, 100, "T4", "GPU-a"),))], "DP", 0.0)
+    assert hami is not None
     rejected = {"step": "Remove", "cell": "gpu-fixed-0", "reason": "VictimInDrainBackoff"}
     stored = _pool(autoscaling=True)
     stored.status.workload_capacity = hami

@@ -47,7 +47,7 @@ async def start() -> AsyncIterator[Callable[[float], Any]]:
 
 def big_pool(items: int = 60_000) -> dict[str, Any]:
     """A valid-looking pool whose guestTemplate carries ~1.6 MB the rules must walk."""
-    pool = copy.deepcopy(CASES["good-ok-clusterip-port"].object)
+    pool: dict[str, Any] = copy.deepcopy(CASES["good-ok-clusterip-port"].object)
     pool["spec"]["cell"]["guestTemplate"]["x"] = [{"a": [1, 2, {"b": "c"}]}] * items
     return pool
 
