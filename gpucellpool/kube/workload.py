@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import yaml
 
 from gpucellpool.kube.cache import JSON, ListWatch, Query, WatchCache
-from gpucellpool.kube.lean import WithoutManagedFields
+from gpucellpool.kube.lean import Lean, LeanPods
 
 log = logging.getLogger(__name__)
 RESOURCE_API = "/apis/resource.k8s.io/v1"
@@ -220,9 +220,9 @@ class WorkloadCluster:
         def on_change(kind: str, obj: JSON) -> None:
             self._wake(self.key, kind, obj)
 
-        lean = WithoutManagedFields(client)  # the bulk of the memory: kept lean (kube.lean)
-        self.pods = WatchCache(lean, Query("/api/v1/pods"), on_change)
-        self.nodes = WatchCache(lean, Query("/api/v1/nodes"), on_change)
+        # the bulk of the memory: kept lean (kube.lean)
+        self.pods = WatchCache(Lean(client, LeanPods()), Query("/api/v1/pods"), on_change)
+        self.nodes = WatchCache(Lean(client), Query("/api/v1/nodes"), on_change)
         self.namespaces = WatchCache(client, Query("/api/v1/namespaces"), on_change)
         self._cache_tasks = [
             asyncio.create_task(c.run()) for c in (self.pods, self.nodes, self.namespaces)

@@ -2,8 +2,9 @@
 
 What these prove: the lean ``ListWatch`` drops exactly that field from every listed item and
 every watched object (an ERROR event's Status is passed on as sent), and a workload cluster's
-Pods and Nodes caches hold what the apiserver sent minus that field, which is what cut each
-operator process's memory at 40,000 pods (kube.lean).
+Pods and Nodes caches hold objects without that field, which is what cut each operator
+process's memory at 40,000 pods (kube.lean). The Pods cache's projection onto the fields the
+readers use: tests/unit/test_lean_pods.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import yaml
 
 from gpucellpool.kube.cache import Query, WatchCache
-from gpucellpool.kube.lean import WithoutManagedFields, without_managed_fields
+from gpucellpool.kube.lean import Lean, without_managed_fields
 from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
 
 JSON = dict[str, Any]
@@ -73,12 +74,10 @@ def test_only_managed_fields_go() -> None:
 
 async def test_listed_and_watched_objects_arrive_lean_and_otherwise_unchanged() -> None:
     source = Source()
-    listed, version = await WithoutManagedFields(source).list(Query("/api/v1/pods"))
+    listed, version = await Lean(source).list(Query("/api/v1/pods"))
     assert (listed, version) == ([lean(pod("p1", "1"))], "1")
     seen: list[tuple[str, JSON]] = []
-    cache = WatchCache(
-        WithoutManagedFields(source), Query("/api/v1/pods"), lambda k, o: seen.append((k, o))
-    )
+    cache = WatchCache(Lean(source), Query("/api/v1/pods"), lambda k, o: seen.append((k, o)))
     task = asyncio.create_task(cache.run())
     try:
         await until(lambda: cache.resource_version == "3")
@@ -95,7 +94,7 @@ async def test_an_error_event_is_passed_on_as_sent() -> None:
         async def watch(self, query: Query, resource_version: str) -> AsyncIterator[JSON]:
             yield {"type": "ERROR", "object": status}
 
-    events = [e async for e in WithoutManagedFields(Failing()).watch(Query("/x"), "1")]
+    events = [e async for e in Lean(Failing()).watch(Query("/x"), "1")]
     assert events == [{"type": "ERROR", "object": status}]
 
 
@@ -171,7 +170,7 @@ class PagedSource(Source):
 
 async def test_a_paged_list_is_trimmed_page_by_page() -> None:
     source = PagedSource()
-    listed, version = await WithoutManagedFields(source).list(Query("/api/v1/pods"))
+    listed, version = await Lean(source).list(Query("/api/v1/pods"))
     assert (listed, version) == ([lean(pod(f"p{k}", "5")) for k in range(3)], "5")
     # Each page lost its managedFields before the next was decoded: trimmed only at the end,
     # the freed fields stayed as holes in the process's memory (RSS as if never trimmed).
