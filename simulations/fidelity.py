@@ -19,6 +19,19 @@ from typing import Any
 
 Timeline = Sequence[tuple[float, float]]
 
+MIN_WITHIN_FRACTION = 0.98
+"""Issue 13's acceptance: the two counts within +/-1 cell for at least this share of the time."""
+MAX_CELL_HOURS_ERROR = 0.02
+"""Issue 13's acceptance: the two cell-hours within this relative error of each other."""
+
+
+def criterion() -> str:
+    """The acceptance in words, for reports and benchmark text."""
+    return (
+        f">= {100 * MIN_WITHIN_FRACTION:g} % within +/-1 cell "
+        f"and cell-hours within {100 * MAX_CELL_HOURS_ERROR:g} %"
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class Fidelity:
@@ -37,8 +50,13 @@ class Fidelity:
         """a / b (1.0 is perfect; nan when b is empty)."""
         return self.cell_hours_a / self.cell_hours_b if self.cell_hours_b else float("nan")
 
-    def passes(self, min_within: float = 0.95, max_ratio_error: float = 0.05) -> bool:
-        """The issue's acceptance: >= 95 % of the time within tolerance, cell-hours within 5 %."""
+    def passes(
+        self,
+        min_within: float = MIN_WITHIN_FRACTION,
+        max_ratio_error: float = MAX_CELL_HOURS_ERROR,
+    ) -> bool:
+        """The acceptance (``criterion()``): enough of the time within tolerance, cell-hours
+        close enough."""
         return (
             self.within_fraction >= min_within
             and abs(self.cell_hours_ratio - 1.0) <= max_ratio_error

@@ -29,7 +29,7 @@ from simulations.demo.config import (
 from simulations.demo.twin_run import TwinResult
 from simulations.demo.utilisation import mean_utilisation
 from simulations.engine import Sample, SimResult, simulate
-from simulations.fidelity import Fidelity, compare
+from simulations.fidelity import MAX_CELL_HOURS_ERROR, MIN_WITHIN_FRACTION, Fidelity, compare
 from simulations.report import PlotUnavailable, PolicySummary, markdown, plot_timelines, summarise
 
 TWIN = "gpucellpool on the twin"
@@ -168,9 +168,11 @@ def _verdict(f: Fidelity) -> str:
 
 def _fidelity_lines(f: Fidelity, factor: float) -> list[str]:
     return [
-        f"- within +/-1 cell: **{100 * f.within_fraction:.1f} %** of the time (criterion >= 95 %)",
+        f"- within +/-1 cell: **{100 * f.within_fraction:.1f} %** of the time "
+        f"(criterion >= {100 * MIN_WITHIN_FRACTION:g} %)",
         f"- cell-hours twin / simulator: **{f.cell_hours_ratio:.3f}** "
-        f"({f.cell_hours_a * factor:.2f} / {f.cell_hours_b * factor:.2f}; criterion within 5 %)",
+        f"({f.cell_hours_a * factor:.2f} / {f.cell_hours_b * factor:.2f}; "
+        f"criterion within {100 * MAX_CELL_HOURS_ERROR:g} %)",
         f"- largest gap {f.max_gap_cells:g} cells over the simulator's horizon "
         f"({f.end_seconds * factor / 60:.0f} trace minutes): **{_verdict(f)}**",
     ]

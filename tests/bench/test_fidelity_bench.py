@@ -18,7 +18,7 @@ import pytest
 
 from simulations.demo import DemoSpec, build_report, run_twin
 from simulations.demo.report import DemoReport, markdown_report
-from simulations.fidelity import Fidelity
+from simulations.fidelity import Fidelity, criterion
 from simulations.harness import Harness
 from tests.bench.bench_doc import load_note, write_block
 
@@ -58,8 +58,7 @@ def section(report: DemoReport) -> str:
             f"{spec.start_seconds / 86400:.2f}, thinned x{spec.multiplier:g}, "
             f"{report.results[1].pods} pods, compressed x{k:g} in both worlds; the real operator "
             "(`gpucellpool run`) on the twin vs `simulate` with the same pool spec. Cell-hours "
-            "in trace time over the simulator's horizon; criterion >= 95 % within +/-1 cell "
-            "and cell-hours within 5 %.",
+            f"in trace time over the simulator's horizon; criterion {criterion()}.",
             "",
             "| simulator given | within +/-1 cell | twin cell-hours | simulator cell-hours | "
             "ratio | largest gap | verdict |",
