@@ -31,7 +31,7 @@ image: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy gpucellpool autoscaler provisioner webhook simulations
+	$(VENV)/bin/mypy gpucellpool autoscaler provisioner webhook simulations tests
 	$(VENV)/bin/lint-imports
 
 ## Generated files must match their sources (CRD, chart CRD, API docs, dashboards).
