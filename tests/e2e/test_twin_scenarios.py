@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -177,7 +178,7 @@ def _running(w: TwinWorld, key: str) -> bool:
 
 def _condition(rec: Recorder) -> tuple[str, str]:
     conditions = rec.status().get("conditions") or []
-    cond = next((c for c in conditions if c.get("type") == "ScalingActive"), {})
+    cond: dict[str, Any] = next((c for c in conditions if c.get("type") == "ScalingActive"), {})
     return str(cond.get("reason", "")), str(cond.get("message", ""))
 
 

@@ -156,5 +156,6 @@ def container_args(container: Doc, pod_name: str = f"{FULLNAME}-0") -> list[str]
 
 
 def webhook_of(docs: list[Doc]) -> Doc:
-    (hook,) = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
+    hooks: list[Doc] = one(docs, "ValidatingWebhookConfiguration")["webhooks"]
+    (hook,) = hooks
     return hook

@@ -32,7 +32,8 @@ def promtool() -> Path:
 
 
 def _rules() -> dict[str, Any]:
-    return yaml.safe_load(RULES.read_text())
+    rules: dict[str, Any] = yaml.safe_load(RULES.read_text())
+    return rules
 
 
 def _alerts(doc: dict[str, Any]) -> list[dict[str, Any]]:

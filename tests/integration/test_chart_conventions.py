@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -250,7 +251,7 @@ def _rule_options() -> list[argparse.Action]:
 
 
 def test_every_rule_flag_is_reachable_from_webhook_rules(helm: Path, tmp_path: Path) -> None:
-    rules = {
+    rules: dict[str, Any] = {
         "strictGuestTemplate": True,
         "allowBlankDataDisks": True,
         "allowedSriovResources": ["intel.com/sriov_a", "intel.com/sriov_b"],

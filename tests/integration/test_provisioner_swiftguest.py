@@ -47,7 +47,7 @@ async def test_pool_reaches_ready_through_all_three_layers(
     infra_api, workload_api = apis
     async with running_pool(apis, workload, swiftguest_pool("ready", namespace, 1)) as run:
         pool = await run.converge(ready_with(1), timeout_s=30)
-    assert POOL_FINALIZER in pool["metadata"]["finalizers"]
+    assert pool is not None and POOL_FINALIZER in pool["metadata"]["finalizers"]
     guest = await infra_api.get(KINDS["SwiftGuest"], namespace, "ready-0")
     assert guest is not None
     assert CELL_DRAIN_FINALIZER in guest["metadata"]["finalizers"]
@@ -112,7 +112,7 @@ async def test_scale_one_three_one_drains_removed_cells(
 
         def draining_busy(p: JSON | None) -> bool:
             rows = {c["name"]: c for c in status(p).get("cells") or []}
-            return rows.get("scale-2", {}).get("reason") == "WaitingForAllocations"
+            return bool(rows.get("scale-2", {}).get("reason") == "WaitingForAllocations")
 
         await run.converge(draining_busy, timeout_s=20)
         node2 = await workload_api.get(KINDS["Node"], None, "scale-2")
@@ -145,7 +145,12 @@ async def test_pool_deletion_drains_and_leaves_nothing_behind(
         await run.delete(timeout_s=30)
     # The operator's own cleanup, seen while the pool (the owner) still existed: the garbage
     # collector cannot have helped yet.
-    nothing = {"SwiftGuest": set(), "SwiftSeedProfile": set(), "Secret": set(), "Node": set()}
+    nothing: dict[str, set[str]] = {
+        "SwiftGuest": set(),
+        "SwiftSeedProfile": set(),
+        "Secret": set(),
+        "Node": set(),
+    }
     assert witness.left == nothing
     # And after it is gone (now including anything the garbage collector did).
     sel = f"cells.kubeswift.io/pool-id={ident.pool_id}"

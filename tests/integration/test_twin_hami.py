@@ -367,10 +367,14 @@ class ListCountingKubeApi(RecordingKubeApi):
     bound_lists: int = 0
 
     async def list(
-        self, kind: Kind, namespace: str | None = None, label_selector: str = "", **kw: str
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
     ) -> list[JSON]:
         self.bound_lists += kind.kind == "Pod" and label_selector == "hami.io/vgpu-node"
-        return await super().list(kind, namespace, label_selector, **kw)
+        return await super().list(kind, namespace, label_selector, field_selector)
 
 
 async def test_bound_pods_are_listed_once_per_refresh_and_never_double_booked(

@@ -220,7 +220,7 @@ async def test_usage_mode_drains_an_idle_allocated_cell_under_a_pdb(
             try:
                 await use_watch.until(lambda s: cell_phases(s).get("use-0") == "Draining", 60)
             except AssertionError as exc:
-                pod = await workload_api.get(f"/api/v1/namespaces/{namespace}/pods/use-job")
+                stuck = await workload_api.get(f"/api/v1/namespaces/{namespace}/pods/use-job")
                 events = await workload_api.get(f"/api/v1/namespaces/{namespace}/events")
                 infra_events = await infra_api.get(f"/api/v1/namespaces/{namespace}/events")
                 notes = [
@@ -229,7 +229,7 @@ async def test_usage_mode_drains_an_idle_allocated_cell_under_a_pdb(
                     + ((infra_events or {}).get("items") or [])
                 ]
                 raise AssertionError(
-                    f"use pool history: {history(use_watch)}; pod: {pod}; events: {notes}"
+                    f"use pool history: {history(use_watch)}; pod: {stuck}; events: {notes}"
                 ) from exc
             held = await workload_api.get(f"/api/v1/namespaces/{namespace}/pods/use-job")
             assert held is not None and held["metadata"].get("deletionTimestamp") is None
