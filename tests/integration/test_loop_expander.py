@@ -86,6 +86,7 @@ async def one_cell_for_one_pod(
         connections = app.clusters.clusters.values()
         await until(lambda: all(c.uid for c in connections), 60, "cluster identities learned")
         system = await workload_api.get("/api/v1/namespaces/kube-system")
+        assert system is not None
         assert len(app.clusters.clusters) == len(spaces)  # one connection per Secret
         assert {c.identity for c in connections} == {ClusterUID(system["metadata"]["uid"])}
         await create_pending(workload_api, namespace, "wanted", namespace, pod_mib)
