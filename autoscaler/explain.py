@@ -175,6 +175,34 @@ def carry_victims(out: Outcome, in_force: Sequence[str], live: Collection[str]) 
     return replace(out, victims=tuple(names[:excess]))
 
 
+# (published reason, next reason) pairs where the next decision is the published action's own
+# consequence: the cells a scale-up asked for now cover the pods that asked for them.
+FOLLOW_UPS = frozenset({(Reason.SCALED_UP.value, Reason.DEMAND_SATISFIED.value)})
+
+
+def follows_from(published: Outcome, out: Outcome) -> bool:
+    """Whether ``out`` is only the consequence of the action ``published`` announced, not a new
+    outcome: a scale-up followed by "the pending pods fit the booting cells" at the same target,
+    for the same asks, with the same victims, nothing else blocking (``cells_needed`` 0).
+
+    Such a decision needs no status write and no Event: the status in force already says why the
+    target is what it is (the decision that set it); the next write for a real change (or a
+    memory save) carries the newer wording. Anything else that changed - target, asks, victims,
+    ``act``, demand, a guard taking over the reason (max replicas, physical GPUs, an unreachable
+    cluster) - is a new outcome and is written at once.
+    """
+    if (published.reason, out.reason) not in FOLLOW_UPS or out.cells_needed != 0:
+        return False
+    settled = replace(
+        out,
+        reason=published.reason,
+        message=published.message,
+        condition_reason=published.condition_reason,
+        cells_needed=published.cells_needed,
+    )
+    return settled == published
+
+
 def drifted(published: Outcome, status: JSON) -> bool:
     """Whether the stored status no longer shows what we last published."""
     last = status.get("lastDecision") or {}

@@ -5,7 +5,9 @@ observes and decides; this module turns a ``Decision`` into the writes a user an
 read, and decides when a write is due at all: status only when the outcome changed (a
 message-only change at most every ``message_refresh_s``) or the policy memory must be saved
 (``status.policyMemory``, in the same write: when its scale facts changed or every
-``memory_persist_s``), an Event only when the reason changed. One status write per changed
+``memory_persist_s``), an Event only when the reason changed. A decision that is only the
+consequence of the action in force (``explain.follows_from``: the cells a scale-up asked for now
+cover its pods) is no new outcome: neither written nor announced. One status write per changed
 outcome is the whole cost of a new pending pod on the pool object. Writes go through the
 ``PoolWriter`` port, at most ``writes_in_flight`` at once across pools.
 """
@@ -20,6 +22,7 @@ from autoscaler.explain import (
     MEMORY_FIELD,
     Outcome,
     carry_victims,
+    follows_from,
     memory_field,
     note,
     outcome,
@@ -80,7 +83,11 @@ class Publisher:
         # restart must not scale down just after a scale-up), else every memory_persist_s.
         facts = scale_facts(decision.memory)
         remember = facts != state.facts_written or now - state.memory_written_at >= persist_s
-        changed = self._due(state, out, now) or due(state.measured, state.measured_published)
+        follow_up = state.published is not None and follows_from(state.published, out)
+        if follow_up:  # the announced action's consequence: not news, no Event for it either
+            state.event_reason = out.reason
+        fresh = not follow_up and self._due(state, out, now)
+        changed = fresh or due(state.measured, state.measured_published)
         if changed or remember:
             if state.event_reason is None:  # after a restart or takeover: what status says,
                 # read before our write (its watch event may update raw_status meanwhile)
