@@ -220,6 +220,25 @@ def annotated_usage(node_name: str, pods: Sequence[JSON], gpus: int) -> tuple[GP
     return usage
 
 
+def _serves_gpu_pods(node_name: str, pods: Sequence[JSON], inputs: CellInputs) -> bool:
+    """Whether HAMi has placed GPU pods on a cell's Node (its allocation annotations, or in DRA
+    mode its claims): the cell serves, whatever its row's boot phase says.
+
+    HAMi binds pods to a Node once it is Ready with devices, a moment (1-2 s on a loaded
+    machine) before the provisioner's pass writes the row's Ready phase. Read as Booting, such
+    a cell looked empty (a Booting cell's usage is not read), so the hedge took it for a spare
+    and cancelled boots the simulator keeps: its cells run pods only once Ready
+    (tests/e2e/test_fidelity.py). DaemonSet pods carry no GPU allocation and do not count.
+    """
+    if node_name not in inputs.nodes:
+        return False
+    if inputs.claim_usage is not None:
+        usage = inputs.claim_usage.get(node_name) or ()
+    else:
+        usage = annotated_usage(node_name, pods, inputs.shape.gpus)
+    return any(g.slots for g in usage)
+
+
 def ready_cell_usage(
     node_name: str, pods: Sequence[JSON], inputs: CellInputs
 ) -> tuple[tuple[GPUUsage, ...], bool]:
@@ -269,6 +288,8 @@ def cells_for_pool(
         node_name = row.node_name or row.name
         bound = inputs.node_pods.get(node_name, ())
         pods = [p for p in bound if (p.get("status") or {}).get("phase") not in _TERMINAL]
+        if state is CellState.BOOTING and pods and _serves_gpu_pods(node_name, bound, inputs):
+            state = CellState.READY
         gpus: tuple[GPUUsage, ...] = ()
         if state is CellState.READY:  # (the usage skips terminal pods itself)
             gpus, known = ready_cell_usage(node_name, bound, inputs)

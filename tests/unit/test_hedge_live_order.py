@@ -64,3 +64,35 @@ def test_rows_without_a_creation_time_fall_back_to_their_last_transition() -> No
     pool = GPUCellPool.model_validate(with_cells(pool_manifest("p"), rows))
     cells, _ = cells_for_pool(pool, CellInputs(CellShape(), {}, {}), now=1e10)
     assert hedge(cells, {}, new_cells=0, fraction=0.75).surplus == ("p-0", "p-1")
+
+
+def _gpu_pod(node: str) -> dict[str, Any]:
+    """A running pod HAMi placed on ``node`` (its allocation annotation names a GPU)."""
+    return {
+        "metadata": {"annotations": {"hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,4096,0:;"}},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_joining_cell_running_gpu_pods_is_ready_not_a_spare() -> None:
+    """HAMi binds pods to a joined Node a moment before the provisioner writes its row Ready.
+    Measured on tests/e2e/test_fidelity.py with 0.75: three Joining cells already running
+    pods looked empty, the twin cancelled 4 boots where the simulator (whose cells run pods
+    only once Ready) cancelled none yet. Such a cell is Ready with its usage; a DaemonSet pod
+    (no GPU allocation) leaves a Joining cell Booting."""
+    rows = [
+        _row(1, "Joining", "10", "40"),  # runs a GPU pod: Ready
+        _row(2, "Joining", "10", "41"),  # runs only a DaemonSet pod: still Booting
+        _row(3, "Booting", "20", "30"),
+        _row(4, "Booting", "20", "31"),
+    ]
+    daemon = {"metadata": {}, "spec": {"nodeName": "demo-2"}, "status": {"phase": "Running"}}
+    pods = {"demo-1": [_gpu_pod("demo-1")], "demo-2": [daemon]}
+    inputs = CellInputs(CellShape(), {"demo-1": {}, "demo-2": {}}, pods)
+    pool = GPUCellPool.model_validate(with_cells(pool_manifest("demo"), rows))
+    cells, unknown = cells_for_pool(pool, inputs, now=1e10)
+    assert [c.state.value for c in cells] == ["Ready", "Booting", "Booting", "Booting"]
+    assert cells[0].gpus[0].slots == 1 and cells[0].pods == 1 and not unknown
+    hedged = hedge(cells, {}, new_cells=2, fraction=0.75)  # 2 cells waited for: 2 spares kept
+    assert hedged.surplus == ("demo-4",)  # demo-1 is no spare: without the rule it was one
