@@ -135,8 +135,9 @@ class Autoscaler:
 
     # -- inputs from the watches ----------------------------------------------------------
 
-    def pool_event(self, kind: str, raw: JSON) -> None:
-        """A GPUCellPool watch event: start, update or stop that pool's task."""
+    def pool_event(self, kind: str, raw: JSON, pool: GPUCellPool | None = None) -> None:
+        """A GPUCellPool watch event: start, update or stop that pool's task (``pool``: ``raw``
+        already validated by the caller, which shares one validation among its consumers)."""
         meta = raw.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         if kind == "DELETED":
@@ -146,7 +147,7 @@ class Autoscaler:
                 self.cluster_event(self._identity(gone.pool))
             return
         try:
-            pool = GPUCellPool.model_validate(raw)
+            pool = GPUCellPool.model_validate(raw) if pool is None else pool
         except ValueError:
             log.warning("pool does not validate; ignored", extra={"pool": "/".join(key)})
             return

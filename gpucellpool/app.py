@@ -28,6 +28,7 @@ from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.observe import PodIndex
 from autoscaler.routing import WorkloadRouter, pool_route
 from gpucellpool import crdcheck
+from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.health import HealthServer
 from gpucellpool.kube.adapters import (
     POOLS_PATH,
@@ -128,6 +129,17 @@ def watched_namespaces(settings: Settings) -> tuple[str | None, ...]:
     named = [settings.pool_namespace, *settings.pool_namespaces]
     unique = tuple(dict.fromkeys(ns for ns in named if ns))
     return unique or (None,)
+
+
+def validated(kind: str, raw: JSON) -> GPUCellPool | None:
+    """A pool watch event's object as the model, validated once for every consumer of the event
+    (None: deleted, or invalid - each consumer then reports it its own way)."""
+    if kind == "DELETED":
+        return None
+    try:
+        return GPUCellPool.model_validate(raw)
+    except ValueError:
+        return None
 
 
 class App:
@@ -261,11 +273,12 @@ class App:
             self._cluster_of[key] = cluster
             self.clusters.ensure(cluster)
             self.router.pool_changed(pool_route(key, cluster, raw))
+        pool = validated(kind, raw)  # once for the autoscaler and the status metrics
         with for_pool(key):  # the pool's tasks, created here, gate on its shard
-            self.autoscaler.pool_event(kind, raw)
+            self.autoscaler.pool_event(kind, raw, pool)
             if self.settings.provision:
                 self.provisioner.pool_event(kind, raw)
-            self.status_metrics.observe(kind, raw)
+            self.status_metrics.observe(kind, raw, None if pool is None else pool.status)
 
     def _serves(self, key: tuple[str, str]) -> bool:
         """Whether the pool's namespace is served (``Settings.served_namespaces``). A pool

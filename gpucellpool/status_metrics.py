@@ -289,8 +289,11 @@ class StatusMetrics:
         """Forget every pool's last status (leadership changed)."""
         self._seen.clear()
 
-    def observe(self, kind: str, raw: Mapping[str, Any]) -> None:
-        """One GPUCellPool watch event."""
+    def observe(
+        self, kind: str, raw: Mapping[str, Any], status: GPUCellPoolStatus | None = None
+    ) -> None:
+        """One GPUCellPool watch event (``status``: its status already validated by the
+        caller; validated here when None)."""
         meta = raw.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         if kind == "DELETED":
@@ -301,7 +304,8 @@ class StatusMetrics:
             self._seen.pop(key, None)
             return
         try:
-            status = GPUCellPoolStatus.model_validate(raw.get("status") or {})
+            if status is None:
+                status = GPUCellPoolStatus.model_validate(raw.get("status") or {})
         except ValidationError as exc:
             log.warning("unreadable status of %s/%s: %s", *key, exc)
             return
