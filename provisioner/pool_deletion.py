@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import CellStatus
 from provisioner.backends.base import CellBackend, mark_draining, remove_finalizer
-from provisioner.drainer import drained_row, drive_drain
+from provisioner.drainer import drained_row, drive_drains
 from provisioner.events import EventSink, announce_pass
 from provisioner.fsm.drain import DrainCause, eviction_hold
 from provisioner.fsm.identity import POOL_FINALIZER
@@ -57,7 +57,9 @@ async def delete_pool(
         await mark_draining(
             backend.api, backend.outer_kind, cell, str(DrainCause.POOL_DELETION), now
         )
-        step = await drive_drain(pool, cell, backend, api, now, recorder)
+    steps = await drive_drains(pool, list(cells.values()), backend, api, now, recorder)
+    for cell in cells.values():
+        step = steps[cell.name]
         rows[cell.name] = drained_row(pool, cell, prev.get(cell.name), step, now)
         refused += [f"{pod} (cell {cell.name})" for pod in step.refused]
     deleted = await backend.sweep(pool, set(cells))

@@ -14,7 +14,8 @@ crash left behind are swept. Order of a pass:
    rejections go to ``status.planRejections``) and plan membership (pure); a pool without
    autoscaling swaps or holds its victims in drain back-off (``drain_holds``);
    (``drain_holds``); mark removals/replacements Draining on the outer object;
-5. drive every draining cell one re-checked step at a time; create new cells;
+5. drive every draining cell one re-checked step at a time (the cells concurrently,
+   ``drainer.drive_drains``); create new cells;
 6. sweep orphaned dependents and dead orphan Nodes; write status (rows, counts, conditions,
    physical and HAMi capacity) through the subresource.
 
@@ -39,7 +40,7 @@ from provisioner.backends.swiftguest import SwiftGuestBackend
 from provisioner.cached_reads import WorkloadReads
 from provisioner.cells import identity, observe_cell, sweep_orphan_nodes
 from provisioner.drain_holds import hold_scale_down
-from provisioner.drainer import drained_row, drive_drain
+from provisioner.drainer import drained_row, drive_drains
 from provisioner.events import EventSink, KubeEventSink, announce_pass
 from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
 from provisioner.fsm.drain import DrainCause
@@ -236,10 +237,11 @@ class Reconciler:
             plan = hold_scale_down(pool, cells, rows, plan, now)
         await self._mark(backend, cells, plan.remove, DrainCause.SCALE_DOWN, now)
         await self._mark(backend, cells, plan.replace, DrainCause.REPLACE_FAILED, now)
-        for cell in (c for c in cells.values() if c.drain_cause):
+        leaving = [c for c in cells.values() if c.drain_cause]
+        steps = await drive_drains(pool, leaving, backend, workload, now, recorder)
+        for cell in leaving:  # the drains ran concurrently; rows in the cells' order
             previous = rows.get(cell.name) or prev.get(cell.name)
-            step = await drive_drain(pool, cell, backend, workload, now, recorder)
-            rows[cell.name] = drained_row(pool, cell, previous, step, now)
+            rows[cell.name] = drained_row(pool, cell, previous, steps[cell.name], now)
         created = await self._create(pool, backend, plan, join, current_hash, prev, now)
         await spend_release_guard(self.infra, self.events, pool, cells, plan)
         rows.update(created)
