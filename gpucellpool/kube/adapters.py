@@ -101,15 +101,16 @@ class CacheWorkloadView:
             for ns in (cluster.namespaces.items() if cluster.namespaces else [])
         }
         index = self.pod_index(key, cluster.pods)
+        nodes, nodes_by_name = cluster.nodes.frozen()  # cluster-scoped: keyed by name
         return WorkloadSnapshot(
             True,
-            cluster.pods.items(),
-            cluster.nodes.items(),
+            cluster.pods.frozen()[0],  # shared by the pools deciding at this version
+            nodes,
             labels,
             pod_index=index,
             claims=cluster.claims.items() if cluster.claims else (),
             slices=cluster.slices.items() if cluster.slices else (),
-            nodes_by_name=dict(cluster.nodes.objects),  # cluster-scoped: keyed by name
+            nodes_by_name=nodes_by_name,
         )
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from gpucellpool.kube.errors import Forbidden, Gone
@@ -80,6 +81,7 @@ class WatchCache:
         credential (the provisioner then skips its ``/version`` probe)."""
         self.version = 0
         """Bumped on every change to ``objects``: readers may reuse what they derived from it."""
+        self._frozen: tuple[int, tuple[JSON, ...], Mapping[str, JSON]] | None = None
         self._on_change = on_change
         self._retry_s = retry_s
         self._max_retry_s = max_retry_s
@@ -89,6 +91,15 @@ class WatchCache:
 
     def get(self, key: str) -> JSON | None:
         return self.objects.get(key)
+
+    def frozen(self) -> tuple[tuple[JSON, ...], Mapping[str, JSON]]:
+        """The objects, and them by key, as read-only copies made once per ``version``: every
+        reader at the same version shares them. (A decision's snapshot copied 40,000 pods and
+        4,000 Nodes, ~0.5 MB, per pool; a round's decisions held ~100 such copies at once.)"""
+        if self._frozen is None or self._frozen[0] != self.version:
+            by_key = MappingProxyType(dict(self.objects))
+            self._frozen = (self.version, tuple(by_key.values()), by_key)
+        return self._frozen[1], self._frozen[2]
 
     def _notify(self, kind: str, obj: JSON) -> None:
         if self._on_change is not None:

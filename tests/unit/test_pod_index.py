@@ -110,3 +110,17 @@ async def test_view_shares_one_index_until_the_pods_change() -> None:
     assert [p["metadata"]["name"] for p in second.by_node["n1"]] == ["a"]
     rebuilt = WatchCache(Silent(), Query("/api/v1/pods"))  # a Secret rotation's new cache
     assert view.pod_index(key, rebuilt) is not second
+
+
+def test_frozen_copies_are_shared_until_the_cache_changes() -> None:
+    cache = WatchCache(Silent(), Query("/api/v1/pods"))
+    cache.apply_event(event("ADDED", "a", "2"))
+    items, by_key = cache.frozen()
+    assert cache.frozen()[0] is items and cache.frozen()[1] is by_key  # every pool's snapshot
+    assert [p["metadata"]["name"] for p in items] == ["a"] and list(by_key) == ["default/a"]
+    with pytest.raises(TypeError):
+        by_key["default/b"] = {}  # type: ignore[index]  # read-only: shared by every reader
+    cache.apply_event(event("ADDED", "b", "3"))
+    newer, newer_by_key = cache.frozen()
+    assert [p["metadata"]["name"] for p in newer] == ["a", "b"] and len(newer_by_key) == 2
+    assert [p["metadata"]["name"] for p in items] == ["a"]  # the older copy did not move
