@@ -23,7 +23,7 @@ from autoscaler.measured_use import (
     utilization_status,
 )
 from autoscaler.policy.types import MetricsHealth
-from autoscaler.signals.hami_activity import ActivityReading, Verdict, failed
+from autoscaler.signals.hami_activity import Verdict, failed
 from gpucellpool.api.pool import GPUCellPool
 
 JSON = dict[str, Any]
@@ -37,16 +37,19 @@ async def measure(
     allocation: MetricsHealth,
     timeout_s: float,
 ) -> MeasuredUse:
-    """Measured use of the pool's Ready cells (``nodes``: the Nodes Prometheus must report)."""
+    """Measured use of the pool's Ready cells (``nodes``: the Nodes Prometheus must report).
+
+    The pods on each cell are gathered only when the HAMi monitor is read: without a reading
+    ``judge`` does not look at them (a walk over every pod of the pool per decision saved)."""
+    if activity is None or pool.spec.autoscaling.prometheus is None or is_dra(pool):
+        return judge(pool, allocation, None, {})
     by_cell = pods_by_cell(pool, by_node)
-    reading: ActivityReading | None = None
-    if activity is not None and pool.spec.autoscaling.prometheus is not None and not is_dra(pool):
-        pods = sorted({key for keys in by_cell.values() for key in keys})
-        try:
-            async with asyncio.timeout(timeout_s):
-                reading = await activity.activity(pool, nodes, pods)
-        except TimeoutError:
-            reading = failed(Verdict.UNREACHABLE, f"HAMi monitor read timed out ({timeout_s:g}s)")
+    pods = sorted({key for keys in by_cell.values() for key in keys})
+    try:
+        async with asyncio.timeout(timeout_s):
+            reading = await activity.activity(pool, nodes, pods)
+    except TimeoutError:
+        reading = failed(Verdict.UNREACHABLE, f"HAMi monitor read timed out ({timeout_s:g}s)")
     return judge(pool, allocation, reading, by_cell)
 
 
