@@ -131,6 +131,14 @@ def watched_namespaces(settings: Settings) -> tuple[str | None, ...]:
     return unique or (None,)
 
 
+def served_secret_namespaces(settings: Settings) -> tuple[str, ...]:
+    """Where the operator may list its own Secrets (the chart's Secret Roles): the served
+    namespaces, else the watched ones; none when it watches and serves every namespace (a
+    cluster-wide Secret watch is never asked for: those lists stay GETs)."""
+    named = tuple(ns for ns in watched_namespaces(settings) if ns)
+    return settings.served_namespaces or named
+
+
 def validated(kind: str, raw: JSON) -> GPUCellPool | None:
     """A pool watch event's object as the model, validated once for every consumer of the event
     (None: deleted, or invalid - each consumer then reports it its own way)."""
@@ -187,6 +195,7 @@ class App:
             state=ClusterState(
                 watched_namespaces(settings), lambda: self.pool_caches, self.clusters
             ),
+            secret_namespaces=served_secret_namespaces(settings),
         )
         self.nodes = self.provisioner.nodes
         self.reconciler = self.provisioner.reconciler

@@ -9,19 +9,23 @@ wiring. Building that cluster here keeps ``App`` short and still the one root: `
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gpucellpool.infra_nodes import InfraNodes
-from gpucellpool.kube.cache import JSON, Query, WatchCache
+from gpucellpool.kube.cache import JSON, ListWatch, Query, WatchCache
 from gpucellpool.kube.connections import Connections
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.workload import WorkloadCluster, WorkloadClusters
 from gpucellpool.metrics import OperatorMetrics
 from gpucellpool.provisioning import ProvisionerDriver, owner_pool
 from provisioner.cached_reads import CachedReads, Store, StoreLookup
-from provisioner.kube import FIELD_MANAGER, KubeApi, RestKubeApi, api_from_kubeconfig
+from provisioner.fsm.identity import POOL_ID_LABEL
+from provisioner.inventory import RESOURCE_SLICE, SWIFT_GPU_NODE
+from provisioner.kube import FIELD_MANAGER, KINDS, KubeApi, RestKubeApi, api_from_kubeconfig
 from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
 from provisioner.rule_gate import PoolRules
@@ -30,6 +34,25 @@ from webhook.rules import RuleSettings, validate_create
 
 SWIFTGUESTS_PATH = "/apis/swift.kubeswift.io/v1alpha1/swiftguests"
 MACHINES_PATH = "/apis/cluster.x-k8s.io/v1beta2/machines"
+SEEDS_PATH = KINDS["SwiftSeedProfile"].path()
+SECRETS_PATH = KINDS["Secret"].path()
+INVENTORY_KINDS = {k.kind: k.path() for k in (RESOURCE_SLICE, SWIFT_GPU_NODE)}
+"""The cluster-scoped physical GPU ledgers a pass lists, mirrored from their first read."""
+INFRA_WATCHES = {
+    "swiftseedprofiles": "each watched namespace",
+    "secrets": f"each served namespace, labelled {POOL_ID_LABEL} only",
+    "resourceslices": "cluster-wide",
+    "swiftgpunodes": "cluster-wide",
+}
+"""What the provisioner lists and watches on the infrastructure cluster for a pass's reads,
+besides pools, SwiftGuests, Machines and Nodes (the chart must grant list and watch)."""
+
+
+def _no_inventory(kind: str) -> Store | None:
+    del kind
+    return None
+
+
 WORKLOAD_KINDS = ("Node", "Lease", "ResourceSlice", "ResourceClaim", "Pod")
 """The workload cluster kinds a pass reads from ``WorkloadCluster``'s caches."""
 
@@ -70,16 +93,37 @@ class ClusterState:
     pool_caches: Callable[[], Sequence[WatchCache]]
     clusters: WorkloadClusters
     guest_caches: Callable[[], Sequence[WatchCache]] = tuple
+    seed_caches: Callable[[], Sequence[WatchCache]] = tuple
+    """SwiftSeedProfile watches, one per watched namespace (``namespaces`` order)."""
+    secret_caches: Callable[[], Mapping[str, WatchCache]] = dict
+    """By namespace: the watch of the Secrets the operator labels (``POOL_ID_LABEL``: the
+    bootstrap Secrets it renders), in the namespaces it serves only."""
+    inventory: Callable[[str], Store | None] = _no_inventory
+    """By kind: the mirror of a cluster-scoped GPU ledger (``INVENTORY_KINDS``), or None."""
 
     def store(self, kind: str, namespace: str | None, name: str) -> Store | None:
-        """The cache mirroring that object (name "": its collection), or None (a GET)."""
-        if kind == "GPUCellPool":
-            return self._of_namespace(self.pool_caches(), namespace)
-        if kind == "SwiftGuest":
-            return self._of_namespace(self.guest_caches(), namespace)
-        if kind == "Secret" and namespace and (cluster := self._cluster(namespace, name)):
-            return cluster.secret
-        return None
+        """The cache mirroring that object (name "": its collection), or None (a GET).
+
+        A Secret list is answered from the labelled-Secrets watch: every Secret list of a pass
+        selects on ``POOL_ID_LABEL`` (the sweeps'), so the watch holds all it may select. A
+        Secret read by name is the kubeconfig watch's, or a GET (the join template: no cache
+        mirrors the pool author's Secrets); the operator's writes of labelled Secrets are not
+        tracked, so a list may lag them by an event (a sweep then deletes one twice: gone)."""
+        by_namespace = {
+            "GPUCellPool": self.pool_caches,
+            "SwiftGuest": self.guest_caches,
+            "SwiftSeedProfile": self.seed_caches,
+        }
+        if kind in by_namespace:
+            return self._of_namespace(by_namespace[kind](), namespace)
+        if kind in INVENTORY_KINDS and namespace is None and not name:
+            return self.inventory(kind)
+        if kind != "Secret" or not namespace:
+            return None
+        if not name:
+            return self.secret_caches().get(namespace)
+        cluster = self._cluster(namespace, name)
+        return cluster.secret if cluster is not None else None
 
     def _of_namespace(self, caches: Sequence[WatchCache], namespace: str | None) -> Store | None:
         """The watch (of ``caches``, in ``namespaces`` order) that covers ``namespace``."""
@@ -121,6 +165,48 @@ class ClusterState:
         return cluster is not None and cluster.live_on(kubeconfig)
 
 
+def own_object_watches(
+    infra: ListWatch, namespaces: Sequence[str | None], secret_namespaces: Sequence[str]
+) -> tuple[list[WatchCache], dict[str, WatchCache]]:
+    """The SwiftSeedProfile watches (one per watched namespace) and the watches of the Secrets
+    the operator labels (one per namespace where it may list Secrets), for ``ClusterState``."""
+    seeds = [WatchCache(infra, Query(collection_path(ns, SEEDS_PATH))) for ns in namespaces]
+    secrets = {
+        ns: WatchCache(infra, Query(collection_path(ns, SECRETS_PATH), POOL_ID_LABEL))
+        for ns in secret_namespaces
+    }
+    return seeds, secrets
+
+
+class InventoryMirrors:
+    """The cluster-scoped GPU ledgers (``INVENTORY_KINDS``), each mirrored from the first read
+    of it on: only the ledger some pool's backend uses is watched (a cluster without KubeSwift's
+    SwiftGPUNodes, or without DRA, is not watched for them). Until synced a read is a GET."""
+
+    def __init__(self, infra: ListWatch) -> None:
+        self._infra = infra
+        self.caches: dict[str, WatchCache] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def store(self, kind: str) -> Store | None:
+        path = INVENTORY_KINDS.get(kind)
+        if path is None:
+            return None
+        cache = self.caches.get(kind)
+        if cache is None:
+            cache = self.caches[kind] = WatchCache(self._infra, Query(path))
+            self._tasks.append(asyncio.create_task(cache.run(), name=f"watch:{path}"))
+        return cache
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+
+
 class ProvisionerSide:
     """The reconciler, its driver, the Node mirror and the outer-object watches that wake it."""
 
@@ -136,12 +222,25 @@ class ProvisionerSide:
         connections: Connections | None = None,
         *,
         state: ClusterState | None = None,
+        secret_namespaces: tuple[str, ...] = (),
     ) -> None:
         """``state``: the caches a pass reads its pool and kubeconfig Secret from (None: GET);
-        its SwiftGuests come from this side's own SwiftGuest watches then."""
+        its SwiftGuests, SwiftSeedProfiles, labelled Secrets (in ``secret_namespaces``, where
+        the operator may list Secrets; none: GETs) and GPU ledgers come from this side's own
+        watches then."""
         operator_api: KubeApi = RestKubeApi(infra.for_manager(FIELD_MANAGER, api_timeout_s))
+        self.inventory = InventoryMirrors(infra)
+        self.seeds: list[WatchCache] = []
+        self.secrets: dict[str, WatchCache] = {}
         if state is not None:
-            state = replace(state, guest_caches=lambda: self.guests)
+            self.seeds, self.secrets = own_object_watches(infra, namespaces, secret_namespaces)
+            state = replace(
+                state,
+                guest_caches=lambda: self.guests,
+                seed_caches=lambda: self.seeds,
+                secret_caches=lambda: self.secrets,
+                inventory=self.inventory.store,
+            )
             operator_api = CachedReads(operator_api, state.store)
         workloads = shared_workload_apis(connections) if connections else api_from_kubeconfig
         # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
@@ -170,7 +269,7 @@ class ProvisionerSide:
 
     def watches(self) -> list[WatchCache]:
         """The caches to run while this process provisions."""
-        return [*self.outer, self.nodes.cache]
+        return [*self.outer, self.nodes.cache, *self.seeds, *self.secrets.values()]
 
     def pool_event(self, kind: str, raw: JSON) -> None:
         self.nodes.pool_changed(kind, raw)
@@ -179,6 +278,7 @@ class ProvisionerSide:
     async def close(self) -> None:
         await self.driver.close()
         await self.reconciler.close()
+        await self.inventory.close()
 
     def _wake(self, pool: tuple[str, str]) -> None:
         self.driver.wake(pool)

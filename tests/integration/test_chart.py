@@ -16,6 +16,7 @@ import pytest
 
 from gpucellpool.app import watched_namespaces
 from gpucellpool.cli import build_parser
+from gpucellpool.provisioner_wiring import INFRA_WATCHES
 from gpucellpool.run import settings_from
 from tests.integration import chart_support
 from tests.integration.chart_support import (
@@ -130,6 +131,35 @@ def test_watch_namespaces_move_provisioning_into_roles(rendered: dict[str, list[
     assert default_settings.served_namespaces == (NS,)  # every namespace watched, one served
     selector = one(scoped, "ValidatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"]
     assert selector["matchExpressions"][0]["values"] == ["team-a", "team-c"]
+
+
+def test_the_provisioners_watches_are_granted_and_secrets_stay_namespaced(
+    rendered: dict[str, list[Doc]],
+) -> None:
+    """Every infrastructure collection a pass reads from a watch (``INFRA_WATCHES``) may be
+    listed and watched where the operator watches it (the labelled Secrets: where it serves
+    pools); Secrets only through the per-namespace Secret Roles, never a ClusterRole."""
+    for name in ("default", "watch-namespaces"):
+        docs = rendered[name]
+        container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        args = chart_support.container_args(container)
+        settings = settings_from(build_parser(args).parse_args(args))
+        roles = [*find(docs, "ClusterRole"), *find(docs, "Role")]
+        for resource in INFRA_WATCHES:
+            where = settings.served_namespaces if resource == "secrets" else None
+            for ns in where or watched_namespaces(settings):
+                verbs = {
+                    v
+                    for role in roles
+                    if role["kind"] == "ClusterRole" or role["metadata"]["namespace"] == ns
+                    for r in rules(role)
+                    if resource in r.get("resources", ())
+                    for v in r["verbs"]
+                }
+                assert {"list", "watch"} <= verbs, (name, resource, ns)
+        for role in find(docs, "ClusterRole"):
+            granted = [r for r in rules(role) if "secrets" in r.get("resources", ())]
+            assert not granted, role["metadata"]
 
 
 def test_leases_only_in_the_release_namespace(rendered: dict[str, list[Doc]]) -> None:

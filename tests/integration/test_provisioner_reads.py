@@ -4,8 +4,10 @@ What this proves, on real apiservers with the twin: an idle Ready pool of 3 cell
 one GET of the pool, one of the kubeconfig Secret, two per cell of its Node, one per cell of its
 kubelet Lease and a ``/version`` probe when it reads the apiservers; on the caches the
 composition root owns (``provisioner_wiring.ClusterState``: the pool and SwiftGuest watches,
-the infrastructure Node watch, the workload cluster's Secret, Node and node Lease watches)
-through ``CachedReads`` the same pass does none of them, nor its lists of SwiftGuests, of the
+the infrastructure Node watch, the workload cluster's Secret, Node and node Lease watches,
+the SwiftSeedProfile and labelled-Secret watches and the ResourceSlice mirror) through
+``CachedReads`` the same pass does none of them, nor its lists of SwiftGuests, SwiftSeedProfiles,
+bootstrap Secrets and infrastructure ResourceSlices, of the
 pool's workload Nodes and of each cell's pods (the live Nodes watch vouches for the cluster
 instead of the probe), and the pool still
 converges through those caches (each pass sees its own writes: ``CachedReads``'
@@ -35,7 +37,13 @@ from gpucellpool.kube.adapters import POOLS_PATH
 from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
 from gpucellpool.kube.workload import ClusterKey, WorkloadCluster, WorkloadClusters
-from gpucellpool.provisioner_wiring import SWIFTGUESTS_PATH, ClusterState, collection_path
+from gpucellpool.provisioner_wiring import (
+    SWIFTGUESTS_PATH,
+    ClusterState,
+    InventoryMirrors,
+    collection_path,
+    own_object_watches,
+)
 from provisioner.cached_reads import CachedReads
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, api_from_kubeconfig
 from provisioner.outer_drain import NodeGets
@@ -162,9 +170,20 @@ async def on_the_caches(
     clusters = WorkloadClusters(infra_rest, _workload_client, lambda *_: None)
     cluster = clusters.ensure(ClusterKey(namespace, KUBECONFIG_SECRET))
     hosts = InfraNodes(infra_rest, NodeGets(counted.infra), lambda _: None)
-    tasks = [asyncio.create_task(c.run()) for c in (pools, guests, hosts.cache)]
+    seeds, labelled = own_object_watches(infra_rest, (namespace,), (namespace,))
+    inventory = InventoryMirrors(infra_rest)
+    mirrors = (pools, guests, hosts.cache, *seeds, *labelled.values())
+    tasks = [asyncio.create_task(c.run()) for c in mirrors]
     try:
-        state = ClusterState((namespace,), lambda: [pools], clusters, lambda: [guests])
+        state = ClusterState(
+            (namespace,),
+            lambda: [pools],
+            clusters,
+            lambda: [guests],
+            lambda: seeds,
+            lambda: labelled,
+            inventory.store,
+        )
         reads = CachedReads(counted.infra, state.store)
         await scene.reconciler.close()  # an operator restart, now on the caches
         scene.reconciler = Reconciler(
@@ -175,11 +194,13 @@ async def on_the_caches(
             workload_live=state.workload_live,
             hosts=hosts,
         )
-        for cache in (pools, guests, hosts.cache):
+        for cache in mirrors:
             await asyncio.wait_for(cache.synced.wait(), 60)
         await _synced(cluster)
         await scene.passes(1)
         await _leases_synced(cluster)
+        for ledger in inventory.caches.values():  # started by that pass's first read
+            await asyncio.wait_for(ledger.synced.wait(), 60)
         await _caught_up(pools, counted.infra.inner, namespace, scene.key.name)
         yield reads, pools, cluster
     finally:
@@ -187,6 +208,7 @@ async def on_the_caches(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await clusters.close()
+        await inventory.close()
 
 
 async def _measure(scene: RunningPool, counted: Counted) -> tuple[Counter[str], Counter[str]]:
@@ -242,6 +264,13 @@ async def test_an_idle_pass_reads_the_pool_and_kubeconfig_from_the_caches(
         assert infra_after["get Node"] == 0  # their hosts, from the infrastructure Node watch
         assert infra_after["get GPUCellPool"] == 0
         assert infra_after["get Secret"] == infra_before["get Secret"] - 1  # join template only
+        # the sweep's lists (SwiftSeedProfile watch, labelled-Secret watch) and the physical
+        # GPU ledger (the ResourceSlice mirror started by the first pass's read)
+        assert infra_after["list SwiftSeedProfile"] == 0
+        assert infra_after["list Secret"] == 0
+        assert infra_after["list ResourceSlice"] == 0
+        # what is left: the join-template Secret GET and the status apply
+        assert infra_after.total() == 2, dict(infra_after)
         assert reads.served >= 2
         assert infra_after.total() < infra_before.total()
 
