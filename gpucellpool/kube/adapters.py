@@ -101,16 +101,15 @@ class CacheWorkloadView:
             for ns in (cluster.namespaces.items() if cluster.namespaces else [])
         }
         index = self.pod_index(key, cluster.pods)
-        nodes, nodes_by_name = cluster.nodes.frozen()  # cluster-scoped: keyed by name
         return WorkloadSnapshot(
             True,
-            cluster.pods.frozen()[0],  # shared by the pools deciding at this version
-            nodes,
+            cluster.pods.frozen(),  # shared by the pools deciding at this cache version
+            cluster.nodes.frozen(),
             labels,
             pod_index=index,
             claims=cluster.claims.items() if cluster.claims else (),
             slices=cluster.slices.items() if cluster.slices else (),
-            nodes_by_name=nodes_by_name,
+            nodes_by_name=cluster.nodes.frozen_by_key(),  # cluster-scoped: keyed by name
         )
 
 

@@ -115,12 +115,12 @@ async def test_view_shares_one_index_until_the_pods_change() -> None:
 def test_frozen_copies_are_shared_until_the_cache_changes() -> None:
     cache = WatchCache(Silent(), Query("/api/v1/pods"))
     cache.apply_event(event("ADDED", "a", "2"))
-    items, by_key = cache.frozen()
-    assert cache.frozen()[0] is items and cache.frozen()[1] is by_key  # every pool's snapshot
+    items, by_key = cache.frozen(), cache.frozen_by_key()
+    assert cache.frozen() is items and cache.frozen_by_key() is by_key  # every pool's snapshot
     assert [p["metadata"]["name"] for p in items] == ["a"] and list(by_key) == ["default/a"]
     with pytest.raises(TypeError):
         by_key["default/b"] = {}  # type: ignore[index]  # read-only: shared by every reader
     cache.apply_event(event("ADDED", "b", "3"))
-    newer, newer_by_key = cache.frozen()
+    newer, newer_by_key = cache.frozen(), cache.frozen_by_key()
     assert [p["metadata"]["name"] for p in newer] == ["a", "b"] and len(newer_by_key) == 2
     assert [p["metadata"]["name"] for p in items] == ["a"]  # the older copy did not move
