@@ -9,7 +9,8 @@ message-only change at most every ``message_refresh_s``) or the policy memory mu
 consequence of the action in force (``explain.follows_from``: the cells a scale-up asked for now
 cover its pods) is no new outcome: neither written nor announced. One status write per changed
 outcome is the whole cost of a new pending pod on the pool object. Writes go through the
-``PoolWriter`` port, at most ``writes_in_flight`` at once across pools.
+``PoolWriter`` port, at most ``writes_in_flight`` status applies at once across pools; Events
+have slots of their own, so an Event never holds another pool's status apply in the queue.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Publisher:
         self.writer = writer
         self.settings = settings
         self._writes = asyncio.Semaphore(settings.writes_in_flight)
+        self._events = asyncio.Semaphore(settings.writes_in_flight)  # never ahead of a status
 
     async def publish(
         self, state: PoolState, decision: Decision, reachable: bool, now: float
@@ -102,7 +104,8 @@ class Publisher:
             state.memory_written_at, state.facts_written = now, facts
             if state.event_reason != out.reason:
                 warn = not reachable
-                await self._write(lambda: self.writer.event(pool, out.reason, note(out), warn))
+                async with self._events:  # after our status, and not queued with statuses
+                    await self.writer.event(pool, out.reason, note(out), warn)
                 state.event_reason = out.reason
 
     @staticmethod

@@ -57,8 +57,11 @@ class LoopSettings:
     """Bound on a Prometheus read inside a decision."""
     message_refresh_s: float = 30.0
     """How often a status whose decision changed only in its message's text is rewritten."""
-    writes_in_flight: int = 8
-    """Status applies, Events and memory patches in flight at once, across every pool."""
+    writes_in_flight: int = 32
+    """Status applies (with the memory) in flight at once across every pool, and as many
+    Events: enough for 50 pools deciding one burst together without queueing most of them
+    behind the others, still a bound an overloaded apiserver works through within the request
+    timeout."""
     unsynced_retry_s: float = 1.0
     """The tick while the workload caches are not synced: events are routed to the pools they
     concern, so no event may come for a pool once its caches finish syncing."""
