@@ -6,13 +6,15 @@ Secrets the operator labels, in a namespace where it may list Secrets, and from 
 elsewhere (a GET); a Secret read by name is never answered by that watch (the join template is
 the pool author's, not labelled); the cluster-scoped ResourceSlices and SwiftGPUNodes from a
 mirror started by their first read, and only a list of the whole collection is answered there;
-and ``own_object_watches`` builds the label-selected, namespaced Secret watches.
+and ``own_object_watches`` builds the label-selected, namespaced Secret watches, in the
+namespaces ``served_secret_namespaces`` names (never all of them).
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
+from gpucellpool.app import Settings, served_secret_namespaces
 from gpucellpool.kube.cache import ListWatch, Query, WatchCache
 from gpucellpool.kube.workload import WorkloadClusters
 from gpucellpool.provisioner_wiring import (
@@ -61,3 +63,12 @@ async def test_the_gpu_ledgers_are_mirrored_from_their_first_read() -> None:
         assert nodes.query.path == "/apis/gpu.kubeswift.io/v1alpha1/swiftgpunodes"
     finally:
         await inventory.close()
+
+
+def test_the_labelled_secrets_are_watched_only_where_the_operator_may_list_secrets() -> None:
+    def where(**kw: Any) -> tuple[str, ...]:
+        return served_secret_namespaces(Settings(identity="a", lease_namespace="ops", **kw))
+
+    assert where(served_namespaces=("team",)) == ("team",)  # the chart always names them
+    assert where(pool_namespaces=("a", "b")) == ("a", "b")  # watched = served
+    assert where() == ()  # every namespace: no cluster-wide Secret watch, lists stay GETs
