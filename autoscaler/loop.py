@@ -179,11 +179,18 @@ class Autoscaler:
         """Wake every pool of that workload cluster, whichever Secret reaches it (``identity``
         as ``WorkloadView.identity`` gives it; cheap, no I/O)."""
         for key, state in self.pools.items():
-            if self._identity(state.pool) == identity:
+            if self._state_identity(state) == identity:
                 self.runner.wake(key)
 
     def _identity(self, pool: GPUCellPool) -> object:
         return self.workload.identity(self.workload.cluster_of(pool))
+
+    def _state_identity(self, state: PoolState) -> object:
+        """``_identity`` of the state's pool, its ``cluster_of`` key kept while the pool object
+        is the same (every decision asks it of every pool of the cluster: ``_rivals``)."""
+        if state.cluster_of is None or state.cluster_of[0] is not state.pool:
+            state.cluster_of = (state.pool, self.workload.cluster_of(state.pool))
+        return self.workload.identity(state.cluster_of[1])
 
     def wake(self, keys: Iterable[tuple[str, str]]) -> None:
         """Wake these pools: a workload event routed to them (``autoscaler.routing``)."""
@@ -358,7 +365,7 @@ class Autoscaler:
         """The other pools of ``pool``'s workload cluster (through any Secret, once its identity
         is known: ``WorkloadView.identity``) that may take its pending pods."""
         identity = self._identity(pool)
-        same = (s.pool for s in self.pools.values() if self._identity(s.pool) == identity)
+        same = (s.pool for s in self.pools.values() if self._state_identity(s) == identity)
         return rivals_of(pool, same)
 
 

@@ -91,6 +91,9 @@ class PoolState:
     measured_published: tuple[Any, ...] | None = None  # measured_use.published() last written
     share: PoolShare = field(default_factory=PoolShare)
     """The expander's split of the last observed pending pods (``autoscaler.sharing``)."""
+    cluster_of: tuple[GPUCellPool, object] | None = None
+    """``WorkloadView.cluster_of`` of the pool object it was computed for (``Autoscaler``'s
+    ``_state_identity``)."""
     parsed: ParseMemo = field(default_factory=dict)
     """The pending pods' parsed asks by UID (``pool_demand.pending_for_pool``'s memo), kept
     for the pods still counted."""
