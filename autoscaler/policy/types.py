@@ -303,8 +303,8 @@ class PolicyConfig:
     # spares still booting are cancelled once nobody waits. 0 disables. Off by default: the
     # operator cancels the same boots as the simulator (creationTime order, one plan execution
     # rule), but the hedge's fast swings make the twin's execution lag under load show on
-    # tests/e2e/test_fidelity.py (89.2-96.9 % within one cell with 0.75, 99.6 % with 0; the
-    # bar is 98 %); measured values in docs/autoscaling.md.
+    # tests/e2e/test_fidelity.py (73-97.5 % within one cell with 0.75 at load 4-22, also with
+    # the simulator given the lag; the bar is 98 %, three runs); docs/autoscaling.md.
     boot_hedge_fraction: float = 0.0
 
 
