@@ -125,8 +125,7 @@ def share_pending(
     counted: dict[str, list[PendingPod]] = {}  # per distinct demand selection: its pods
     for rival in rivals:
         if not rival.match_pairs <= carried:  # with many pools on a cluster: most rivals
-            wanted[rival.option.key] = []  # select none of this pool's pods
-            continue
+            continue  # select none of this pool's pods: nothing to share with them
         near = [p for p in pending if p.key in pairs and rival.match_pairs <= pairs[p.key]]
         selection = rival.mode + rival.selection.model_dump_json()
         if selection not in counted:
@@ -140,5 +139,6 @@ def share_pending(
                     rival.mode,
                 )
             ]
-        wanted[rival.option.key] = counted[selection]
+        if counted[selection]:  # a rival wanting none of them shares nothing
+            wanted[rival.option.key] = counted[selection]
     return assign(wanted, options)[own]
