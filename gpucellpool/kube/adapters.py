@@ -48,7 +48,9 @@ class KubePoolWriter:
 
     async def apply_status(self, body: JSON) -> None:
         meta = body["metadata"]
-        await self.client.apply_status(pool_path(meta["namespace"], meta["name"]), body)
+        # The answer (the whole pool object) is not read: its watch event brings it anyway.
+        path = pool_path(meta["namespace"], meta["name"])
+        await self.client.apply_status(path, body, answer=False)
 
     async def event(self, pool: GPUCellPool, reason: str, note: str, warning: bool) -> None:
         """One Event about the pool through the one sink (never raises)."""

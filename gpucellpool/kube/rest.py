@@ -172,15 +172,20 @@ class RestClient:
         body: Any = None,
         content_type: str = JSON_TYPE,
         retry_throttled: bool = True,
+        *,
+        answer: bool = True,
     ) -> JSON:
-        """The request function: one JSON request, throttling retried, errors mapped."""
+        """The request function: one JSON request, throttling retried, errors mapped.
+
+        ``answer`` False: the caller does not read a successful answer's body, which is then
+        not decoded ({} is returned): a status apply is answered with the whole object."""
         attempt = 0
         while True:
             status, data, retry_after, credential = await self._attempt(
                 method, path, list(query or []), body, content_type
             )
             if 200 <= status <= 299:
-                return _parsed(data, method, path, status)
+                return _parsed(data, method, path, status) if answer else {}
             decision = retry_decision(status, retry_after, attempt, self.retry)
             if not (retry_throttled and decision.retry):
                 raise error_for(status, method, path, server_message(data, credential))
@@ -263,14 +268,17 @@ class RestClient:
         except NotFound:
             return None
 
-    async def apply(self, path: str, body: Mapping[str, Any]) -> JSON:
-        """Server-side apply at ``path`` (this client's field manager, forced)."""
+    async def apply(self, path: str, body: Mapping[str, Any], *, answer: bool = True) -> JSON:
+        """Server-side apply at ``path`` (this client's field manager, forced; ``answer``: as
+        ``call``'s)."""
         query = [("fieldManager", self.field_manager), ("force", "true")]
-        return await self.call("PATCH", path, query, dict(body), APPLY_TYPE)
+        return await self.call("PATCH", path, query, dict(body), APPLY_TYPE, answer=answer)
 
-    async def apply_status(self, path: str, body: Mapping[str, Any]) -> JSON:
+    async def apply_status(
+        self, path: str, body: Mapping[str, Any], *, answer: bool = True
+    ) -> JSON:
         """Server-side apply of our own status fields (own field manager, forced)."""
-        return await self.apply(path + "/status", body)
+        return await self.apply(path + "/status", body, answer=answer)
 
     async def merge_patch(self, path: str, body: Mapping[str, Any]) -> JSON:
         query = [("fieldManager", self.field_manager)]

@@ -218,6 +218,19 @@ async def test_a_field_manager_per_writer_over_one_connection(door: Door) -> Non
     ]
 
 
+async def test_an_answer_not_read_is_not_decoded_but_errors_still_are(door: Door) -> None:
+    path = "/apis/cells.kubeswift.io/v1alpha1/namespaces/a/gpucellpools/p"
+    door.script.answers += [
+        lambda: web.Response(text="not json", content_type="application/json"),
+        ok({"kind": "GPUCellPool"}),
+        status(409, "conflict on lastDecision"),
+    ]
+    assert await door.rest.apply_status(path, {"status": {}}, answer=False) == {}
+    assert await door.rest.apply_status(path, {"status": {}}) == {"kind": "GPUCellPool"}
+    with pytest.raises(errors.Conflict, match="conflict on lastDecision"):
+        await door.rest.apply_status(path, {"status": {}}, answer=False)
+
+
 async def test_a_list_is_read_in_pages_of_one_snapshot(door: Door) -> None:
     """Pages of LIST_PAGE_LIMIT, each next one asked with the previous page's continue token;
     the items of every page, in order, with the kind a list item lacks; the last page's
