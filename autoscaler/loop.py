@@ -295,6 +295,12 @@ class Autoscaler:
         pool = state.pool
         if not snap.synced:
             cells = cells_for_pool(pool, _empty_inputs(pool), now)[0]
+            # As below: the cells asked for count before their rows exist, or the hold this
+            # observation leads to would publish the count before our own scale-up.
+            since = state.memory.last_scale_up_at if state.memory else None
+            cells = with_requested(
+                cells, requested_target(state), since or now, victims_in_force(state)
+            )
             stale = MetricsHealth(False, 0.0, snap.error or "workload caches not synced")
             state.share = PoolShare()
             return observation((), cells, (), stale, False)

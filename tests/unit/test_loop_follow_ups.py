@@ -116,6 +116,21 @@ async def test_an_unreachable_cluster_after_a_scale_up_is_written_at_once(world:
     assert [r for _, r, _ in writer.events][-1] == "WorkloadClusterUnreachable"
 
 
+async def test_unsynced_caches_before_the_provisioners_row_keep_the_scale_up(
+    world: World,
+) -> None:
+    """The cell just asked for has no row yet when the caches stop being synced: the hold
+    the unreachable cluster leads to counts it, as a synced observation does, and keeps 1."""
+    scaler, workload, writer, clock = world
+    await scaled_up(world)
+    workload.synced = False
+    scaler.cluster_event("wl")
+    await clock.advance(0.2)
+    status = writer.for_pool("a")[-1]["status"]
+    assert status["conditions"][0]["reason"] == "WorkloadClusterUnreachable"
+    assert status["desiredReplicas"] == 1
+
+
 SCALED_UP = Outcome(
     desired=3,
     reason="ScaledUp",
