@@ -53,6 +53,10 @@ def waits_on_claims(pod: Mapping[str, Any], scheduler_name: str) -> bool:
 def claim_names(pod: Mapping[str, Any]) -> list[str] | AskError:
     """``namespace/name`` of each claim the pod references that exists by name."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not isinstance(spec, Mapping):
+        return AskError("spec", "must be an object")
+    if not isinstance(status, Mapping):
+        status = {}
     namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
     generated = {
         str(s.get("name")): s.get("resourceClaimName")

@@ -370,3 +370,11 @@ def test_allocation_defaults_come_from_the_result_s_own_request() -> None:
     devices, _ = slice_devices([_slice()])
     held = claim_allocations([claim], devices, DEVICE_CLASS)
     assert [(a.device, a.memory_mib, a.cores) for a in held["c-0"]] == [("hami-gpu-1", 6144, 20)]
+
+
+def test_a_claim_pod_with_a_malformed_spec_or_status_is_an_error_not_a_crash() -> None:
+    bad_spec = {"metadata": {"name": "p", "namespace": "ns"}, "spec": ["not", "an", "object"]}
+    got = pending_claim_pod(bad_spec, {}, "hami.io/gpu", 0.0)
+    assert isinstance(got, AskError) and got.field == "spec"
+    bad_status = {"metadata": {"name": "p"}, "spec": {"resourceClaims": []}, "status": "x"}
+    assert not isinstance(pending_claim_pod(bad_status, {}, "hami.io/gpu", 0.0), AskError)
