@@ -60,6 +60,7 @@ from autoscaler.policy.pool_demand import (
 )
 from autoscaler.policy.types import (
     CellState,
+    CellView,
     Decision,
     GPUUsage,
     MetricsHealth,
@@ -294,13 +295,9 @@ class Autoscaler:
     async def _observe(self, state: PoolState, snap: WorkloadSnapshot, now: float) -> Observation:
         pool = state.pool
         if not snap.synced:
-            cells = cells_for_pool(pool, _empty_inputs(pool), now)[0]
             # As below: the cells asked for count before their rows exist, or the hold this
             # observation leads to would publish the count before our own scale-up.
-            since = state.memory.last_scale_up_at if state.memory else None
-            cells = with_requested(
-                cells, requested_target(state), since or now, victims_in_force(state)
-            )
+            cells = _as_requested(state, cells_for_pool(pool, _empty_inputs(pool), now)[0], now)
             stale = MetricsHealth(False, 0.0, snap.error or "workload caches not synced")
             state.share = PoolShare()
             return observation((), cells, (), stale, False)
@@ -333,9 +330,7 @@ class Autoscaler:
         asked = frozenset(names) if prom_usage is not None else None
         inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked, claim_use)
         cells, unknown = cells_for_pool(pool, inputs, now)
-        since = state.memory.last_scale_up_at if state.memory else None
-        victims = victims_in_force(state)
-        cells = with_requested(cells, requested_target(state), since or now, victims)
+        cells = _as_requested(state, cells, now)
         leaving = {c.name for c in cells if c.state is CellState.DRAINING}
         unknown = [name for name in unknown if name not in leaving]  # going: no need to know
         timeout_s = self.settings.usage_timeout_s
@@ -394,3 +389,12 @@ def _meta(obj: JSON, field_name: str) -> str:
 
 def _empty_inputs(pool: GPUCellPool) -> CellInputs:
     return CellInputs(pool_shape(pool).shape, {}, {}, None)
+
+
+def _as_requested(
+    state: PoolState, cells: tuple[CellView, ...], now: float
+) -> tuple[CellView, ...]:
+    """``cells`` with the ones our target asked for (since our last scale-up) counted before
+    their rows exist and the victims in force Draining (``observe.with_requested``)."""
+    since = state.memory.last_scale_up_at if state.memory else None
+    return with_requested(cells, requested_target(state), since or now, victims_in_force(state))
