@@ -429,16 +429,26 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
         before_rounds, events_before = usage_of(proc.pid), pools.events
         rounds_from = time.monotonic()
         per_pool: dict[str, list[float]] = {pool_name(i): [] for i in range(POOLS)}
+        # The bench's own share: pod created -> its Unschedulable patch answered; and the rest.
+        to_marked: list[float] = []
+        from_marked: list[float] = []
         round_walls: list[float] = []
         missing: list[str] = []
         for r in range(ROUNDS):
             asks = PENDING_PER_POOL + r + 1
             created: dict[str, float] = {}
+            marked: dict[str, float] = {}
 
-            async def one(i: int, r: int = r, created: dict[str, float] = created) -> None:
+            async def one(
+                i: int,
+                r: int = r,
+                created: dict[str, float] = created,
+                marked: dict[str, float] = marked,
+            ) -> None:
                 name = pool_name(i)
                 created[name] = time.monotonic()
                 await create_pending(workload, pod_namespace(i), f"round-{r}", name)
+                marked[name] = time.monotonic()
 
             def decided(asks: int = asks, created: dict[str, float] = created) -> bool:
                 return all(pools.first(n, created[n], asks) is not None for n in created)
@@ -453,6 +463,8 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
                     missing.append(f"{name}@{r}")
                 else:
                     per_pool[name].append(found - at)
+                    to_marked.append(marked[name] - at)
+                    from_marked.append(found - marked[name])
             print(f"round {r}: {time.monotonic() - round_start:.1f}s, missing {missing}")
             round_walls.append(time.monotonic() - round_start)
             await pools.quiet(2.0, 30)
@@ -479,6 +491,8 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
 
     every = [v for values in per_pool.values() for v in values] or [float("nan")]
     pool_p95 = sorted(percentile(v, 0.95) for v in per_pool.values() if v) or [float("nan")]
+    to_marked = to_marked or [float("nan")]
+    from_marked = from_marked or [float("nan")]
     log_lines = log.read_text(errors="replace").splitlines()
     failed = sum('"decision failed"' in line for line in log_lines)
     lease_failed = sum('"lease round failed' in line for line in log_lines)
@@ -514,6 +528,12 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
         f"| operator log: decisions failed / lease rounds failed | {failed} / {lease_failed} |",
         f"| pod created -> its pool's decision, all samples p50 / p95 / max | "
         f"{percentile(every, 0.5):.2f} / {percentile(every, 0.95):.2f} / {max(every):.2f} s |",
+        f"| ... pod created -> its Unschedulable status patch answered (the bench's create and "
+        f"patch) p50 / p95 / max | {percentile(to_marked, 0.5):.2f} / "
+        f"{percentile(to_marked, 0.95):.2f} / {max(to_marked):.2f} s |",
+        f"| ... that patch answered -> its pool's decision seen p50 / p95 / max | "
+        f"{percentile(from_marked, 0.5):.2f} / {percentile(from_marked, 0.95):.2f} / "
+        f"{max(from_marked):.2f} s |",
         f"| per-pool p95 ({ROUNDS} samples each): min / median / max over pools | "
         f"{pool_p95[0]:.2f} / {percentile(pool_p95, 0.5):.2f} / {pool_p95[-1]:.2f} s |",
         f"| round wall time (50 pods created -> all 50 pools decided) p50 / max | "
