@@ -37,8 +37,8 @@ lint: venv
 ## Generated files must match their sources (CRD, chart CRD, API docs, dashboards).
 drift: venv
 	$(VENV)/bin/gpucellpool crd --check
-	$(PY) -m gpucellpool.dashboards --check
-	$(PY) -m gpucellpool.chartdocs --check
+	$(PY) -m gpucellpool.operator.dashboards --check
+	$(PY) -m gpucellpool.operator.chartdocs --check
 
 crd: venv
 	$(VENV)/bin/gpucellpool crd

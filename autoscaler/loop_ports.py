@@ -1,7 +1,7 @@
 """The ports of the autoscaling loop: what it needs from the world, as Protocols.
 
 Why this module exists: the loop (``autoscaler.loop``) is tested with in-memory fakes and run
-with Kubernetes adapters (``gpucellpool.kube.adapters``); both sides implement exactly these
+with Kubernetes adapters (``gpucellpool.operator.adapters``); both sides implement exactly these
 small interfaces, and neither imports the other's machinery.
 """
 
@@ -79,7 +79,7 @@ class PoolWriter(Protocol):
 
 
 class PoolRecorder(Protocol):
-    """The slice of ``gpucellpool.metrics.PoolMetrics`` the loop uses."""
+    """The slice of ``gpucellpool.operator.metrics.PoolMetrics`` the loop uses."""
 
     def record_decision(
         self,

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpucellpool import __version__
-from gpucellpool.errors import UserError
-from gpucellpool.logs import scrub
+from gpucellpool.operator.logs import scrub
+from gpucellpool.runtime.errors import UserError
 
 VERSION_TEXT = f"gpucellpool {__version__}"
 DEBUG_ENV = "GPUCELLPOOL_DEBUG"
@@ -41,15 +41,21 @@ class OneLineParser(argparse.ArgumentParser):
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "crd": ("gpucellpool.crdgen", "write (or --check) the generated CRD files"),
-    "run": ("gpucellpool.run", "run the autoscaling operator (watch-driven, leader-elected)"),
-    "simulate": ("simulations.cli", "replay a GPU demand trace through scaling policies"),
+    "crd": ("gpucellpool.api.crdgen", "write (or --check) the generated CRD files"),
+    "run": (
+        "gpucellpool.operator.run",
+        "run the autoscaling operator (watch-driven, leader-elected)",
+    ),
+    "simulate": ("simulations.simulator.cli", "replay a GPU demand trace through scaling policies"),
     "demo": (
         "simulations.demo.cli",
         "the real operator on the twin: replay a compressed trace, report, compare to simulate",
     ),
-    "sweep": ("simulations.sweep", "sweep policy knobs; print the cost/wait Pareto front"),
-    "trace": ("simulations.record", "record a trace from Prometheus (trace record ...)"),
+    "sweep": (
+        "simulations.simulator.sweep",
+        "sweep policy knobs; print the cost/wait Pareto front",
+    ),
+    "trace": ("simulations.simulator.record", "record a trace from Prometheus (trace record ...)"),
 }
 
 

@@ -4,8 +4,8 @@ Why this module exists: three of the operator's counters are about things only t
 sees - a reconcile pass that failed (``gpucell_reconcile_errors_total``), a capacity read that
 failed (``gpucell_capacity_scrape_errors_total``), a pod evicted while draining
 (``gpucellpool_evictions_total``). The shell records them through this small Protocol, which
-``gpucellpool.metrics.OperatorMetrics`` satisfies as it is, so the provisioner never imports
-``prometheus_client`` and tests (or a run without metrics) pass ``NO_METRICS``.
+``gpucellpool.operator.metrics.OperatorMetrics`` satisfies as it is, so the provisioner never
+imports ``prometheus_client`` and tests (or a run without metrics) pass ``NO_METRICS``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ SCRAPE_INVENTORY = "inventory"
 
 
 class ProvisionerRecorder(Protocol):
-    """The slice of ``gpucellpool.metrics.PoolMetrics`` the provisioner writes."""
+    """The slice of ``gpucellpool.operator.metrics.PoolMetrics`` the provisioner writes."""
 
     def reconcile_error(self) -> None: ...
 

@@ -11,8 +11,8 @@ makes ``CellDrainRequested`` Unknown; it never fails the pass.
 
 Where the hosts come from is a ``HostSource``: ``NodeGets`` (the GETs above, for a reconciler
 run alone, as in tests and tools) or, in ``gpucellpool run``, the operator's informer cache of
-infrastructure Nodes (``gpucellpool.infra_nodes``), which answers without a request once synced
-and falls back to ``NodeGets`` until then.
+infrastructure Nodes (``gpucellpool.operator.infra_nodes``), which answers without a request once
+synced and falls back to ``NodeGets`` until then.
 """
 
 from __future__ import annotations

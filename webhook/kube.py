@@ -4,8 +4,8 @@ Why this module exists: the rest of ``webhook`` talks to Protocols (``SecretStor
 ``CABundleTarget``, ``PoolReader``, ``SecretAccess``); this module implements them with the
 operator's REST client (``gpucellpool.kube.rest``), so their requests have its timeout, its
 throttling retry and its one error tree, and no HTTP happens here. It also carries the small
-reader ``gpucellpool.crdcheck`` needs (a CRD as raw JSON), because the startup check runs in
-the same process.
+reader ``gpucellpool.operator.crdcheck`` needs (a CRD as raw JSON), because the startup check runs
+in the same process.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class KubeSecretAccess:
 
 
 class KubeCrdReader:
-    """``gpucellpool.crdcheck.CrdReader``: GET a CustomResourceDefinition as raw JSON."""
+    """``gpucellpool.operator.crdcheck.CrdReader``: GET a CustomResourceDefinition as raw JSON."""
 
     def __init__(self, rest: RestClient) -> None:
         self.rest = rest

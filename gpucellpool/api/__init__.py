@@ -2,7 +2,10 @@
 
 Why this package exists: it is the bottom layer every other part of the operator imports, and
 the single source of truth the CRD YAML and docs/api.md are generated from. It is pure: no I/O,
-no clock, no logging.
+no clock, no logging. Beside the models: ``crdgen`` renders them into the CRD (its ``write`` and
+``check``, the ``gpucellpool crd`` command, are the package's only file I/O) and
+``metric_catalogue`` names the metrics the operator exports (the other published interface:
+dashboards, alerts and the simulator's trace recorder read it).
 """
 
 from gpucellpool.api.autoscaling import (

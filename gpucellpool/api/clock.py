@@ -5,7 +5,7 @@ an injected clock, so a test or the simulator can run time virtually and nothing
 system clock calls ``time``. It lives in the bottom layer (beside the API models) because every
 package, pure cores included, may import it; it is a Protocol only, so importing it pulls in
 neither ``time`` nor ``asyncio``. Implementations: ``gpucellpool.runtime.clock.SystemClock``
-(production) and ``simulations.engine.clock.VirtualClock`` (the simulator and the tests).
+(production) and ``simulations.simulator.engine.clock.VirtualClock`` (the simulator and the tests).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from typing import Any
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.kube.errors import KubeError
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.leader import micro_time
+from gpucellpool.runtime.leader import micro_time
 
 JSON = dict[str, Any]
 EVENTS_API = "events.k8s.io/v1"
@@ -139,7 +139,7 @@ def rest_creator(rest: RestClient) -> CreateFn:
 
 
 class ObjectEvents:
-    """``gpucellpool.crdcheck.EventSink`` on the one sink: Events about any object."""
+    """``gpucellpool.operator.crdcheck.EventSink`` on the one sink: Events about any object."""
 
     def __init__(self, sink: EventSink, action: str) -> None:
         self.sink, self.action = sink, action

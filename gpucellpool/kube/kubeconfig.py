@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpucellpool.errors import UserError
+from gpucellpool.runtime.errors import UserError
 
 if TYPE_CHECKING:
     from kubernetes_asyncio import client as k8s_client

@@ -1,7 +1,7 @@
 """TokenReview and SubjectAccessReview calls: the adapter behind ``/metrics`` access control.
 
-Why this module exists: ``gpucellpool.metrics_access`` decides who may scrape ``/metrics`` from
-two questions only the apiserver can answer - "whose token is this?" and "may they get
+Why this module exists: ``gpucellpool.runtime.metrics_access`` decides who may scrape ``/metrics``
+from two questions only the apiserver can answer - "whose token is this?" and "may they get
 /metrics?". This module asks them over the operator's own client (which needs ``create`` on
 ``tokenreviews`` and ``subjectaccessreviews``, and nothing else, for this). A failed call is
 ``ReviewUnavailable``, never a silent allow or a cached deny, whatever the failure (HTTP error,
@@ -16,7 +16,7 @@ from typing import Any
 
 from gpucellpool.kube.errors import KubeError
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.metrics_access import Identity, ReviewUnavailable, TokenUnverified
+from gpucellpool.runtime.metrics_access import Identity, ReviewUnavailable, TokenUnverified
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

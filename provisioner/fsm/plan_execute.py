@@ -4,7 +4,7 @@ Why this module exists: the simulator and the live provisioner must carry out th
 plan by one rule, or the simulator's fidelity is measured instead of true by construction
 (issue 13). ``plan_check`` decides which steps are accepted; this rule turns the accepted plan
 into actions over the live cells, and both ``fsm.membership`` (live) and
-``simulations.engine.actuator`` (simulated) call it:
+``simulations.simulator.engine.actuator`` (simulated) call it:
 
 * up: create ``target - live`` cells, at most the check's ``create_limit`` (physical GPUs);
 * down: Failed cells first (highest index first: they serve no pod), then the accepted

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from simulations import argtypes as at
+from simulations.simulator import argtypes as at
 
 if TYPE_CHECKING:  # the twin's imports wait until a run (a bad flag is refused at once)
     from simulations.demo.config import DemoSpec
@@ -109,7 +109,7 @@ def _one_line(error: BaseException) -> str:
 def run(args: argparse.Namespace) -> int:
     from simulations.demo.report import build_report, markdown_report, write_report  # noqa: PLC0415
     from simulations.demo.twin_run import run_twin  # noqa: PLC0415
-    from simulations.traces.model import TraceError  # noqa: PLC0415
+    from simulations.simulator.traces.model import TraceError  # noqa: PLC0415
 
     spec = spec_from(args)
     out = args.out.resolve()  # every path below (kubeconfigs included) is absolute

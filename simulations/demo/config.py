@@ -22,10 +22,10 @@ from typing import Any
 from autoscaler.policy.config import policy_config_from_spec
 from autoscaler.policy.types import CellShape, PolicyConfig
 from gpucellpool.api.spec import GPUCellPoolSpec
-from simulations.engine import BootModel, ProductionPolicy, SimConfig
-from simulations.engine import hami as sim_hami
-from simulations.traces import RescaleSpec, TracePod, rescale
-from simulations.traces.detect import load_trace, require_well_formed
+from simulations.simulator.engine import BootModel, ProductionPolicy, SimConfig
+from simulations.simulator.engine import hami as sim_hami
+from simulations.simulator.traces import RescaleSpec, TracePod, rescale
+from simulations.simulator.traces.detect import load_trace, require_well_formed
 
 HOUR = 3600.0
 SHAPE = CellShape(gpus=1, memory_mib=24576, cores_percent=100, slots=10)

@@ -3,8 +3,8 @@
 Why this module exists: a dashboard query that parses can still draw an empty panel, because
 the operator or HAMi never exports the series or exports it under other labels. After a demo
 run the twin's real Prometheus holds what a user's would, so each query of
-``gpucellpool.dashboards`` (panel targets and variable selectors) is run over the run's time
-range with the Grafana variables filled in as a user viewing the demo pool would pick them.
+``gpucellpool.operator.dashboards`` (panel targets and variable selectors) is run over the run's
+time range with the Grafana variables filled in as a user viewing the demo pool would pick them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from gpucellpool import dashboards
+from gpucellpool.operator import dashboards
 from simulations.demo.prometheus import Prometheus
 
 RATE_INTERVAL = "30s"  # Grafana's $__rate_interval for a 1 s scrape on a few-minute range

@@ -24,8 +24,8 @@ from autoscaler.policy.types import GPUAsk
 from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.rest import RestClient
 from simulations.demo.config import SHAPE
-from simulations.engine import Sample
-from simulations.engine import hami as sim_hami
+from simulations.simulator.engine import Sample
+from simulations.simulator.engine import hami as sim_hami
 
 POOLS = "/apis/cells.kubeswift.io/v1alpha1/namespaces/{ns}/gpucellpools"
 GUESTS = "/apis/swift.kubeswift.io/v1alpha1/namespaces/{ns}/swiftguests"

@@ -4,8 +4,8 @@ Why this module exists: a twin run is only convincing next to the offline predic
 same inputs. This replays the same compressed trace through ``simulate`` with the same pool
 spec (``config.sim_config``), turns the twin's recording into a ``SimResult`` so the very same
 ``summarise`` / ``markdown`` / ``plot_timelines`` apply to both, and measures fidelity
-(``simulations.fidelity``) over the simulator's horizon: from the replay's start until its last
-pod ended (what the simulator accounts; the twin's scale-down tail after that is shown on the
+(``simulations.simulator.fidelity``) over the simulator's horizon: from the replay's start until its
+last pod ended (what the simulator accounts; the twin's scale-down tail after that is shown on the
 plot but not compared). Reported times are trace time (compressed seconds x compression), so
 the numbers read like ``gpucellpool simulate`` output.
 """
@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from simulations.baselines.oracle import oracle
 from simulations.demo.config import (
     SHAPE,
     DemoSpec,
@@ -28,9 +27,21 @@ from simulations.demo.config import (
 )
 from simulations.demo.twin_run import TwinResult
 from simulations.demo.utilisation import mean_utilisation
-from simulations.engine import Sample, SimResult, simulate
-from simulations.fidelity import MAX_CELL_HOURS_ERROR, MIN_WITHIN_FRACTION, Fidelity, compare
-from simulations.report import PlotUnavailable, PolicySummary, markdown, plot_timelines, summarise
+from simulations.simulator.baselines.oracle import oracle
+from simulations.simulator.engine import Sample, SimResult, simulate
+from simulations.simulator.fidelity import (
+    MAX_CELL_HOURS_ERROR,
+    MIN_WITHIN_FRACTION,
+    Fidelity,
+    compare,
+)
+from simulations.simulator.report import (
+    PlotUnavailable,
+    PolicySummary,
+    markdown,
+    plot_timelines,
+    summarise,
+)
 
 TWIN = "gpucellpool on the twin"
 

@@ -39,7 +39,7 @@ from simulations.demo.prometheus import Prometheus
 from simulations.demo.recorder import Recorder, Snapshot
 from simulations.harness import ClusterEndpoint, Harness
 from simulations.harness.procs import ManagedProcess, free_port
-from simulations.traces import TracePod
+from simulations.simulator.traces import TracePod
 
 POOL = "demo"
 SAMPLE_S = 0.25

@@ -48,7 +48,7 @@ from autoscaler.policy.errors import AskError
 from autoscaler.policy.types import GPUAsk, PlacementConstraints
 from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound, kind_of
-from simulations.engine.hami import allocate
+from simulations.simulator.engine.hami import allocate
 from simulations.twin.common import PollingController, mark_unschedulable
 from simulations.twin.hami_codec import (
     ALLOCATED,

@@ -43,7 +43,7 @@ from autoscaler.policy.types import GPUAsk
 from gpucellpool.api.clock import Clock
 from provisioner.inventory import RESOURCE_CLAIM, RESOURCE_SLICE
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound
-from simulations.traces.dra import webhook_claim
+from simulations.simulator.traces.dra import webhook_claim
 from simulations.twin.common import PollingController, mark_unschedulable
 
 MIB = 2**20

@@ -2,7 +2,7 @@
 
 Why this module exists: the twin must place pods exactly where the offline simulator does, or
 the simulator-vs-twin fidelity check compares two different worlds. So the GPU choice and the
-node score are the simulator's own (``simulations.engine.hami``: ``choose_gpus``,
+node score are the simulator's own (``simulations.simulator.engine.hami``: ``choose_gpus``,
 ``node_score``, ``allocate``), and the per-GPU filter reasons are the policy's ``gpu_fit``
 (HAMi v2.10 ``Fit`` order, hami-facts §3.1). What is added is what only a live scheduler has:
 Nodes read from the API (labels, taints, cordon, Ready, the register annotation), the pod's
@@ -31,7 +31,7 @@ from autoscaler.policy.types import (
     PlacementConstraints,
     Taint,
 )
-from simulations.engine import hami as engine
+from simulations.simulator.engine import hami as engine
 from simulations.twin.hami_codec import (
     GPU_RESOURCE,
     NODE_UNREGISTERED,

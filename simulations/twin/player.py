@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from autoscaler.policy.types import GPUAsk
 from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, Conflict, KubeApi, kind_of
-from simulations.traces.model import TracePod, sort_pods
+from simulations.simulator.traces.model import TracePod, sort_pods
 from simulations.twin.hami_codec import BUSY_SECONDS_ANNOTATION, SCHEDULER_NAME
 from simulations.twin.pod_lifecycle import DURATION_ANNOTATION
 

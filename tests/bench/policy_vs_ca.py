@@ -31,14 +31,14 @@ from typing import Any
 
 from autoscaler.policy import limits
 from autoscaler.policy.types import CellShape, Decision, Observation, PolicyConfig, PolicyMemory
-from simulations.baselines import PEERS
-from simulations.baselines.oracle import BOUND, oracle
-from simulations.engine import ProductionPolicy, SimConfig, simulate
-from simulations.engine.sim import BootModel
-from simulations.report import summarise
-from simulations.traces import RescaleSpec, load_bundled, rescale
-from simulations.traces.generic import load_generic
-from simulations.traces.model import TracePod
+from simulations.simulator.baselines import PEERS
+from simulations.simulator.baselines.oracle import BOUND, oracle
+from simulations.simulator.engine import ProductionPolicy, SimConfig, simulate
+from simulations.simulator.engine.sim import BootModel
+from simulations.simulator.report import summarise
+from simulations.simulator.traces import RescaleSpec, load_bundled, rescale
+from simulations.simulator.traces.generic import load_generic
+from simulations.simulator.traces.model import TracePod
 
 ROOT = Path(__file__).resolve().parents[2]
 HELIOS = ROOT.parent / "shared" / "traces" / "helios-earth"

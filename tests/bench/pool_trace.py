@@ -13,7 +13,7 @@ import math
 import random
 
 from autoscaler.policy.types import GPUAsk
-from simulations.traces import TracePod
+from simulations.simulator.traces import TracePod
 
 DAY = 86400.0
 GPU_COUNTS = (1, 2, 4, 8)

@@ -18,8 +18,8 @@ import pytest
 
 from simulations.demo import DemoSpec, build_report, run_twin
 from simulations.demo.report import DemoReport, markdown_report
-from simulations.fidelity import Fidelity, criterion
 from simulations.harness import Harness
+from simulations.simulator.fidelity import Fidelity, criterion
 from tests.bench.bench_doc import load_note, write_block
 
 pytestmark = pytest.mark.bench

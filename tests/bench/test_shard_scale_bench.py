@@ -1,8 +1,9 @@
 """Live operator on two shards: two ``gpucellpool run`` processes, 200 pools, 40,000 Pods.
 
 Issue 13's second scale target: the pools split across two processes by ``--shards 2
---shard-index {0,1}`` (``gpucellpool.shards``), pod created -> its pool's decision p95 <= 2 s,
-no pool decided by both processes, each process's RSS <= 300 MiB. Run with
+--shard-index
+{0,1}`` (``gpucellpool.runtime.shards``), pod created -> its pool's decision p95 <= 2 s, no pool
+decided by both processes, each process's RSS <= 300 MiB. Run with
 ``pytest tests/bench/test_shard_scale_bench.py -m bench -s``; ``GPUCELLPOOL_SHARD_BENCH_POOLS=20``
 runs the same at a tenth of the scale (for development; only the full scale writes
 docs/benchmarks.md, between the ``live-shards`` markers).
@@ -40,7 +41,7 @@ import pytest
 
 from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.shards import lease_name, shard_of
+from gpucellpool.runtime.shards import lease_name, shard_of
 from simulations.harness import ClusterEndpoint, Harness
 from tests.bench.bench_doc import load_note, percentile, write_block
 from tests.bench.scale_objects import ScaleLayout, bounded, count, populate_layout

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from autoscaler.policy.types import CellShape, PolicyConfig
-from simulations.baselines import PEERS
-from simulations.cli import POLICIES
-from simulations.engine import SimConfig
-from simulations.report import dominated_by, markdown, plot_timelines
-from simulations.report.compare import compare
-from simulations.traces import RescaleSpec, TracePod, load_bundled, rescale, synthetic
+from simulations.simulator.baselines import PEERS
+from simulations.simulator.cli import POLICIES
+from simulations.simulator.engine import SimConfig
+from simulations.simulator.report import dominated_by, markdown, plot_timelines
+from simulations.simulator.report.compare import compare
+from simulations.simulator.traces import RescaleSpec, TracePod, load_bundled, rescale, synthetic
 from tests.bench.pool_trace import large_pool_month, peak_gpus
 from tests.bench.throughput import ORACLE, Batch, TimedRun, run_all
 
@@ -60,9 +60,9 @@ def write_section(key: str, body: str) -> None:
 THROUGHPUT_NOTE = (
     "### Throughput: synthetic 30 days, 100,000 pods, 4-GPU cells\n\n"
     "Diurnal Poisson arrivals, lognormal durations (median 30 min), openb-like asks "
-    "(`simulations.traces.synthetic`, seed 1); 10 s ticks (30 s for the original, 15 s for "
-    "HPA), our policy also reacts to arrivals. The oracle and the policies run in parallel, "
-    "one local process each on the machine's cores (`simulations.distributed`, longest "
+    "(`simulations.simulator.traces.synthetic`, seed 1); 10 s ticks (30 s for the original, 15 s "
+    "for HPA), our policy also reacts to arrivals. The oracle and the policies run in parallel, "
+    "one local process each on the machine's cores (`simulations.simulator.distributed`, longest "
     "first; results identical to one after another, tests/unit/test_bench_throughput.py): "
     "*all, wall* is the wall time of the whole batch, the issue's target. Per run, wall s is "
     "measured in its own process (it includes waiting for a core on this shared VM) and CPU s "
@@ -85,7 +85,7 @@ THROUGHPUT_NOTE = (
     "own speed work (packing, decide) is listed in its commits. Then (706f0f7..8c3f677) the "
     "actuator builds the plan check's per-cell facts only for plans that name victims or "
     "meet a physical limit, replays run with the cyclic collector relaxed "
-    "(`simulations/engine/gc_pause.py`: it took 5-12 % of a replay's CPU), `cell_index` "
+    "(`simulations/simulator/engine/gc_pause.py`: it took 5-12 % of a replay's CPU), `cell_index` "
     "finds the changed views by position, the scale-down guard computes the window only "
     "when it is reached, and `limits.trim`/`window_values` filter with plain "
     "comprehensions; same SimResult for 7 policies on 5 scenarios before and after. "

@@ -2,8 +2,8 @@
 
 Run with ``make bench`` (or ``pytest -m bench tests/bench/test_sim_gang_bench.py``). The table
 goes to docs/benchmarks.md between the ``sim:gangs`` markers. It asserts the claim the docs
-make, judged on 95 % intervals over 5 seeds (``simulations.report.intervals``): atomic scale-up
-is ahead on cost and no worse on any gang start figure (p50, p95, max).
+make, judged on 95 % intervals over 5 seeds (``simulations.simulator.report.intervals``): atomic
+scale-up is ahead on cost and no worse on any gang start figure (p50, p95, max).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import time
 import pytest
 
 from autoscaler.policy.types import PolicyConfig
-from simulations.baselines import PEERS
-from simulations.engine import ProductionPolicy, SimConfig, simulate
-from simulations.engine.policy import atomic_gang_policy
-from simulations.report.intervals import Interval, ahead, interval, no_worse
-from simulations.report.summary import PolicySummary, summarise
-from simulations.traces.synthetic import synthetic_gangs
+from simulations.simulator.baselines import PEERS
+from simulations.simulator.engine import ProductionPolicy, SimConfig, simulate
+from simulations.simulator.engine.policy import atomic_gang_policy
+from simulations.simulator.report.intervals import Interval, ahead, interval, no_worse
+from simulations.simulator.report.summary import PolicySummary, summarise
+from simulations.simulator.traces.synthetic import synthetic_gangs
 from tests.bench.test_sim_bench import write_section
 
 pytestmark = pytest.mark.bench
@@ -46,8 +46,8 @@ FIGURES = (
 GANG_STARTS = ("gang_wait_p50_seconds", "gang_wait_p95_seconds", "gang_wait_max_seconds")
 NOTE = (
     "### Gangs: atomic vs per-pod scale-up\n\n"
-    "`simulations.traces.synthetic.synthetic_gangs` (seed {trace_seed}, {days:.0f} days): "
-    "{gangs} distributed jobs of 2-16 members asking one whole GPU each (Poisson, "
+    "`simulations.simulator.traces.synthetic.synthetic_gangs` (seed {trace_seed}, {days:.0f} "
+    "days): {gangs} distributed jobs of 2-16 members asking one whole GPU each (Poisson, "
     "{gph:g} an hour, lognormal durations, median 1 h) among {singles} single pods asking "
     "shares of one GPU; {pods} pods in all. 1-GPU cells, maxReplicas {max_cells} (the quota "
     "the jobs compete for), `PolicyConfig` defaults otherwise; boot ~ lognormal, median "

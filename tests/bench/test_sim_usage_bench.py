@@ -19,11 +19,11 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.policy.types import PolicyConfig
-from simulations.engine import DrainMode, ProductionPolicy, SimConfig, simulate
-from simulations.report.intervals import Interval, ahead, interval, verdict
-from simulations.report.summary import summarise
-from simulations.traces import TracePod
-from simulations.traces.synthetic import synthetic
+from simulations.simulator.engine import DrainMode, ProductionPolicy, SimConfig, simulate
+from simulations.simulator.report.intervals import Interval, ahead, interval, verdict
+from simulations.simulator.report.summary import summarise
+from simulations.simulator.traces import TracePod
+from simulations.simulator.traces.synthetic import synthetic
 from tests.bench.test_sim_bench import write_section
 
 pytestmark = pytest.mark.bench
@@ -41,8 +41,8 @@ FIGURES = (
 )
 NOTE = (
     "### Measured use: `scaleDownOn: Usage` vs `Allocation`\n\n"
-    "`simulations.traces.synthetic.synthetic` (seed {trace_seed}, {days:.0f} days, {pods} "
-    "pods, lognormal durations with median {median_h:.0f} h), with a `usage` column: "
+    "`simulations.simulator.traces.synthetic.synthetic` (seed {trace_seed}, {days:.0f} days, "
+    "{pods} pods, lognormal durations with median {median_h:.0f} h), with a `usage` column: "
     "{idle_pct:.0f} % of the pods compute for a uniform 10-50 % of their run and then hold "
     "their allocation idle; the rest compute to the end. 1-GPU cells, maxReplicas {max_cells} "
     "(never reached), `drain.mode: Evict`, "

@@ -2,9 +2,9 @@
 
 Why this module exists: issue 14's throughput targets are wall time for all policies on this
 machine, and the runs are independent, so they go through the simulator's own executor
-(``simulations.distributed``: local processes, the same results as one after another). Each run
-measures its own wall and CPU time in the process that runs it, so the table can report both
-per policy honestly, and the batch's wall time is measured around the whole of it.
+(``simulations.simulator.distributed``: local processes, the same results as one after another).
+Each run measures its own wall and CPU time in the process that runs it, so the table can report
+both per policy honestly, and the batch's wall time is measured around the whole of it.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoscaler.policy.types import CellShape, PolicyConfig
-from simulations.baselines.oracle import BOUND, oracle
-from simulations.cli import POLICIES
-from simulations.distributed import executor
-from simulations.engine import SimConfig
-from simulations.engine.metrics import SimResult
-from simulations.engine.sim import Simulation
-from simulations.traces import TracePod
+from simulations.simulator.baselines.oracle import BOUND, oracle
+from simulations.simulator.cli import POLICIES
+from simulations.simulator.distributed import executor
+from simulations.simulator.engine import SimConfig
+from simulations.simulator.engine.metrics import SimResult
+from simulations.simulator.engine.sim import Simulation
+from simulations.simulator.traces import TracePod
 
 ORACLE = "oracle (bound)"
 ORACLE_POINTS = 20_000
@@ -61,7 +61,8 @@ def bench_config(shape: CellShape) -> SimConfig:
 
 
 def timed_run(pods: Sequence[TracePod], name: str, config: SimConfig) -> TimedRun:
-    """Run ``name`` (a policy of ``simulations.cli.POLICIES`` or ``ORACLE``) on ``pods``."""
+    """Run ``name`` (a policy of ``simulations.simulator.cli.POLICIES`` or ``ORACLE``) on
+    ``pods``."""
     started, cpu = time.perf_counter(), time.process_time()
     calls = 0
     if name == ORACLE:

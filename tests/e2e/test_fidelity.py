@@ -4,8 +4,8 @@ What this proves, on one short compressed slice of the bundled openb trace repla
 the real operator (``gpucellpool run`` subprocess) on the twin (real apiservers, simulated
 KubeSwift/kubelet/HAMi, a real Prometheus): the cell-count timeline is within +/-1 cell of the
 simulator's for at least 98 % of the time and the cell-hours are within 2 % (issue 13's
-acceptance, ``simulations.fidelity.criterion()``), the simulator being given the world the twin
-measured (each cell's boot time, drain and reaction; ``simulations.demo.report``); and after
+acceptance, ``simulations.simulator.fidelity.criterion()``), the simulator being given the world the
+twin measured (each cell's boot time, drain and reaction; ``simulations.demo.report``); and after
 the run every Grafana dashboard query returns data from the twin's Prometheus. One run
 (module-scoped) serves both tests.
 """
@@ -22,9 +22,9 @@ import pytest_asyncio
 from simulations.demo import DemoSpec, TwinResult, build_report, run_twin
 from simulations.demo.config import HOUR
 from simulations.demo.report import DemoReport, markdown_report
-from simulations.fidelity import MAX_CELL_HOURS_ERROR, MIN_WITHIN_FRACTION
 from simulations.harness import Harness
 from simulations.harness.binaries import BinaryError, ensure
+from simulations.simulator.fidelity import MAX_CELL_HOURS_ERROR, MIN_WITHIN_FRACTION
 
 # 30 trace minutes from a busy afternoon, thinned to ~10 cells, at x20: 90 s of replay.
 SPEC = replace(DemoSpec(), start_seconds=148 * 86400 + 15 * HOUR, hours=0.5, multiplier=0.4,

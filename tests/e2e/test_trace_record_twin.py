@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 
 from autoscaler.policy.types import GPUAsk
-from simulations import record
 from simulations.demo import DemoSpec
 from simulations.demo.twin_run import TwinWorld, replay, twin_world
 from simulations.harness import Harness
-from simulations.traces import TracePod, load_generic
-from simulations.traces.model import sort_pods
+from simulations.simulator import record
+from simulations.simulator.traces import TracePod, load_generic
+from simulations.simulator.traces.model import sort_pods
 from simulations.twin.player import CONFIG_MAP, pod_name
 from simulations.twin.scenario import poll_until
 from tests.integration.binary_support import required_binary

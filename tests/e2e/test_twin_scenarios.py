@@ -36,7 +36,7 @@ from simulations.demo import DemoSpec
 from simulations.demo.recorder import Recorder
 from simulations.demo.twin_run import POOL, TwinWorld, replay, twin_world
 from simulations.harness import Harness
-from simulations.traces import TracePod
+from simulations.simulator.traces import TracePod
 from simulations.twin.player import trace_pod_manifest
 from simulations.twin.scenario import poll_until
 from tests.integration.binary_support import required_binary

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucellpool import dashboards
-from gpucellpool.dashboards import expressions, substitute
+from gpucellpool.operator import dashboards
+from gpucellpool.operator.dashboards import expressions, substitute
 from tests.integration.test_alerts import promtool  # noqa: F401  (fixture)
 
 SAMPLE = {"$pool": "pool-a|pool-b", "$namespace": "team-a", "$node": "pool-a-0"}

@@ -1,8 +1,8 @@
 """Recorder → exposition → real Prometheus scrape → the chart's rules → firing alerts.
 
 Why: the promtool cases prove each rule against hand-written series; this proves the rules
-against what ``gpucellpool.metrics`` really exposes (names, label sets, honour of the pool's
-``namespace`` label over the target's) as scraped by a real Prometheus. The rules file is
+against what ``gpucellpool.operator.metrics`` really exposes (names, label sets, honour of the
+pool's ``namespace`` label over the target's) as scraped by a real Prometheus. The rules file is
 loaded with every ``for`` set to 0 so the test waits for scrapes, not for minutes. One pool is
 driven into every bad state, a second pool is healthy: every alert must fire for the first
 (or cluster-wide), none for the second.
@@ -23,7 +23,7 @@ import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 
 from gpucellpool.api.status import CellPhase
-from gpucellpool.metrics import OperatorMetrics, PoolMetrics
+from gpucellpool.operator.metrics import OperatorMetrics, PoolMetrics
 from simulations.harness.procs import ManagedProcess, free_port
 from tests.integration.binary_support import required_binary
 from tests.integration.test_alerts import RULES

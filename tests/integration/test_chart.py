@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucellpool.app import watched_namespaces
 from gpucellpool.cli import build_parser
-from gpucellpool.provisioner_wiring import INFRA_WATCHES
-from gpucellpool.run import settings_from
+from gpucellpool.operator.app import watched_namespaces
+from gpucellpool.operator.provisioner_wiring import INFRA_WATCHES
+from gpucellpool.operator.run import settings_from
 from tests.integration import chart_support
 from tests.integration.chart_support import (
     CHART,

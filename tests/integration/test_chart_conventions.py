@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from gpucellpool.cli import build_parser
-from gpucellpool.run import settings_from
+from gpucellpool.operator.run import settings_from
 from simulations.harness import ClusterEndpoint
 from tests.integration import chart_support, test_chart_apiserver
 from tests.integration.binary_support import required_binary

@@ -15,9 +15,9 @@ from dataclasses import fields
 import pytest
 import yaml
 
-from gpucellpool import dashboards
 from gpucellpool.cli import build_parser
-from gpucellpool.run import settings_from
+from gpucellpool.operator import dashboards
+from gpucellpool.operator.run import settings_from
 from tests.integration import chart_support
 from tests.integration.chart_support import (
     CHART,

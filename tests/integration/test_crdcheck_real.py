@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpucellpool import crdcheck, crdgen
-from gpucellpool.crdcheck import FindingKind, Outcome
+from gpucellpool.api import crdgen
 from gpucellpool.kube.events import EventSink, ObjectEvents, rest_creator
+from gpucellpool.operator import crdcheck
+from gpucellpool.operator.crdcheck import FindingKind, Outcome
 from simulations.harness import ClusterEndpoint
 from tests.integration.test_loop_helpers import client_for
 from tests.integration.test_webhook_env import kubectl, wait_until
@@ -99,7 +100,7 @@ async def test_drift_against_an_older_crd_is_reported(
         assert baseline.outcome in (Outcome.MATCHES, Outcome.DRIFT), baseline.message()
         await _apply(infra, older_crd())
         registry = CollectorRegistry()
-        with caplog.at_level(logging.INFO, logger="gpucellpool.crdcheck"):
+        with caplog.at_level(logging.INFO, logger="gpucellpool.operator.crdcheck"):
             report = await crdcheck.run_check(reader, events, crdcheck.drift_gauge(registry))
     finally:
         await api.close()

@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucellpool.app import App
+from gpucellpool.operator.app import App
 from provisioner.fsm.observations import parse_time_s
 from simulations.harness import ClusterEndpoint
 from tests.integration.test_loop_helpers import (

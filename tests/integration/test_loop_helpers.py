@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 import yaml
 
-from gpucellpool.app import App, Settings
 from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
+from gpucellpool.operator.app import App, Settings
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import kubeconfig_secret, swiftguest_pool
 

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from gpucellpool.app import App, Settings
-from gpucellpool.secure_metrics import MetricsOptions
+from gpucellpool.operator.app import App, Settings
+from gpucellpool.operator.secure_metrics import MetricsOptions
 from simulations.harness import ClusterEndpoint
 from tests.integration.test_loop_helpers import client_for
 

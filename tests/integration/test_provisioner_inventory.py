@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from gpucellpool.metrics import OperatorMetrics
+from gpucellpool.operator.metrics import OperatorMetrics
 from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
 from simulations.twin.gpu_ledger import SWIFT_GPU_NODE, ledger_node

@@ -7,7 +7,7 @@ pod), deletes their guests and replaces them with new guests that KubeSwift (the
 scheduler) puts on the schedulable host; afterwards the condition is False. And: a pool stalled
 by the hopeless-pool guard stays stalled under a release-guard value other than "true", and
 creates again under "true", after which the operator removes the annotation. And, with the
-operator's graph (``gpucellpool.app.App``): a cordon starts the drain at once, through the
+operator's graph (``gpucellpool.operator.app.App``): a cordon starts the drain at once, through the
 infrastructure Node watch, not on the pool's next periodic pass.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gpucellpool.app import App
+from gpucellpool.operator.app import App
 from provisioner.events import EVENT
 from provisioner.fsm.identity import RELEASE_GUARD_ANNOTATION
 from provisioner.fsm.membership import MembershipLimits

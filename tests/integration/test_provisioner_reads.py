@@ -32,12 +32,12 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from gpucellpool.infra_nodes import InfraNodes
-from gpucellpool.kube.adapters import POOLS_PATH
 from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
 from gpucellpool.kube.workload import ClusterKey, WorkloadCluster, WorkloadClusters
-from gpucellpool.provisioner_wiring import (
+from gpucellpool.operator.adapters import POOLS_PATH
+from gpucellpool.operator.infra_nodes import InfraNodes
+from gpucellpool.operator.provisioner_wiring import (
     SWIFTGUESTS_PATH,
     ClusterState,
     InventoryMirrors,

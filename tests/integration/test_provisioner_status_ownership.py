@@ -18,8 +18,8 @@ import yaml
 
 from gpucellpool.api import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus
-from gpucellpool.kube.adapters import pool_path
 from gpucellpool.kube.rest import client_from_kubeconfig
+from gpucellpool.operator.adapters import pool_path
 from provisioner.kube import FIELD_MANAGER, JSON, KINDS, STATUS_FIELD_MANAGER, KubeApi
 from provisioner.status import status_patch, write_status
 from simulations.harness import ClusterEndpoint

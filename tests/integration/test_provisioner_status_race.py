@@ -19,8 +19,8 @@ from typing import TypeVar
 
 import yaml
 
-from gpucellpool.kube.adapters import pool_path
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
+from gpucellpool.operator.adapters import pool_path
 from provisioner.kube import JSON, KINDS, STATUS_FIELD_MANAGER, KubeApi
 from provisioner.kube_delegate import Write
 from provisioner.reconciler import PoolKey

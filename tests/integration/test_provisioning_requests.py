@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from autoscaler.policy import provreq
-from gpucellpool.app import App
 from gpucellpool.kube.errors import KubeError
 from gpucellpool.kube.rest import RestClient
+from gpucellpool.operator.app import App
 from gpucellpool.runtime.clock import SystemClock
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret

@@ -57,7 +57,7 @@ async def test_a_pool_outside_the_served_namespaces_is_ignored(
     unserved: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gpucellpool.app")
+    caplog.set_level(logging.INFO, logger="gpucellpool.operator.app")
     infra_api = await client_for(infra)
     app = await start_app(
         infra,

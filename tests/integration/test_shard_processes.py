@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.shards import lease_name, shard_of
+from gpucellpool.runtime.shards import lease_name, shard_of
 from provisioner.fsm.observations import parse_time_s
 from simulations.harness import ClusterEndpoint
 from tests.integration.test_leader_processes import (

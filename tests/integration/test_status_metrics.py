@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpucellpool import crdgen
-from gpucellpool.app import App
-from gpucellpool.crdcheck import FindingKind
+from gpucellpool.api import crdgen
+from gpucellpool.operator.app import App
+from gpucellpool.operator.crdcheck import FindingKind
 from gpucellpool.runtime.clock import SystemClock
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import Twin, api_for, join_secret, swiftguest_pool

@@ -13,12 +13,12 @@ import pytest
 
 from autoscaler.policy.types import GPUAsk
 from gpucellpool.cli import main
-from simulations.distributed import DaskCluster, InProcess
-from simulations.engine import ProductionPolicy, SimConfig
-from simulations.engine.sim import BootModel
-from simulations.report.compare import compare
-from simulations.sweep import Point, Sweep, run_sweep
-from simulations.traces import TracePod
+from simulations.simulator.distributed import DaskCluster, InProcess
+from simulations.simulator.engine import ProductionPolicy, SimConfig
+from simulations.simulator.engine.sim import BootModel
+from simulations.simulator.report.compare import compare
+from simulations.simulator.sweep import Point, Sweep, run_sweep
+from simulations.simulator.traces import TracePod
 from tests.integration.dask_support import dask_cluster
 
 HEADER = "arrival_seconds,duration_seconds,gpu_count,memory_mib,memory_percent,cores_percent"
@@ -55,7 +55,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _plan(trace: Path) -> Sweep:
-    from simulations.traces.detect import load_trace  # noqa: PLC0415
+    from simulations.simulator.traces.detect import load_trace  # noqa: PLC0415
 
     pods: tuple[TracePod, ...] = tuple(load_trace(trace, "auto").pods)
     configs = {s: SimConfig(boot=BootModel(sigma=0.5), seed=s) for s in (3, 4)}

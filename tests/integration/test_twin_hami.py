@@ -26,9 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from autoscaler.policy.types import GPUAsk
 from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, kind_of
-from simulations.engine.clock import VirtualClock
 from simulations.harness import ClusterEndpoint
-from simulations.traces.model import TracePod
+from simulations.simulator.engine.clock import VirtualClock
+from simulations.simulator.traces.model import TracePod
 from simulations.twin import PodLifecycle, TracePlayer, start_hami_exporter
 from simulations.twin.pod_lifecycle import DURATION_ANNOTATION
 from tests.integration import twin_support

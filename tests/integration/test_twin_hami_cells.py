@@ -12,7 +12,7 @@ from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import PoolIdentity
 from provisioner.kube import KINDS, KubeApi
 from simulations.harness import ClusterEndpoint
-from simulations.traces.model import TracePod
+from simulations.simulator.traces.model import TracePod
 from simulations.twin import PodLifecycle, SimulatedHAMi, TracePlayer
 from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (

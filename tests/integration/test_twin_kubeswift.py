@@ -10,7 +10,7 @@ test_failed_cell_is_replaced_after_backoff_keeping_its_failure_count).
 from __future__ import annotations
 
 from provisioner.kube import JSON, KINDS, KubeApi
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 from simulations.twin import GuestFault
 from simulations.twin.kubeswift import (
     RESTARTS_WHEN_FAILED,

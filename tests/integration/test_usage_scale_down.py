@@ -26,7 +26,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpucellpool.app import App
+from gpucellpool.operator.app import App
 from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import Kind, KubeApi
 from simulations.harness import ClusterEndpoint

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucellpool import crdgen
+from gpucellpool.api import crdgen
 
 SPEC_PATHS = """
 replicas cell cell.provisioner cell.guestTemplate cell.gpu.count cell.gpu.backend

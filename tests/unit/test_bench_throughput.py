@@ -8,7 +8,7 @@ of the benchmark, only when each run happens.
 from __future__ import annotations
 
 from autoscaler.policy.types import CellShape
-from simulations.traces import synthetic
+from simulations.simulator.traces import synthetic
 from tests.bench.throughput import LONGEST_FIRST, ORACLE, run_all
 
 

@@ -1,7 +1,7 @@
 """The chart README is generated from the values and cannot drift; LICENSE and versions agree.
 
-``gpucellpool.chartdocs`` renders the values table from values.yaml's comments and defaults and
-values.schema.json's types. These tests fail when the committed README is stale, when a value
+``gpucellpool.operator.chartdocs`` renders the values table from values.yaml's comments and defaults
+and values.schema.json's types. These tests fail when the committed README is stale, when a value
 has no description, and when the chart's appVersion, the project version or the licence
 disagree.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucellpool import chartdocs
+from gpucellpool.operator import chartdocs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpucellpool"
@@ -32,7 +32,7 @@ def chart_copy(tmp_path: Path) -> Path:
 
 
 def test_committed_readme_is_what_the_values_render() -> None:
-    assert not chartdocs.drifted(), "run python -m gpucellpool.chartdocs"
+    assert not chartdocs.drifted(), "run python -m gpucellpool.operator.chartdocs"
     assert chartdocs.main(["--check"]) == 0
 
 

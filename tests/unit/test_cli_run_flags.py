@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from gpucellpool import __version__, flag_types
+from gpucellpool import __version__
 from gpucellpool.cli import build_parser, main
-from gpucellpool.errors import UserError
 from gpucellpool.kube.errors import KubeError
 from gpucellpool.kube.kubeconfig import (
     KubeconfigError,
@@ -29,9 +28,11 @@ from gpucellpool.kube.kubeconfig import (
     load_configuration,
     merge,
 )
-from gpucellpool.leader import MIN_RETRY_S, ElectionSettings, LeaderElector
-from gpucellpool.preflight import explain, lease_path, pool_paths
-from gpucellpool.run import settings_from
+from gpucellpool.operator import flag_types
+from gpucellpool.operator.preflight import explain, lease_path, pool_paths
+from gpucellpool.operator.run import settings_from
+from gpucellpool.runtime.errors import UserError
+from gpucellpool.runtime.leader import MIN_RETRY_S, ElectionSettings, LeaderElector
 
 # -- validators ---------------------------------------------------------------------------------
 
@@ -326,8 +327,8 @@ def test_files_the_current_context_names_must_exist(tmp_path: Path) -> None:
 
 
 def test_preflight_paths_are_the_ones_the_operator_uses() -> None:
-    from gpucellpool.app import Settings, _path, watched_namespaces  # noqa: PLC0415
-    from gpucellpool.kube.adapters import POOLS_PATH, LeaseClient  # noqa: PLC0415
+    from gpucellpool.operator.adapters import POOLS_PATH, LeaseClient  # noqa: PLC0415
+    from gpucellpool.operator.app import Settings, _path, watched_namespaces  # noqa: PLC0415
 
     for namespaces in ((), ("a",), ("a", "b", "a")):
         settings = Settings(identity="x", lease_namespace="ops", pool_namespaces=namespaces)

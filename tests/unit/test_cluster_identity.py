@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucellpool.kube.adapters import CacheWorkloadView
 from gpucellpool.kube.cache import Query
 from gpucellpool.kube.workload import IDENTITY_EVENT, ClusterKey, ClusterUID, WorkloadClusters
+from gpucellpool.operator.adapters import CacheWorkloadView
 from tests.unit.test_loop_watch import FakeClient, until
 
 JSON = dict[str, Any]

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from gpucellpool.kube.cache import ListWatch, Query, WatchCache
 from gpucellpool.kube.workload import ClusterKey, WorkloadCluster, WorkloadClusters
-from gpucellpool.provisioner_wiring import ClusterState
+from gpucellpool.operator.provisioner_wiring import ClusterState
 
 NO_SOURCE = cast(ListWatch, object())  # the caches are never run here
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from gpucellpool.app import Settings, served_secret_namespaces
 from gpucellpool.kube.cache import ListWatch, Query, WatchCache
 from gpucellpool.kube.workload import WorkloadClusters
-from gpucellpool.provisioner_wiring import (
+from gpucellpool.operator.app import Settings, served_secret_namespaces
+from gpucellpool.operator.provisioner_wiring import (
     ClusterState,
     InventoryMirrors,
     collection_path,

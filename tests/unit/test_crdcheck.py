@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpucellpool import crdcheck, crdgen
-from gpucellpool.crdcheck import FindingKind, Outcome
+from gpucellpool.api import crdgen
+from gpucellpool.operator import crdcheck
+from gpucellpool.operator.crdcheck import FindingKind, Outcome
 
 Schema = dict[str, Any]
 

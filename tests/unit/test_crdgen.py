@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucellpool import cli, crdgen
-from gpucellpool.api import GPUCellPool
+from gpucellpool import cli
+from gpucellpool.api import GPUCellPool, crdgen
 from gpucellpool.api.conditions import CapacityProviderReason, CellShapeReason, ConditionType
+from gpucellpool.api.crdgen import openapi_schema
 from gpucellpool.api.reference import render_api_docs
-from gpucellpool.crdgen import openapi_schema
 from tests.unit.test_api_models import MINIMAL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from gpucellpool import dashboards
-from gpucellpool.dashboards import expressions, metric_names, substitute
+from gpucellpool.operator import dashboards
+from gpucellpool.operator.dashboards import expressions, metric_names, substitute
 
 BOARDS = {name: build() for name, build in dashboards.DASHBOARDS.items()}
 
 
 def test_checked_in_files_match_the_generator() -> None:
-    assert dashboards.drifted() == [], "run: python -m gpucellpool.dashboards"
+    assert dashboards.drifted() == [], "run: python -m gpucellpool.operator.dashboards"
 
 
 def test_drift_check_notices_a_hand_edit(tmp_path: Path) -> None:

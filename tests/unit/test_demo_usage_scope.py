@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 from autoscaler.loop import Autoscaler
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.metrics import OperatorMetrics
-from simulations.engine.clock import VirtualClock
+from gpucellpool.operator.metrics import OperatorMetrics
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, with_cells
 from tests.unit.test_loop_signals import PROM, SETTINGS, pool_manifest
 

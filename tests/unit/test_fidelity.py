@@ -1,4 +1,4 @@
-"""The fidelity measures on hand-made step functions (simulations.fidelity)."""
+"""The fidelity measures on hand-made step functions (simulations.simulator.fidelity)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from simulations.fidelity import (
+from simulations.simulator.fidelity import (
     MAX_CELL_HOURS_ERROR,
     MIN_WITHIN_FRACTION,
     cell_hours,

@@ -21,7 +21,7 @@ from autoscaler.explain import rfc3339
 from autoscaler.gangs import Bookings, GangController
 from autoscaler.loop import Autoscaler
 from autoscaler.policy import provreq
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop import SETTINGS, last_decision
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
 

@@ -22,8 +22,8 @@ from aiohttp import web
 from autoscaler.signals.guarded_transport import GuardedTransport
 from autoscaler.signals.prometheus import PrometheusSource
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.kube.adapters import PrometheusUsage
-from simulations.engine.clock import VirtualClock
+from gpucellpool.operator.adapters import PrometheusUsage
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_webhook_rules import POOL
 from webhook import certs
 

@@ -31,8 +31,8 @@ from provisioner.fsm.provider_health import (
     provider_condition,
 )
 from provisioner.workload import gpu_pods_on_node
-from simulations.traces.dra import claim_ask, in_mode
-from simulations.traces.model import TracePod
+from simulations.simulator.traces.dra import claim_ask, in_mode
+from simulations.simulator.traces.model import TracePod
 from simulations.twin.hami_dra import fit_on_node, hami_slice, webhook_pod
 
 JSON = dict[str, Any]

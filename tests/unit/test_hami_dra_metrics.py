@@ -31,7 +31,7 @@ from autoscaler.signals.hami_usage import interpret_usage
 from autoscaler.signals.prometheus import PrometheusSource
 from autoscaler.signals.promql import QueryResult, Series
 from gpucellpool.api.pool import GPUCellPool
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 from simulations.twin.hami_dra import hami_slice, webhook_pod
 from simulations.twin.hami_dra_exporter import render_dra_metrics
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gpucellpool.infra_nodes import InfraNodes
 from gpucellpool.kube.cache import JSON, Query
+from gpucellpool.operator.infra_nodes import InfraNodes
 from provisioner.fsm.drain_outer import HostNode
 from provisioner.fsm.host_wake import route_host_change
 

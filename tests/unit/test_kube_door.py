@@ -15,13 +15,13 @@ from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
 
 from gpucellpool.kube import errors
-from gpucellpool.kube.adapters import LeaseClient
 from gpucellpool.kube.cache import JSON, Query
 from gpucellpool.kube.errors import RetryPolicy, error_for, retry_decision, server_message
 from gpucellpool.kube.events import EventNote, EventSink, event_body, rest_creator
 from gpucellpool.kube.rest import LIST_PAGE_LIMIT, RestClient
 from gpucellpool.kube.reviews import KubeAccessReviewer
-from gpucellpool.metrics_access import ReviewUnavailable
+from gpucellpool.operator.adapters import LeaseClient
+from gpucellpool.runtime.metrics_access import ReviewUnavailable
 
 TOKEN = "s3cr3t-bearer-token-value"
 

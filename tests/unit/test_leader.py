@@ -14,8 +14,8 @@ import copy
 from dataclasses import replace
 from typing import Any
 
-from gpucellpool.leader import ElectionSettings, LeaderElector, LeaseConflict
-from simulations.engine.clock import VirtualClock
+from gpucellpool.runtime.leader import ElectionSettings, LeaderElector, LeaseConflict
+from simulations.simulator.engine.clock import VirtualClock
 
 JSON = dict[str, Any]
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpucellpool.logs import JsonFormatter, scrub
+from gpucellpool.operator.logs import JsonFormatter, scrub
 
 EXAMPLES = [
     ("join with abcdef.0123456789abcdef now", "0123456789abcdef"),

@@ -26,7 +26,7 @@ from autoscaler.explain import (
 )
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import PolicyMemory, Reason
-from simulations.engine.clock import VirtualClock, settle
+from simulations.simulator.engine.clock import VirtualClock, settle
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
 
 # resync_s = tick_s: these tests are about the tick; the longer requeue of a held decision is

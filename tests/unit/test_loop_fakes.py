@@ -1,5 +1,5 @@
 """In-memory ports for the autoscaling loop's unit tests (their clock: the one virtual clock,
-``simulations.engine.clock.VirtualClock``, the simulator's)."""
+``simulations.simulator.engine.clock.VirtualClock``, the simulator's)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from autoscaler.loop import WorkloadSnapshot
 from gpucellpool.api.pool import GPUCellPool
-from simulations.engine.clock import VirtualClock, settle  # noqa: F401  (older imports)
+from simulations.simulator.engine.clock import VirtualClock, settle  # noqa: F401  (older imports)
 
 JSON = dict[str, Any]
 

@@ -18,7 +18,7 @@ import pytest
 from autoscaler.explain import Outcome, follows_from
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import Reason
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
     FakeWorkload,
     FakeWriter,

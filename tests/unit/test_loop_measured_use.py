@@ -20,8 +20,8 @@ from autoscaler.loop import Autoscaler
 from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
 from autoscaler.signals.hami_activity import ActivityReading, PodActivity, Verdict, failed
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.metrics import OperatorMetrics
-from simulations.engine.clock import VirtualClock
+from gpucellpool.operator.metrics import OperatorMetrics
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
     FakeWorkload,
     FakeWriter,

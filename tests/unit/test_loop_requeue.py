@@ -21,7 +21,7 @@ from autoscaler import loop
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.decide import decide
 from autoscaler.policy.types import Decision, Reason
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
     FakeWorkload,
     FakeWriter,

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucellpool.app import watched_namespaces, webhook_options_from_env
 from gpucellpool.cli import build_parser
-from gpucellpool.logs import JsonFormatter
-from gpucellpool.run import settings_from
+from gpucellpool.operator.app import watched_namespaces, webhook_options_from_env
+from gpucellpool.operator.logs import JsonFormatter
+from gpucellpool.operator.run import settings_from
 
 
 def test_run_flags_map_to_settings() -> None:

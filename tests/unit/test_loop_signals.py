@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.metrics import OperatorMetrics
-from simulations.engine.clock import VirtualClock
+from gpucellpool.operator.metrics import OperatorMetrics
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
     FakeWorkload,
     FakeWriter,

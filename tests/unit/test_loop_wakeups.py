@@ -17,7 +17,7 @@ import pytest
 from autoscaler.explain import MEMORY_FIELD, decode_memory, encode_memory
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import PolicyMemory
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
 
 # resync_s = tick_s: these tests are about write cadence against the tick; the longer requeue of

@@ -11,7 +11,7 @@ import asyncio
 
 from autoscaler.loop import Autoscaler, LoopSettings
 from gpucellpool.api.pool import GPUCellPool
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
 
 SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, resync_s=10.0, writes_in_flight=1)

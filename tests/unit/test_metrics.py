@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpucellpool import crdcheck
+from gpucellpool.api.metric_catalogue import BY_NAME, CATALOGUE, COARSE_PHASES, Kind, sample_names
 from gpucellpool.api.status import CellPhase
-from gpucellpool.metric_catalogue import BY_NAME, CATALOGUE, COARSE_PHASES, Kind, sample_names
-from gpucellpool.metrics import OperatorMetrics, PoolMetrics, exposed_names, label_sets
+from gpucellpool.operator import crdcheck
+from gpucellpool.operator.metrics import OperatorMetrics, PoolMetrics, exposed_names, label_sets
 
 
 def _value(reg: CollectorRegistry, name: str, **labels: str) -> float | None:

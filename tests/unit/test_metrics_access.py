@@ -11,7 +11,7 @@ import pytest
 from gpucellpool.kube.errors import KubeError, Unreachable
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.reviews import KubeAccessReviewer
-from gpucellpool.metrics_access import (
+from gpucellpool.runtime.metrics_access import (
     Identity,
     MetricsGuard,
     ReviewUnavailable,
@@ -19,7 +19,7 @@ from gpucellpool.metrics_access import (
     decide,
     token_key,
 )
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 
 
 @pytest.mark.parametrize(

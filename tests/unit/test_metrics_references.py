@@ -1,4 +1,4 @@
-"""Alerts and dashboards query only series that exist: ours (gpucellpool.metric_catalogue) or
+"""Alerts and dashboards query only series that exist: ours (gpucellpool.api.metric_catalogue) or
 HAMi's."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from autoscaler.signals.hami_metrics import CATALOGUE as HAMI
-from gpucellpool import dashboards
-from gpucellpool import metric_catalogue as metrics
-from gpucellpool.dashboards import expressions, metric_names
-from simulations import record
+from gpucellpool.api import metric_catalogue as metrics
+from gpucellpool.operator import dashboards
+from gpucellpool.operator.dashboards import expressions, metric_names
+from simulations.simulator import record
 
 RULES = Path(__file__).resolve().parents[2] / "charts/gpucellpool/files/prometheus-rules.yaml"
 HAMI_NAMES = {n for e in HAMI for n in (e.current, e.legacy) if n}

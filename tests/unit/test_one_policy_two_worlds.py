@@ -14,7 +14,7 @@ from autoscaler.policy import decide as decide_module
 from autoscaler.policy.config import policy_config_from_spec
 from autoscaler.policy.types import PolicyConfig
 from gpucellpool.api import GPUCellPool
-from simulations.engine import policy as sim_policy
+from simulations.simulator.engine import policy as sim_policy
 
 # Knobs that describe the pool itself rather than the policy's defaults.
 POOL_FACTS = {"min_replicas", "max_replicas", "shape", "node_template"}

@@ -10,9 +10,9 @@ from autoscaler.gang_pods import PLACEHOLDER_UID_PREFIX
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.loop_state import pending_labels, pending_series
 from autoscaler.policy.types import GPUAsk, PendingPod
-from gpucellpool.metric_catalogue import PENDING_LABELS, PENDING_SERIES_CAP
-from gpucellpool.metrics import OperatorMetrics, label_sets
-from simulations.engine.clock import VirtualClock
+from gpucellpool.api.metric_catalogue import PENDING_LABELS, PENDING_SERIES_CAP
+from gpucellpool.operator.metrics import OperatorMetrics, label_sets
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
 
 NAME = "gpucellpool_pending_pod_first_seen_timestamp_seconds"

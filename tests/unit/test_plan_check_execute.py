@@ -1,8 +1,8 @@
 """One execution rule: the simulator's actuator and live membership carry out a plan alike.
 
 What these prove (issue 13: simulator and twin differ only in timing): given the same plan and
-the same cells, ``simulations.engine.actuator`` (simulated world) and ``fsm.membership`` (live
-rows, plan checked by ``fsm.plan_check``) create the same number of cells and mark the same
+the same cells, ``simulations.simulator.engine.actuator`` (simulated world) and ``fsm.membership``
+(live rows, plan checked by ``fsm.plan_check``) create the same number of cells and mark the same
 cells for draining, in the same order - a cancelled hedged boot (a Booting victim), a victim
 gone while the pool is above its target (no stand-in in either world), a clamped target, a
 scale-up within the physical GPUs. The rule itself (``fsm.plan_execute``) is tested directly
@@ -32,8 +32,8 @@ from provisioner.fsm.membership import (
 from provisioner.fsm.plan_check import Bounds, CellFact, CheckedPlan, Plan, check_plan
 from provisioner.fsm.plan_execute import LiveCell, execute, removals
 from provisioner.fsm.vocabulary import CellPhase
-from simulations.engine.actuator import actions
-from simulations.engine.world import World
+from simulations.simulator.engine.actuator import actions
+from simulations.simulator.engine.world import World
 
 CONFIG = PolicyConfig(min_replicas=0, max_replicas=6, shape=CellShape(gpus=1))
 NOW = 5000.0

@@ -18,9 +18,9 @@ import pytest
 from autoscaler.observe import index_pods, pods_by_node
 from autoscaler.policy.pool_demand import pending_for_pool
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.kube.adapters import CacheWorkloadView
 from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.workload import ClusterKey
+from gpucellpool.operator.adapters import CacheWorkloadView
 from tests.unit.test_loop_fakes import pending_pod, pool_manifest
 
 JSON = dict[str, Any]

@@ -10,7 +10,7 @@ import respx
 
 from autoscaler.signals.prometheus_config import settings_from_spec, source_from_spec
 from gpucellpool.api import PrometheusSource as PrometheusSpec
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 
 TOKEN = "pool-token-0a1b2c"
 

@@ -24,7 +24,7 @@ from autoscaler.signals.hami_metrics import CURRENT, LEGACY, MIB, MetricFamily, 
 from autoscaler.signals.ports import MetricsSource, PrometheusUnavailable
 from autoscaler.signals.prometheus import PrometheusSource, tls_context
 from autoscaler.signals.prometheus_config import PrometheusSettings, source_from_settings
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 
 URL = "http://prom.test:9090"
 QUERY_URL = f"{URL}/api/v1/query"

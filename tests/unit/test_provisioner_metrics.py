@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from gpucellpool.api import GPUCellPool
 from gpucellpool.api.status import CellPhase, CellStatus
-from gpucellpool.metrics import OperatorMetrics
+from gpucellpool.operator.metrics import OperatorMetrics
 from provisioner.backends.base import CellObjects
 from provisioner.drainer import _perform
 from provisioner.events import NullEventSink
@@ -28,7 +28,7 @@ from provisioner.inventory import free_physical_gpus, read_capacity
 from provisioner.kube import JSON, Conflict, Kind, KubeError, NotFound, Unreachable
 from provisioner.metrics_port import NO_METRICS, ProvisionerMetrics
 from provisioner.reconciler import PoolKey, Reconciler
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 REGISTER = "GPU-a,10,8192,100,NVIDIA-T4,0,true:"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucellpool.provisioning import ProvisionerDriver
+from gpucellpool.operator.provisioning import ProvisionerDriver
 from provisioner.reconciler import PoolKey, ReconcileResult
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 
 START = 1_000_000.0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpucellpool import run
+from gpucellpool.operator import run
 from webhook import rule_flags
 from webhook.rules import DEFAULT_SETTINGS, RuleSettings, validate_create
 from webhook.rules.settings import RuleSettings as SettingsClass

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from gpucellpool.runtime.runner import KeyedRunner, RunnerSettings, backoff_s
-from simulations.engine.clock import VirtualClock, settle
+from simulations.simulator.engine.clock import VirtualClock, settle
 
 SETTINGS = RunnerSettings(
     debounce_min_s=0.15, debounce_max_s=1.0, backoff_base_s=1.0, backoff_max_s=8.0

@@ -21,10 +21,10 @@ import sys
 import pytest
 
 from gpucellpool.cli import build_parser, main
-from gpucellpool.leader import ElectionSettings, LeaderElector, ShardedElection
-from gpucellpool.run import settings_from
-from gpucellpool.shard_gate import ShardGate, current_pool, for_pool, key_of
-from gpucellpool.shards import (
+from gpucellpool.operator.run import settings_from
+from gpucellpool.operator.shard_gate import ShardGate, current_pool, for_pool, key_of
+from gpucellpool.runtime.leader import ElectionSettings, LeaderElector, ShardedElection
+from gpucellpool.runtime.shards import (
     STANDING_IN_ANNOTATION,
     WANTED_BY_ANNOTATION,
     Action,
@@ -34,7 +34,7 @@ from gpucellpool.shards import (
     lease_name,
     shard_of,
 )
-from simulations.engine.clock import VirtualClock
+from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_leader import MemoryLease
 
 LEASE_S = 15.0
@@ -45,7 +45,7 @@ def test_shard_of_is_pinned_and_unsalted() -> None:
     assert [shard_of("ns", f"p{i}", 2) for i in range(8)] == [0, 0, 0, 1, 1, 0, 1, 0]
     assert shard_of("default", "gpu-a", 4) == 2
     assert shard_of("team-a", "pool", 16) == 11
-    code = "from gpucellpool.shards import shard_of; print(shard_of('team-a', 'pool', 16))"
+    code = "from gpucellpool.runtime.shards import shard_of; print(shard_of('team-a', 'pool', 16))"
     for seed in ("1", "2"):  # another process, another str hash salt: the same shard
         env = {**os.environ, "PYTHONHASHSEED": seed}
         out = subprocess.run(

@@ -15,9 +15,9 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
-from gpucellpool.app import App, Settings
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.shards import shard_of
+from gpucellpool.operator.app import App, Settings
+from gpucellpool.runtime.shards import shard_of
 from tests.unit.test_status_metrics import row, status
 
 

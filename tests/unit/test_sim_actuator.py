@@ -19,8 +19,8 @@ from autoscaler.policy.types import (
     Reason,
 )
 from provisioner.fsm.plan_check import Bounds, CellFact, Plan, Rejection, check_plan
-from simulations.engine.actuator import actions
-from simulations.engine.world import World
+from simulations.simulator.engine.actuator import actions
+from simulations.simulator.engine.world import World
 
 CONFIG = PolicyConfig(min_replicas=0, max_replicas=6, shape=CellShape(gpus=2))
 

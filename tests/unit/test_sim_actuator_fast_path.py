@@ -13,8 +13,8 @@ import itertools
 from autoscaler.policy.types import CellState, PolicyConfig
 from provisioner.fsm.plan_check import Bounds, CellFact, CheckedPlan, Plan, check_plan
 from provisioner.fsm.plan_execute import LiveCell, creatable, removals
-from simulations.engine.actuator import LIVE, actions
-from simulations.engine.world import SimCell
+from simulations.simulator.engine.actuator import LIVE, actions
+from simulations.simulator.engine.world import SimCell
 from tests.unit.test_sim_actuator import CONFIG, plan, world
 
 STATES = (CellState.BOOTING, CellState.READY, CellState.DRAINING)

@@ -16,8 +16,13 @@ from autoscaler.policy.types import (
     PolicyMemory,
     Reason,
 )
-from simulations.baselines import ClusterAutoscalerStyle, HPAStyle, OriginalGpucellpool, oracle
-from simulations.traces import TracePod
+from simulations.simulator.baselines import (
+    ClusterAutoscalerStyle,
+    HPAStyle,
+    OriginalGpucellpool,
+    oracle,
+)
+from simulations.simulator.traces import TracePod
 
 CONFIG = PolicyConfig(max_replicas=50)
 SMALL = GPUAsk(memory_percent=10, cores_percent=10)

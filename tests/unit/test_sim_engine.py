@@ -19,8 +19,8 @@ from autoscaler.policy.types import (
     PolicyMemory,
     Reason,
 )
-from simulations.baselines import PEERS, oracle
-from simulations.engine import (
+from simulations.simulator.baselines import PEERS, oracle
+from simulations.simulator.engine import (
     BootModel,
     DrainMode,
     ProductionPolicy,
@@ -29,9 +29,9 @@ from simulations.engine import (
     SimResult,
     simulate,
 )
-from simulations.engine.hami import BINPACK, SPREAD, choose_gpus
-from simulations.engine.world import World
-from simulations.traces import TracePod
+from simulations.simulator.engine.hami import BINPACK, SPREAD, choose_gpus
+from simulations.simulator.engine.world import World
+from simulations.simulator.traces import TracePod
 
 WHOLE = GPUAsk(memory_percent=100, cores_percent=100)
 HALF = GPUAsk(memory_percent=50, cores_percent=50)

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 import pytest
 
 from autoscaler.policy.types import CellShape, CellState, GPUAsk, PolicyConfig
-from simulations.cli import POLICIES
-from simulations.engine import BootModel, SimConfig
-from simulations.engine.sim import Simulation
-from simulations.engine.world import SimCell, World
-from simulations.traces import TracePod, synthetic
+from simulations.simulator.cli import POLICIES
+from simulations.simulator.engine import BootModel, SimConfig
+from simulations.simulator.engine.sim import Simulation
+from simulations.simulator.engine.world import SimCell, World
+from simulations.simulator.traces import TracePod, synthetic
 from tests.bench.pool_trace import large_pool_month
 from tests.unit.test_sim_speed_identity import _brute_find
 

@@ -16,10 +16,10 @@ from autoscaler.policy.types import (
     PolicyConfig,
     PolicyMemory,
 )
-from simulations.cli import add_world_arguments, sim_config
-from simulations.engine import BootModel, ProductionPolicy, SimConfig, simulate
-from simulations.engine.exec_lag import ExecLag
-from simulations.traces import TracePod
+from simulations.simulator.cli import add_world_arguments, sim_config
+from simulations.simulator.engine import BootModel, ProductionPolicy, SimConfig, simulate
+from simulations.simulator.engine.exec_lag import ExecLag
+from simulations.simulator.traces import TracePod
 from tests.unit.test_sim_engine import WHOLE, Scripted, random_trace
 
 FIXED_BOOT = BootModel(median_seconds=50.0, sigma=0.0)

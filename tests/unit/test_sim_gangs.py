@@ -13,7 +13,7 @@ import pytest
 from autoscaler.policy import gang as gang_policy
 from autoscaler.policy.types import CellShape, GPUAsk, PolicyConfig
 from gpucellpool.cli import main
-from simulations.engine import (
+from simulations.simulator.engine import (
     BootModel,
     DrainMode,
     ProductionPolicy,
@@ -21,16 +21,16 @@ from simulations.engine import (
     SimConfig,
     simulate,
 )
-from simulations.engine.gangs import GangBook, GangScaleUp
-from simulations.engine.policy import atomic_gang_policy
-from simulations.engine.world import Running
-from simulations.report import markdown
-from simulations.report.summary import summarise
-from simulations.traces import RescaleSpec, TracePod, load_generic, rescale, write_generic
-from simulations.traces.detect import load_trace, require_well_formed
-from simulations.traces.generic import parse_generic
-from simulations.traces.model import TraceError
-from simulations.traces.synthetic import synthetic_gangs
+from simulations.simulator.engine.gangs import GangBook, GangScaleUp
+from simulations.simulator.engine.policy import atomic_gang_policy
+from simulations.simulator.engine.world import Running
+from simulations.simulator.report import markdown
+from simulations.simulator.report.summary import summarise
+from simulations.simulator.traces import RescaleSpec, TracePod, load_generic, rescale, write_generic
+from simulations.simulator.traces.detect import load_trace, require_well_formed
+from simulations.simulator.traces.generic import parse_generic
+from simulations.simulator.traces.model import TraceError
+from simulations.simulator.traces.synthetic import synthetic_gangs
 
 WHOLE = GPUAsk(memory_percent=100, cores_percent=100)
 FIXED_BOOT = BootModel(median_seconds=300.0, sigma=0.0)

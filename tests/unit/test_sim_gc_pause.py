@@ -8,7 +8,7 @@ import gc
 
 import pytest
 
-from simulations.engine import gc_pause
+from simulations.simulator.engine import gc_pause
 
 
 def test_thresholds_are_raised_for_the_run_and_restored_after_it() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpucellpool.cli import main
-from simulations.engine.metrics import Sample, SimResult
-from simulations.report import (
+from simulations.simulator.engine.metrics import Sample, SimResult
+from simulations.simulator.report import (
     dominated_by,
     markdown,
     pareto_front,

@@ -28,11 +28,17 @@ from autoscaler.policy.types import (
     RatePolicyType,
     ScalingRules,
 )
-from simulations.baselines import PEERS
-from simulations.engine import BootModel, DrainMode, ProductionPolicy, ScalingPolicy, SimConfig
-from simulations.engine.policy import legacy_windows_policy
-from simulations.engine.sim import Simulation
-from simulations.traces import RescaleSpec, TracePod, load_bundled, load_generic, rescale
+from simulations.simulator.baselines import PEERS
+from simulations.simulator.engine import (
+    BootModel,
+    DrainMode,
+    ProductionPolicy,
+    ScalingPolicy,
+    SimConfig,
+)
+from simulations.simulator.engine.policy import legacy_windows_policy
+from simulations.simulator.engine.sim import Simulation
+from simulations.simulator.traces import RescaleSpec, TracePod, load_bundled, load_generic, rescale
 
 HELIOS = Path(__file__).resolve().parents[3] / "shared" / "traces" / "helios-earth"
 DAY = 86400.0

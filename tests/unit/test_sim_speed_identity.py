@@ -16,9 +16,9 @@ from autoscaler.policy import packing
 from autoscaler.policy.fit import place_asks
 from autoscaler.policy.packing import cell_utilisation, pack
 from autoscaler.policy.types import CellShape, CellState, CellView, GPUAsk, GPUUsage, PendingPod
-from simulations.engine import hami
-from simulations.engine.world import Pending, Running, SimCell, World
-from simulations.traces import TracePod
+from simulations.simulator.engine import hami
+from simulations.simulator.engine.world import Pending, Running, SimCell, World
+from simulations.simulator.traces import TracePod
 
 ASKS = (
     GPUAsk(memory_percent=100, cores_percent=100),

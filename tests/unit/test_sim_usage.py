@@ -23,11 +23,11 @@ from autoscaler.policy.types import (
     RatePolicyType,
     ScalingRules,
 )
-from simulations.engine import BootModel, DrainMode, ProductionPolicy, SimConfig, simulate
-from simulations.engine.clock import VirtualClock
-from simulations.engine.sim import Simulation
-from simulations.traces import TracePod
-from simulations.traces.generic import parse_generic, write_generic
+from simulations.simulator.engine import BootModel, DrainMode, ProductionPolicy, SimConfig, simulate
+from simulations.simulator.engine.clock import VirtualClock
+from simulations.simulator.engine.sim import Simulation
+from simulations.simulator.traces import TracePod
+from simulations.simulator.traces.generic import parse_generic, write_generic
 
 WHOLE = GPUAsk(memory_percent=100, cores_percent=100)
 SHAPE = CellShape(gpus=1, memory_mib=24576, cores_percent=100, slots=10)

@@ -10,10 +10,10 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from gpucellpool.api.status import GPUCellPoolStatus
-from gpucellpool.app import App, Settings
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.metrics import OperatorMetrics
-from gpucellpool.status_metrics import (
+from gpucellpool.operator.app import App, Settings
+from gpucellpool.operator.metrics import OperatorMetrics
+from gpucellpool.operator.status_metrics import (
     Capacity,
     Physical,
     StatusMetrics,

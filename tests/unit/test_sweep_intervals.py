@@ -15,10 +15,10 @@ import pytest
 
 from autoscaler.policy.types import GPUAsk, PolicyConfig
 from gpucellpool.cli import main
-from simulations.distributed import ClusterUnavailable, executor
-from simulations.engine import SimConfig
-from simulations.engine.sim import BootModel
-from simulations.report.intervals import (
+from simulations.simulator.distributed import ClusterUnavailable, executor
+from simulations.simulator.engine import SimConfig
+from simulations.simulator.engine.sim import BootModel
+from simulations.simulator.report.intervals import (
     Interval,
     SeedStats,
     ahead,
@@ -30,10 +30,10 @@ from simulations.report.intervals import (
     t_quantile,
     verdict,
 )
-from simulations.report.pareto import cell, report_json, report_markdown, write_report
-from simulations.report.summary import PolicySummary
-from simulations.sweep import Point, Sweep, run_sweep, work
-from simulations.traces import TracePod
+from simulations.simulator.report.pareto import cell, report_json, report_markdown, write_report
+from simulations.simulator.report.summary import PolicySummary
+from simulations.simulator.sweep import Point, Sweep, run_sweep, work
+from simulations.simulator.traces import TracePod
 
 WHOLE = GPUAsk(gpu_count=1, cores_percent=100)
 

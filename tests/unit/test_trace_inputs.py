@@ -13,18 +13,18 @@ import pytest
 from rich.console import Console
 
 from autoscaler.policy.types import GPUAsk
-from simulations import argtypes as at
 from simulations.demo.config import SHAPE
 from simulations.demo.utilisation import mean_utilisation, ready_cell_seconds
-from simulations.engine import ProductionPolicy, SimConfig, simulate
-from simulations.record import step_seconds
-from simulations.report.compare import compare
-from simulations.report.plot import time_unit
-from simulations.report.render import markdown, rich_table, write_json
-from simulations.report.summary import PolicySummary, summarise
-from simulations.traces import TracePod, synthetic
-from simulations.traces.detect import load_trace, require_well_formed
-from simulations.traces.model import HORIZON_SECONDS, TraceError
+from simulations.simulator import argtypes as at
+from simulations.simulator.engine import ProductionPolicy, SimConfig, simulate
+from simulations.simulator.record import step_seconds
+from simulations.simulator.report.compare import compare
+from simulations.simulator.report.plot import time_unit
+from simulations.simulator.report.render import markdown, rich_table, write_json
+from simulations.simulator.report.summary import PolicySummary, summarise
+from simulations.simulator.traces import TracePod, synthetic
+from simulations.simulator.traces.detect import load_trace, require_well_formed
+from simulations.simulator.traces.model import HORIZON_SECONDS, TraceError
 
 GENERIC = "arrival_seconds,duration_seconds,gpu_count\n"
 OPENB = (
@@ -270,7 +270,7 @@ def test_demo_errors_become_one_line_ending_with_the_cause() -> None:
 def test_parallel_runs_report_progress_for_every_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     import contextlib  # noqa: PLC0415
 
-    from simulations.report import compare as compare_module  # noqa: PLC0415
+    from simulations.simulator.report import compare as compare_module  # noqa: PLC0415
 
     seen: dict[str, list[float]] = {}
 

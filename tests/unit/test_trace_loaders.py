@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.policy.types import GPUAsk
-from simulations.traces import (
+from simulations.simulator.traces import (
     LoadResult,
     load_bundled,
     load_generic,
@@ -17,8 +17,8 @@ from simulations.traces import (
     openb_ask,
     write_generic,
 )
-from simulations.traces.generic import parse_generic
-from simulations.traces.openb import CPU_ONLY, parse_openb
+from simulations.simulator.traces.generic import parse_generic
+from simulations.simulator.traces.openb import CPU_ONLY, parse_openb
 
 HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.policy.types import GPUAsk
-from simulations import record
-from simulations.traces import load_generic
+from simulations.simulator import record
+from simulations.simulator.traces import load_generic
 
 MIB = 1024 * 1024
 

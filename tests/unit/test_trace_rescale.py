@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.policy.types import GPUAsk
-from simulations.traces import RescaleSpec, TracePod, rescale
+from simulations.simulator.traces import RescaleSpec, TracePod, rescale
 
 ASK = GPUAsk(memory_percent=50, cores_percent=50)
 PODS = (

@@ -7,7 +7,7 @@ import re
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.signals.hami_metrics import CATALOGUE, CURRENT, LEGACY
-from gpucellpool.dashboards import render
+from gpucellpool.operator.dashboards import render
 from simulations.twin.hami_codec import (
     ContainerAllocation,
     Device,

@@ -15,7 +15,7 @@ from autoscaler.policy.types import GPUAsk
 from autoscaler.signals.hami_activity import ACTIVITY_SCHEMAS, idle_cells, interpret_activity
 from autoscaler.signals.hami_metrics import MetricFamily
 from autoscaler.signals.promql import QueryResult, Series
-from simulations.traces import TracePod
+from simulations.simulator.traces import TracePod
 from simulations.twin.hami_codec import (
     BUSY_SECONDS_ANNOTATION,
     IDLE_SINCE_ANNOTATION,

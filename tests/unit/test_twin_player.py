@@ -6,8 +6,8 @@ import pytest
 
 from autoscaler.policy.demand import container_ask
 from autoscaler.policy.types import GPUAsk
-from simulations.engine.clock import VirtualClock
-from simulations.traces.model import TracePod
+from simulations.simulator.engine.clock import VirtualClock
+from simulations.simulator.traces.model import TracePod
 from simulations.twin.player import (
     PlayerProgress,
     TracePlayer,

@@ -20,11 +20,11 @@ import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
-from gpucellpool.app import App, Settings
 from gpucellpool.kube.cache import Query
 from gpucellpool.kube.errors import Forbidden
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.workload import ClusterKey, WorkloadCluster
+from gpucellpool.operator.app import App, Settings
 
 JSON = dict[str, Any]
 KEY = ClusterKey("ns", "wl")

@@ -1,0 +1,70 @@
+"""How one simulated run is set up: the world's timings, drain mode, placement and seed.
+
+Why this module exists: the event loop (``engine.sim``) reads these values but does not own
+them; the CLI, the sweep, the benchmarks and the tests build them. Keeping them apart keeps the
+loop module about what happens when.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from dataclasses import dataclass, field
+
+from autoscaler.policy.types import PolicyConfig
+from simulations.simulator.engine import hami
+
+
+class DrainMode(enum.StrEnum):
+    WAIT_FOR_IDLE = "wait-for-idle"  # cordon; the cell goes when its pods end
+    EVICT = "evict"  # cordon and evict now; evicted pods re-queue with their remaining time
+
+
+@dataclass(frozen=True, slots=True)
+class BootModel:
+    """Boot time ~ lognormal with the given median; a boot fails with ``failure_probability``."""
+
+    median_seconds: float = 300.0
+    sigma: float = 0.25
+    min_seconds: float = 30.0
+    failure_probability: float = 0.0
+
+    def sample(self, rng: random.Random) -> tuple[float, bool]:
+        seconds = (
+            self.median_seconds * math.exp(rng.gauss(0.0, self.sigma))
+            if self.sigma
+            else (self.median_seconds)
+        )
+        failed = self.failure_probability > 0 and rng.random() < self.failure_probability
+        return max(self.min_seconds, seconds), failed
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    policy_config: PolicyConfig = field(default_factory=PolicyConfig)
+    tick_seconds: float = 10.0
+    react_on_arrival: bool = False
+    react_delay_seconds: float = 1.0
+    boot: BootModel = field(default_factory=BootModel)
+    drain_mode: DrainMode = DrainMode.WAIT_FOR_IDLE
+    # WaitForIdle only: a drain not finished in time is abandoned, the cell uncordoned and kept
+    # (spec.autoscaling.drain.timeout); None waits for ever (the API default).
+    drain_timeout_seconds: float | None = None
+    drain_seconds: float = 30.0  # cordon-to-gone once the cell is empty
+    node_policy: str = hami.BINPACK
+    gpu_policy: str = hami.SPREAD
+    warm_start: bool = True  # pods present at t=0 start on Ready cells
+    physical_gpus: int | None = None
+    tail_seconds: float = 86400.0  # run at most this long after the last pod would end
+    samples: int = 800  # timeline points
+    seed: int = 0
+    # Skip calls to ``decide`` that would repeat the last decision (same observation, before
+    # its ``steady.until``); results are identical either way (tests/unit/test_sim_skip.py).
+    skip_idle_ticks: bool = True
+    # With policy_config.scale_down_on_usage: how long a cell's pods must compute nothing
+    # (TracePod.usage) before the cell counts as idle (spec.autoscaling.usageIdleWindow).
+    usage_idle_window_seconds: float = 1800.0
+    # Decision to execution (a guest created, a drain started): each acted decision is carried
+    # out this long after it was made (engine.exec_lag); 0 applies it at once.
+    exec_lag_seconds: float = 0.0
