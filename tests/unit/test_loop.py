@@ -27,7 +27,13 @@ from autoscaler.explain import (
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.types import PolicyMemory, Reason
 from simulations.simulator.engine.clock import VirtualClock, settle
-from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
+from tests.unit.test_loop_fakes import (
+    FakeWorkload,
+    FakeWriter,
+    loop_world,
+    pending_pod,
+    pool_manifest,
+)
 
 # resync_s = tick_s: these tests are about the tick; the longer requeue of a held decision is
 # tests/unit/test_loop_requeue.py.
@@ -36,10 +42,8 @@ SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, memory_persist_s=30.0, res
 
 @pytest.fixture
 async def world() -> AsyncIterator[tuple[Autoscaler, FakeWorkload, FakeWriter, VirtualClock]]:
-    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
-    scaler = Autoscaler(workload, writer, clock, settings=SETTINGS)
-    yield scaler, workload, writer, clock
-    await scaler.close()
+    async with loop_world(SETTINGS) as built:
+        yield built
 
 
 def last_decision(writer: FakeWriter, name: str) -> dict[str, object]:

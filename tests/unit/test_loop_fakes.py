@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from autoscaler.loop import WorkloadSnapshot
+from autoscaler.loop import Autoscaler, LoopSettings, WorkloadSnapshot
 from gpucellpool.api.pool import GPUCellPool
 from simulations.simulator.engine.clock import VirtualClock, settle  # noqa: F401  (older imports)
 
@@ -118,3 +119,17 @@ def with_cells(raw: JSON, rows: Sequence[Mapping[str, Any]]) -> JSON:
     out = dict(raw)
     out["status"] = {**(raw.get("status") or {}), "cells": list(rows)}
     return out
+
+
+World = tuple[Autoscaler, FakeWorkload, FakeWriter, VirtualClock]
+
+
+@contextlib.asynccontextmanager
+async def loop_world(settings: LoopSettings) -> AsyncIterator[World]:
+    """An Autoscaler on the fakes and a virtual clock, closed after use (the loop tests' world)."""
+    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
+    scaler = Autoscaler(workload, writer, clock, settings=settings)
+    try:
+        yield scaler, workload, writer, clock
+    finally:
+        await scaler.close()

@@ -16,12 +16,12 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.explain import Outcome, follows_from
-from autoscaler.loop import Autoscaler, LoopSettings
+from autoscaler.loop import LoopSettings
 from autoscaler.policy.types import Reason
-from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
-    FakeWorkload,
     FakeWriter,
+    World,
+    loop_world,
     pending_pod,
     pool_manifest,
     with_cells,
@@ -29,15 +29,12 @@ from tests.unit.test_loop_fakes import (
 
 SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, memory_persist_s=30.0, resync_s=10.0)
 A = ("ns", "a")
-World = tuple[Autoscaler, FakeWorkload, FakeWriter, VirtualClock]
 
 
 @pytest.fixture
 async def world() -> AsyncIterator[World]:
-    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
-    scaler = Autoscaler(workload, writer, clock, settings=SETTINGS)
-    yield scaler, workload, writer, clock
-    await scaler.close()
+    async with loop_world(SETTINGS) as built:
+        yield built
 
 
 def decided(writer: FakeWriter) -> list[tuple[str, int, int]]:

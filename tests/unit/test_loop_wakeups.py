@@ -15,25 +15,25 @@ from collections.abc import AsyncIterator
 import pytest
 
 from autoscaler.explain import MEMORY_FIELD, decode_memory, encode_memory
-from autoscaler.loop import Autoscaler, LoopSettings
+from autoscaler.loop import LoopSettings
 from autoscaler.policy.types import PolicyMemory
-from simulations.simulator.engine.clock import VirtualClock
-from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, pending_pod, pool_manifest
+from tests.unit.test_loop_fakes import (
+    World,
+    loop_world,
+    pending_pod,
+    pool_manifest,
+)
 
 # resync_s = tick_s: these tests are about write cadence against the tick; the longer requeue of
 # a held decision (and its no-op stream) is tests/unit/test_loop_requeue.py.
 SETTINGS = LoopSettings(debounce_s=0.15, tick_s=10.0, message_refresh_s=30.0, resync_s=10.0)
 A, B = ("ns", "a"), ("ns", "b")
 
-World = tuple[Autoscaler, FakeWorkload, FakeWriter, VirtualClock]
-
 
 @pytest.fixture
 async def world() -> AsyncIterator[World]:
-    clock, workload, writer = VirtualClock(), FakeWorkload(), FakeWriter()
-    scaler = Autoscaler(workload, writer, clock, settings=SETTINGS)
-    yield scaler, workload, writer, clock
-    await scaler.close()
+    async with loop_world(SETTINGS) as built:
+        yield built
 
 
 async def test_wake_reaches_only_the_named_pools(world: World) -> None:
