@@ -6,7 +6,8 @@ through Protocols; something has to choose the real implementations and wire the
 event concerns; gaining leadership -> re-read memory and decide at once). Keeping that in one
 place makes the wiring reviewable and lets tests build the same graph with their own clock,
 registry or identity. The provisioner's cluster of objects is built by
-``provisioner_wiring.ProvisionerSide``, which ``App`` calls like any other constructor.
+``provisioner_wiring.ProvisionerSide``, which ``App`` calls like any other constructor; its input,
+``Settings``, is defined in ``settings``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -57,15 +55,21 @@ from gpucellpool.operator.provisioner_wiring import (
     collection_path,
     pool_rules,
 )
-from gpucellpool.operator.secure_metrics import MetricsOptions, secure_site
+from gpucellpool.operator.secure_metrics import secure_site
+from gpucellpool.operator.settings import (
+    WEBHOOK_ENV_PREFIX,
+    Settings,
+    served_secret_namespaces,
+    watched_namespaces,
+    webhook_options_from_env,
+)
 from gpucellpool.operator.shard_gate import ShardGate, for_pool, key_of
 from gpucellpool.operator.status_metrics import StatusMetrics
 from gpucellpool.runtime.clock import SystemClock
 from gpucellpool.runtime.leader import ElectionSettings, LeaderElector, ShardedElection
 from gpucellpool.runtime.shards import ShardPlan, lease_name
 from webhook.kube import KubeCrdReader
-from webhook.rules import DEFAULT_SETTINGS, RuleSettings
-from webhook.runtime import RunningWebhook, WebhookOptions, start_webhook
+from webhook.runtime import RunningWebhook, start_webhook
 from webhook.tls import FileWatcher
 
 log = logging.getLogger(__name__)
@@ -77,35 +81,11 @@ __all__ = [
     "SystemClock",
     "build",
     "pool_rules",  # moved to provisioner_wiring; importable from here as before
+    "served_secret_namespaces",  # Settings and these: in settings; importable here as before
     "watched_namespaces",
     "webhook_options_from_env",
 ]
 _path = collection_path  # the collection path narrowed to a namespace (tests import it here)
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    identity: str
-    lease_namespace: str
-    kubeconfig: str | None = None
-    lease_name: str = "gpucellpool-autoscaler"
-    lease_s: float = 15.0
-    renew_deadline_s: float = 10.0
-    retry_s: float = 2.0
-    health_host: str = "0.0.0.0"  # probes come from the kubelet, on the pod IP
-    health_port: int = 8081
-    debounce_s: float = 0.15
-    tick_s: float = 10.0
-    pool_namespace: str | None = None  # one namespace (kept for callers); see pool_namespaces
-    pool_namespaces: tuple[str, ...] = ()  # with pool_namespace: the watched set; none: all
-    served_namespaces: tuple[str, ...] = ()  # pools served only there (Secrets readable); none: all
-    api_timeout_s: float = 10.0
-    provision: bool = True  # False: decide only (another process runs the provisioner)
-    webhook: WebhookOptions | None = None  # None: no admission webhook in this process
-    metrics: MetricsOptions = field(default_factory=MetricsOptions)  # secure=False: plain
-    rules: RuleSettings = DEFAULT_SETTINGS  # admission rule settings: webhook + provisioner
-    shards: int = 1  # pools split across this many processes (gpucellpool.runtime.shards)
-    shard_index: int = 0  # this process's own shard; it stands by for the others
 
 
 class RoutedWorkloadView(CacheWorkloadView):
@@ -122,21 +102,6 @@ class RoutedWorkloadView(CacheWorkloadView):
     def pod_index(self, key: ClusterKey, pods: WatchCache) -> PodIndex:
         index = self.router.pod_index(key, len(pods.objects))
         return index if index is not None else super().pod_index(key, pods)
-
-
-def watched_namespaces(settings: Settings) -> tuple[str | None, ...]:
-    """The namespaces to watch, in order, without repeats; ``(None,)`` means all of them."""
-    named = [settings.pool_namespace, *settings.pool_namespaces]
-    unique = tuple(dict.fromkeys(ns for ns in named if ns))
-    return unique or (None,)
-
-
-def served_secret_namespaces(settings: Settings) -> tuple[str, ...]:
-    """Where the operator may list its own Secrets (the chart's Secret Roles): the served
-    namespaces, else the watched ones; none when it watches and serves every namespace (a
-    cluster-wide Secret watch is never asked for: those lists stay GETs)."""
-    named = tuple(ns for ns in watched_namespaces(settings) if ns)
-    return settings.served_namespaces or named
 
 
 def validated(kind: str, raw: JSON) -> GPUCellPool | None:
@@ -402,38 +367,6 @@ class App:
         if self.webhook is not None:
             await self.webhook.stop()
         await self.infra.close()
-
-
-WEBHOOK_ENV_PREFIX = "GPUCELLPOOL_WEBHOOK_"
-
-
-def webhook_options_from_env(environ: Mapping[str, str]) -> WebhookOptions | None:
-    """``WebhookOptions`` from ``GPUCELLPOOL_WEBHOOK_<FIELD>`` (the chart's contract).
-
-    None unless ``GPUCELLPOOL_WEBHOOK_ENABLED`` is true. Unknown variables are ignored; a value
-    that does not convert raises ``ValueError`` naming the variable (fail at start, loudly).
-    """
-    if environ.get(f"{WEBHOOK_ENV_PREFIX}ENABLED", "").lower() != "true":
-        return None
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(WebhookOptions):
-        raw = environ.get(f"{WEBHOOK_ENV_PREFIX}{f.name.upper()}")
-        if raw is None or f.name in ("settings", "serving_lifetime", "ca_lifetime"):
-            continue
-        try:
-            if f.name == "port":
-                values[f.name] = int(raw)
-            elif f.name == "cert_dir":
-                values[f.name] = Path(raw)
-            elif f.name in ("extra_dns", "extra_ips"):
-                values[f.name] = tuple(v.strip() for v in raw.split(",") if v.strip())
-            else:
-                values[f.name] = raw
-        except ValueError as exc:
-            raise ValueError(f"{WEBHOOK_ENV_PREFIX}{f.name.upper()}: {exc}") from exc
-    if values.get("mode", "self-managed") not in ("self-managed", "cert-manager"):
-        raise ValueError(f"{WEBHOOK_ENV_PREFIX}MODE must be self-managed or cert-manager")
-    return WebhookOptions(**values)
 
 
 async def build(settings: Settings) -> App:
