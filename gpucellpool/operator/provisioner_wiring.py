@@ -235,13 +235,7 @@ class ProvisionerSide:
         self.secrets: dict[str, WatchCache] = {}
         if state is not None:
             self.seeds, self.secrets = own_object_watches(infra, namespaces, secret_namespaces)
-            state = replace(
-                state,
-                guest_caches=lambda: self.guests,
-                seed_caches=lambda: self.seeds,
-                secret_caches=lambda: self.secrets,
-                inventory=self.inventory.store,
-            )
+            state = self._with_own_caches(state)
             operator_api = CachedReads(operator_api, state.store)
         workloads = shared_workload_apis(connections) if connections else api_from_kubeconfig
         # Infrastructure Nodes: the outer-node drain's reads, and a cordon wakes its pools
@@ -258,7 +252,24 @@ class ProvisionerSide:
             workload_live=state.workload_live if state is not None else None,
         )
         self.driver = ProvisionerDriver(self.reconciler, clock, is_leader)
-        self.guests = [
+        self.guests, self.outer = self._outer_watches(infra, namespaces)
+
+    def _with_own_caches(self, state: ClusterState) -> ClusterState:
+        """``state`` reading this side's own watches (SwiftGuests, seeds, Secrets, ledgers)."""
+        return replace(
+            state,
+            guest_caches=lambda: self.guests,
+            seed_caches=lambda: self.seeds,
+            secret_caches=lambda: self.secrets,
+            inventory=self.inventory.store,
+        )
+
+    def _outer_watches(
+        self, infra: RestClient, namespaces: tuple[str | None, ...]
+    ) -> tuple[list[WatchCache], list[WatchCache]]:
+        """The SwiftGuest caches, and every outer-object cache (them and Machines) that wakes
+        the pool owning a changed object."""
+        guests = [
             WatchCache(infra, Query(collection_path(ns, SWIFTGUESTS_PATH)), self._guest_changed)
             for ns in namespaces
         ]
@@ -266,7 +277,7 @@ class ProvisionerSide:
             WatchCache(infra, Query(collection_path(ns, MACHINES_PATH)), self._outer_changed)
             for ns in namespaces
         ]
-        self.outer = [*self.guests, *machines]
+        return guests, [*guests, *machines]
 
     def watches(self) -> list[WatchCache]:
         """The caches to run while this process provisions."""
