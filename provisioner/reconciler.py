@@ -13,11 +13,11 @@ crash left behind are swept. Order of a pass:
 4. check the autoscaler's plan (``fsm.plan_check``: target, victims, physical bound; the
    rejections go to ``status.planRejections``) and plan membership (pure); a pool without
    autoscaling swaps or holds its victims in drain back-off (``drain_holds``);
-   (``drain_holds``); mark removals/replacements Draining on the outer object;
+   mark removals/replacements Draining on the outer object;
 5. drive every draining cell one re-checked step at a time (the cells concurrently,
    ``drainer.drive_drains``); create new cells;
 6. sweep orphaned dependents and dead orphan Nodes; write status (rows, counts, conditions,
-   physical and HAMi capacity) through the subresource.
+   physical and HAMi capacity, gathered by ``pass_summary``) through the subresource.
 
 A pass that raises (anything but a lost 409 race) is counted on the pool's
 ``gpucell_reconcile_errors_total`` before the caller (the driver) sees it; failed capacity
@@ -44,18 +44,16 @@ from provisioner.drainer import drained_row, drive_drains
 from provisioner.events import EventSink, KubeEventSink, announce_pass
 from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
 from provisioner.fsm.drain import DrainCause
-from provisioner.fsm.drain_outer import OuterDrainPlan
 from provisioner.fsm.identity import POOL_FINALIZER
-from provisioner.fsm.inventory import physical_condition
 from provisioner.fsm.manifests import owner_reference
 from provisioner.fsm.membership import MembershipLimits, MembershipPlan
-from provisioner.fsm.rollout import RolloutPlan, template_hash
+from provisioner.fsm.rollout import template_hash
 from provisioner.fsm.rows import to_time, tombstone
-from provisioner.fsm.vocabulary import PRE_GPU_PHASES, StallReason
-from provisioner.inventory import HamiReading, free_physical_gpus, read_capacity
+from provisioner.inventory import free_physical_gpus, read_capacity
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.metrics_port import NO_METRICS, ProvisionerMetrics, ProvisionerRecorder
 from provisioner.outer_drain import HostSource, NodeGets, plan_for_pool
+from provisioner.pass_summary import pass_summary
 from provisioner.planning import (
     JoinTemplate,
     PlanInput,
@@ -67,7 +65,7 @@ from provisioner.planning import (
 )
 from provisioner.planning import plan as plan_cells
 from provisioner.pool_deletion import DeletionShell, delete_pool
-from provisioner.rollout_shell import rollout_plan, updated_condition
+from provisioner.rollout_shell import rollout_plan
 from provisioner.rule_gate import PoolRules, RuleGate
 from provisioner.status import (
     PassSummary,
@@ -249,7 +247,7 @@ class Reconciler:
         if workload is not None:
             await sweep_orphan_nodes(pool, workload, cells, now)
         hami = await read_capacity(workload, pool, rows.values(), desired, now, recorder)
-        summary = _summary(
+        summary = pass_summary(
             reach, desired, plan, len(created), rollout, free, rows, hami=hami, outer=outer
         )
         summary = replace(summary, plan=checked)
@@ -365,40 +363,6 @@ def sooner(result: ReconcileResult, *waits_s: float | None) -> ReconcileResult:
     if not known:
         return result
     return replace(result, requeue_after_s=max(min(known), 0.0))
-
-
-def _summary(
-    reach: Reachability,
-    desired: int,
-    plan: MembershipPlan,
-    created: int,
-    rollout: RolloutPlan,
-    free: int | None,
-    rows: dict[str, CellStatus],
-    *,
-    hami: HamiReading,
-    outer: OuterDrainPlan,
-) -> PassSummary:
-    """What a converge pass concluded, for the conditions and the capacity objects."""
-    physical = physical_condition(
-        free,
-        sum(1 for r in rows.values() if r.phase in PRE_GPU_PHASES),
-        plan.stall is StallReason.INSUFFICIENT_PHYSICAL_GPU,
-    )
-    return PassSummary(
-        reach,
-        desired,
-        str(plan.stall) if plan.stall else None,
-        plan.stall_message,
-        created,
-        updated_condition(rollout),
-        physical,
-        hami.condition,
-        free,
-        hami.capacity,
-        drain_requested=outer.condition,
-        provider=hami.provider,
-    )
 
 
 __all__ = ["PoolKey", "ReconcileResult", "Reconciler", "membership_limits"]
