@@ -197,8 +197,32 @@ def _create_limit(
     return limit, Verdict(PlanStep.CREATE, Rejection.PHYSICAL_GPU_EXCEEDED, message)
 
 
+def accepted_as_is(
+    plan: Plan, cells: Sequence[CellFact], bounds: Bounds, now_s: float
+) -> CheckedPlan | None:
+    """The checked plan when ``plan`` is accepted as it stands with no step to judge, else None.
+
+    That is a plan naming no victim, with its target within the spec's bounds, no physical GPU
+    limit known and no live cell of ``cells`` in drain back-off: no step can be rejected, so
+    the answer is the plan's target alone. ``check_plan`` takes this path first (most plans,
+    live and in a replay); the simulator's actuator calls it without building its cells' facts
+    (a simulated cell is never in drain back-off), so both follow this one rule.
+    """
+    if plan.victims or bounds.free_gpus is not None:
+        return None
+    if not bounds.floor <= plan.target <= max(bounds.ceiling, bounds.floor):
+        return None
+    for fact in cells:
+        if fact.live and _held(fact, now_s):
+            return None
+    return CheckedPlan(plan.target)
+
+
 def check_plan(plan: Plan, cells: Sequence[CellFact], bounds: Bounds, now_s: float) -> CheckedPlan:
     """Each step of ``plan`` accepted or rejected against ``cells`` and ``bounds`` at ``now_s``."""
+    as_is = accepted_as_is(plan, cells, bounds, now_s)
+    if as_is is not None:
+        return as_is
     target, target_verdict = _target(plan, bounds)
     accepted, held, verdicts = _victims(plan, target, cells, now_s)
     limit, create_verdict = _create_limit(target, cells, bounds)

@@ -19,7 +19,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from autoscaler.policy.types import CellState, Decision, PolicyConfig
-from provisioner.fsm.plan_check import Bounds, CellFact, CheckedPlan, Plan, check_plan
+from provisioner.fsm.plan_check import (
+    Bounds,
+    CellFact,
+    CheckedPlan,
+    Plan,
+    accepted_as_is,
+    check_plan,
+)
 from provisioner.fsm.plan_execute import LiveCell, creatable, removals
 from simulations.simulator.engine.world import SimCell
 
@@ -50,22 +57,21 @@ def actions(
     cell is never in drain back-off nor waiting for its GPU, so the check reads the cells
     only to judge named victims and the physical limit; a plan with neither (most of a
     replay's decisions) is checked without building a fact per cell (the same answer,
-    tests/unit/test_sim_actuator.py). A plan within the spec's bounds that names no victim
-    and removes nothing, with no physical limit, is accepted as it stands without the check
-    (what ``check_plan`` answers for it; tests/unit/test_sim_actuator_fast_path.py).
+    tests/unit/test_sim_actuator.py). A plan within the spec's bounds that names no victim,
+    with no physical limit, is accepted as it stands by the check's own first rule
+    (``plan_check.accepted_as_is``; tests/unit/test_sim_actuator_fast_path.py).
     """
     all_cells = list(cells)
     live = sum(map(LIVE.__contains__, map(_STATE, all_cells)))
     per_cell = max(config.shape.gpus, 1)
     free = None if physical_gpus is None else max(physical_gpus - len(all_cells) * per_cell, 0)
-    desired = decision.desired_replicas
-    in_bounds = config.min_replicas <= desired <= max(config.max_replicas, config.min_replicas)
-    if in_bounds and desired >= live and free is None and not decision.victims:
-        # most decisions: the check accepts the plan as it stands and reads no cell
-        return Actions(desired - live, (), CheckedPlan(target=desired))
+    plan = Plan(decision.desired_replicas, decision.victims)
     bounds = Bounds(config.min_replicas, config.max_replicas, None, free, per_cell)
-    facts = _facts(all_cells) if decision.victims or free is not None else ()
-    checked = check_plan(Plan(decision.desired_replicas, decision.victims), facts, bounds, now)
+    # most decisions: accepted as they stand, no cell read (none is ever in drain back-off)
+    checked = accepted_as_is(plan, (), bounds, now)
+    if checked is None:
+        facts = _facts(all_cells) if decision.victims or free is not None else ()
+        checked = check_plan(plan, facts, bounds, now)
     if checked.target >= live:
         return Actions(creatable(checked, checked.target - live), (), checked)
     in_service = [LiveCell(c.name, c.index) for c in all_cells if c.state in LIVE]
