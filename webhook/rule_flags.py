@@ -3,7 +3,7 @@
 Why this module exists: the rule settings are cluster-admin choices (never pool fields), so they
 come from the operator's flags, which the chart renders from its ``webhook.rules`` values. The
 same settings serve the webhook and the provisioner's re-check before it launches anything, so
-they are parsed once, here, and carried in ``gpucellpool.operator.app.Settings.rules``.
+they are parsed once, here, and carried in ``gpucellpool.operator.settings.Settings.rules``.
 """
 
 from __future__ import annotations

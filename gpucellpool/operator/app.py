@@ -57,11 +57,9 @@ from gpucellpool.operator.provisioner_wiring import (
 )
 from gpucellpool.operator.secure_metrics import secure_site
 from gpucellpool.operator.settings import (
-    WEBHOOK_ENV_PREFIX,
     Settings,
     served_secret_namespaces,
     watched_namespaces,
-    webhook_options_from_env,
 )
 from gpucellpool.operator.shard_gate import ShardGate, for_pool, key_of
 from gpucellpool.operator.status_metrics import StatusMetrics
@@ -74,16 +72,11 @@ from webhook.tls import FileWatcher
 
 log = logging.getLogger(__name__)
 __all__ = [
-    "WEBHOOK_ENV_PREFIX",
     "App",
     "RoutedWorkloadView",
-    "Settings",
     "SystemClock",
     "build",
     "pool_rules",  # moved to provisioner_wiring; importable from here as before
-    "served_secret_namespaces",  # Settings and these: in settings; importable here as before
-    "watched_namespaces",
-    "webhook_options_from_env",
 ]
 _path = collection_path  # the collection path narrowed to a namespace (tests import it here)
 

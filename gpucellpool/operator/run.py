@@ -30,7 +30,7 @@ from webhook import rule_flags
 
 if TYPE_CHECKING:
     from gpucellpool.kube.rest import RestClient
-    from gpucellpool.operator.app import Settings
+    from gpucellpool.operator.settings import Settings
 
 API_TIMEOUT_S = 10.0
 """Every call to the infrastructure apiserver (``Settings.api_timeout_s``)."""
@@ -212,8 +212,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 
 def settings_from(args: argparse.Namespace) -> Settings:
     # Imported here: the graph's modules cost a second; a usage error should not wait for them.
-    from gpucellpool.operator.app import Settings, webhook_options_from_env  # noqa: PLC0415
     from gpucellpool.operator.secure_metrics import MetricsOptions  # noqa: PLC0415
+    from gpucellpool.operator.settings import Settings, webhook_options_from_env  # noqa: PLC0415
 
     return Settings(
         identity=args.identity,

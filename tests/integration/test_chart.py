@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from gpucellpool.cli import build_parser
-from gpucellpool.operator.app import watched_namespaces
 from gpucellpool.operator.provisioner_wiring import INFRA_WATCHES
 from gpucellpool.operator.run import settings_from
+from gpucellpool.operator.settings import watched_namespaces
 from tests.integration import chart_support
 from tests.integration.chart_support import (
     CHART,

@@ -21,7 +21,8 @@ import yaml
 
 from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
-from gpucellpool.operator.app import App, Settings
+from gpucellpool.operator.app import App
+from gpucellpool.operator.settings import Settings
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import kubeconfig_secret, swiftguest_pool
 

@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from gpucellpool.operator.app import App, Settings
+from gpucellpool.operator.app import App
 from gpucellpool.operator.secure_metrics import MetricsOptions
+from gpucellpool.operator.settings import Settings
 from simulations.harness import ClusterEndpoint
 from tests.integration.test_loop_helpers import client_for
 

@@ -328,7 +328,8 @@ def test_files_the_current_context_names_must_exist(tmp_path: Path) -> None:
 
 def test_preflight_paths_are_the_ones_the_operator_uses() -> None:
     from gpucellpool.operator.adapters import POOLS_PATH, LeaseClient  # noqa: PLC0415
-    from gpucellpool.operator.app import Settings, _path, watched_namespaces  # noqa: PLC0415
+    from gpucellpool.operator.app import _path  # noqa: PLC0415
+    from gpucellpool.operator.settings import Settings, watched_namespaces  # noqa: PLC0415
 
     for namespaces in ((), ("a",), ("a", "b", "a")):
         settings = Settings(identity="x", lease_namespace="ops", pool_namespaces=namespaces)

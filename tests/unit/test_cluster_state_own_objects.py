@@ -16,13 +16,13 @@ from typing import Any, cast
 
 from gpucellpool.kube.cache import ListWatch, Query, WatchCache
 from gpucellpool.kube.workload import WorkloadClusters
-from gpucellpool.operator.app import Settings, served_secret_namespaces
 from gpucellpool.operator.provisioner_wiring import (
     ClusterState,
     InventoryMirrors,
     collection_path,
     own_object_watches,
 )
+from gpucellpool.operator.settings import Settings, served_secret_namespaces
 from provisioner.fsm.identity import POOL_ID_LABEL
 
 NO_SOURCE = cast(ListWatch, object())  # the caches are never run here

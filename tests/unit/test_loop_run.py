@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from gpucellpool.cli import build_parser
-from gpucellpool.operator.app import watched_namespaces, webhook_options_from_env
 from gpucellpool.operator.logs import JsonFormatter
 from gpucellpool.operator.run import settings_from
+from gpucellpool.operator.settings import watched_namespaces, webhook_options_from_env
 
 
 def test_run_flags_map_to_settings() -> None:

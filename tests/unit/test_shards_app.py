@@ -16,7 +16,8 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.operator.app import App, Settings
+from gpucellpool.operator.app import App
+from gpucellpool.operator.settings import Settings
 from gpucellpool.runtime.shards import shard_of
 from tests.unit.test_status_metrics import row, status
 

@@ -11,8 +11,9 @@ from prometheus_client import CollectorRegistry
 
 from gpucellpool.api.status import GPUCellPoolStatus
 from gpucellpool.kube.rest import RestClient
-from gpucellpool.operator.app import App, Settings
+from gpucellpool.operator.app import App
 from gpucellpool.operator.metrics import OperatorMetrics
+from gpucellpool.operator.settings import Settings
 from gpucellpool.operator.status_metrics import (
     Capacity,
     Physical,

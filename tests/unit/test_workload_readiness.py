@@ -24,7 +24,8 @@ from gpucellpool.kube.cache import Query
 from gpucellpool.kube.errors import Forbidden
 from gpucellpool.kube.rest import RestClient
 from gpucellpool.kube.workload import ClusterKey, WorkloadCluster
-from gpucellpool.operator.app import App, Settings
+from gpucellpool.operator.app import App
+from gpucellpool.operator.settings import Settings
 
 JSON = dict[str, Any]
 KEY = ClusterKey("ns", "wl")
