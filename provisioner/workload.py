@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from gpucellpool.kube.kubeconfig import KubeconfigError
 from provisioner.cached_reads import CachedReads, WorkloadReads
 from provisioner.kube import (
     HTTP_FORBIDDEN,
@@ -112,7 +113,8 @@ class WorkloadClients:
             try:
                 api = await self.factory(kubeconfig)
             except Exception as exc:  # a malformed kubeconfig raises many types
-                msg = f"kubeconfig in Secret {secret_name} unusable: {type(exc).__name__}"
+                why = str(exc) if isinstance(exc, KubeconfigError) else type(exc).__name__
+                msg = f"kubeconfig in Secret {secret_name} unusable: {why}"
                 return WorkloadLink(None, Reachability(False, "CredentialInvalid", msg))
             if self.reads is not None:
                 api = CachedReads(api, self.reads(namespace, secret_name))

@@ -8,7 +8,7 @@ serving certificate, add a new CA, prune an expired CA), writes the Secret with 
 concurrency (replicas racing: the loser re-reads and adopts the winner's certificate), patches
 the ValidatingWebhookConfiguration's ``caBundle`` when it differs, and loads the serving pair
 into the live TLS context. The outside world is behind ``SecretStore`` and ``CABundleTarget``;
-``webhook.kube`` implements them with kubernetes-asyncio.
+``webhook.kube`` implements them through the one door (``gpucellpool.kube.rest``).
 """
 
 from __future__ import annotations

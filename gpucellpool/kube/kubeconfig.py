@@ -1,15 +1,16 @@
 """Where ``gpucellpool run`` finds its cluster credentials, and one line when it finds none.
 
-Why this module exists: kubernetes_asyncio's loaders fail with messages that do not say which
-file or source was meant ("Service host/port is not set", a missing "current-context" key for a
+Why this module exists: a credential problem must say which file or source was meant, not only
+what a loader tripped on ("Service host/port is not set", a missing "current-context" key for a
 file that does not exist). The operator tries, in controller-runtime's order: ``--kubeconfig``,
 ``$KUBECONFIG``, the in-cluster service account, ``~/.kube/config``. An explicit or found file
 that is broken is an error naming the file and its problem (no silent fall-through to another
 cluster); when no source exists the error names each one tried and why it did not apply.
 ``$KUBECONFIG`` comes before the in-cluster account so that a process started inside a pod
 with ``$KUBECONFIG`` set (a CI runner) talks to the cluster it was pointed at. Finding the
-source and checking its files (``check_source``) needs no kubernetes_asyncio, so ``run`` does
-it before importing the operator's graph: a newcomer's mistake is reported in a moment.
+source and checking its files (``check_source``) is cheap, so ``run`` does it before importing
+the operator's graph: a newcomer's mistake is reported in a moment. ``access`` reads the
+source's fields into what a connection needs.
 """
 
 from __future__ import annotations
@@ -18,14 +19,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from gpucellpool.runtime.errors import UserError
-
-if TYPE_CHECKING:
-    from kubernetes_asyncio import client as k8s_client
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 """Where the kubelet mounts a pod's service-account token and the cluster's CA."""
@@ -35,7 +33,7 @@ class KubeconfigError(UserError):
     """No usable cluster configuration; the message names the source(s) and the problem."""
 
 
-def _named(doc: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+def named(doc: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     """The ``kind`` entries (clusters, contexts, users) by name, the first of a name winning."""
     items = doc.get(kind)
     found: dict[str, dict[str, Any]] = {}
@@ -46,13 +44,13 @@ def _named(doc: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
 
 
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several kubeconfig files as kubernetes_asyncio merges them: the first entry of a name
-    wins, and the last file that sets ``current-context`` sets it."""
+    """Several kubeconfig files merged: the first entry of a name wins, and the last file that
+    sets ``current-context`` sets it (as kubernetes_asyncio merged them before)."""
     merged: dict[str, Any] = {}
     for kind in ("clusters", "contexts", "users"):
         entries: dict[str, dict[str, Any]] = {}
         for doc in docs:
-            for name, item in _named(doc, kind).items():
+            for name, item in named(doc, kind).items():
                 entries.setdefault(name, item)
         merged[kind] = list(entries.values())
     for doc in docs:
@@ -65,7 +63,7 @@ def document_problem(doc: Any) -> str | None:
     """What makes a parsed kubeconfig unusable before any loader sees it, or None."""
     if not isinstance(doc, dict):
         return "not a kubeconfig (want a YAML mapping with clusters, contexts and users)"
-    contexts = _named(doc, "contexts")
+    contexts = named(doc, "contexts")
     current = doc.get("current-context")
     names = ", ".join(contexts)
     listed = f" (its contexts: {names})" if contexts else " (it has no contexts)"
@@ -78,14 +76,14 @@ def document_problem(doc: Any) -> str | None:
 
 def _context_problem(doc: dict[str, Any], current: str, context: dict[str, Any]) -> str | None:
     """What the current context names that the kubeconfig does not define, or None."""
-    clusters = _named(doc, "clusters")
+    clusters = named(doc, "clusters")
     cluster = str(context.get("cluster") or "")
     if cluster not in clusters:
         return f"context {current!r} names cluster {cluster!r}, which is not defined"
     if not (clusters[cluster].get("cluster") or {}).get("server"):
         return f"cluster {cluster!r} has no server"
     user = context.get("user")
-    if user and str(user) not in _named(doc, "users"):
+    if user and str(user) not in named(doc, "users"):
         return f"context {current!r} names user {user!r}, which is not defined"
     return None
 
@@ -155,17 +153,17 @@ _FILE_KEYS = {
 def missing_file(docs: list[tuple[Path, dict[str, Any]]], merged: dict[str, Any]) -> str | None:
     """A file the current context's cluster or user names that does not exist, or None.
 
-    A relative name is relative to the kubeconfig file that defines the entry, as kubectl and
-    kubernetes_asyncio read it. Only the current context's entries are checked.
+    A relative name is relative to the kubeconfig file that defines the entry, as kubectl
+    reads it. Only the current context's entries are checked.
     """
     current = str(merged["current-context"])
-    context = _named(merged, "contexts")[current].get("context") or {}
+    context = named(merged, "contexts")[current].get("context") or {}
     for ref, (kind, keys) in _FILE_KEYS.items():
         name = str(context.get(ref) or "")
-        origin = next(((p, d) for p, d in docs if name in _named(d, kind)), None)
+        origin = next(((p, d) for p, d in docs if name in named(d, kind)), None)
         if origin is None:
             continue
-        body = _named(origin[1], kind)[name].get(ref) or {}
+        body = named(origin[1], kind)[name].get(ref) or {}
         for key in keys:
             value = body.get(key)
             if value and not (origin[0].parent / Path(str(value)).expanduser()).exists():
@@ -173,52 +171,44 @@ def missing_file(docs: list[tuple[Path, dict[str, Any]]], merged: dict[str, Any]
     return None
 
 
-async def _load_files(label: str, paths: tuple[Path, ...]) -> k8s_client.Configuration:
-    """The configuration from kubeconfig file(s) (merged as kubectl does), or a one-line error."""
-    from kubernetes_asyncio import client as k8s_client  # noqa: PLC0415 - see the docstring
-    from kubernetes_asyncio import config as k8s_config  # noqa: PLC0415
+def resolved(doc: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``doc`` with the files its clusters and users name made absolute from ``folder`` (the
+    kubeconfig file's own), as kubectl reads them; merging files then keeps each one's base."""
+    out = dict(doc)
+    for ref, (kind, keys) in _FILE_KEYS.items():
+        items = doc.get(kind)
+        if isinstance(items, list):
+            out[kind] = [_resolved_entry(item, ref, keys, folder) for item in items]
+    return out
 
+
+def _resolved_entry(item: Any, ref: str, keys: tuple[str, ...], folder: Path) -> Any:
+    body = item.get(ref) if isinstance(item, dict) else None
+    if not isinstance(body, dict):
+        return item
+    files = {k: str(folder / Path(v).expanduser()) for k, v in body.items()
+             if k in keys and isinstance(v, str) and v}  # fmt: skip
+    return {**item, ref: {**body, **files}}
+
+
+def load_files(label: str, paths: tuple[Path, ...]) -> dict[str, Any]:
+    """The kubeconfig file(s) merged as kubectl merges them, files named absolute, after
+    ``check_files`` found nothing wrong with them."""
     check_files(label, paths)
-    joined = os.pathsep.join(str(p) for p in paths)
-    configuration = k8s_client.Configuration()
-    try:
-        await k8s_config.load_kube_config(config_file=joined, client_configuration=configuration)
-    except (  # what kubernetes_asyncio's loaders raise on a malformed entry (it also asserts)
-        k8s_config.ConfigException,
-        OSError,
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        AssertionError,
-    ) as exc:
-        reason = str(exc).replace("File does not exists", "a file it names does not exist")
-        raise KubeconfigError(f"{label}: {joined}: {reason or type(exc).__name__}") from exc
-    if not configuration.host:
-        raise KubeconfigError(f"{label}: {joined}: the current context's cluster has no server")
-    return configuration
+    return merge([resolved(parse_file(path)[0], path.parent) for path in paths])
 
 
-def _in_cluster(
-    environ: Mapping[str, str], account_dir: Path
-) -> tuple[k8s_client.Configuration | None, str]:
-    """The service-account configuration of a pod, or None and why it does not apply."""
-    if "KUBERNETES_SERVICE_HOST" not in environ or "KUBERNETES_SERVICE_PORT" not in environ:
-        return None, "KUBERNETES_SERVICE_HOST/PORT not set (not in a pod)"
-    from kubernetes_asyncio import client as k8s_client  # noqa: PLC0415 - see the docstring
-    from kubernetes_asyncio import config as k8s_config  # noqa: PLC0415
-
-    configuration = k8s_client.Configuration()
-    try:
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration,
-            environ=dict(environ),
-            token_filename=str(account_dir / "token"),
-            cert_filename=str(account_dir / "ca.crt"),
-        )
-    except (k8s_config.ConfigException, OSError) as exc:
-        return None, str(exc).rstrip(".")
-    return configuration, ""
+def _in_cluster(environ: Mapping[str, str], account_dir: Path) -> str:
+    """Why a pod's service account does not apply, or "" when it does."""
+    names = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+    if not all(name in environ for name in names):
+        return "KUBERNETES_SERVICE_HOST/PORT not set (not in a pod)"
+    if not all(environ[name] for name in names):
+        return "KUBERNETES_SERVICE_HOST/PORT set but empty"
+    for name in ("token", "ca.crt"):
+        if not (account_dir / name).is_file():
+            return f"{account_dir / name}: no such file"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +217,8 @@ class Source:
 
     label: str
     paths: tuple[Path, ...] = ()
-    in_cluster: k8s_client.Configuration | None = None
+    account_dir: Path | None = None
+    """The service account's folder (token, ca.crt), for the in-cluster source."""
 
 
 def find_source(
@@ -243,9 +234,9 @@ def find_source(
     if existing:
         return Source("$KUBECONFIG", existing)
     tried.append(f"$KUBECONFIG={env_value}: no such file" if listed else "$KUBECONFIG: not set")
-    configuration, why_not = _in_cluster(environ, account_dir)
-    if configuration is not None:
-        return Source("in-cluster service account", in_cluster=configuration)
+    why_not = _in_cluster(environ, account_dir)
+    if not why_not:
+        return Source("in-cluster service account", account_dir=account_dir)
     tried.append(f"in-cluster: {why_not}")
     default = home / ".kube" / "config"
     if default.exists():
@@ -256,28 +247,14 @@ def find_source(
     )
 
 
-async def load_configuration(
-    explicit: str | None,
-    environ: Mapping[str, str],
-    home: Path,
-    account_dir: Path = SERVICE_ACCOUNT_DIR,
-) -> tuple[k8s_client.Configuration, str]:
-    """The configuration of the first source that exists, and a description for the log."""
-    source = find_source(explicit, environ, home, account_dir)
-    if source.in_cluster is not None:
-        return source.in_cluster, source.label
-    configuration = await _load_files(source.label, source.paths)
-    return configuration, f"{source.label} {os.pathsep.join(map(str, source.paths))}"
-
-
 def check_source(
     explicit: str | None,
     environ: Mapping[str, str],
     home: Path,
     account_dir: Path = SERVICE_ACCOUNT_DIR,
 ) -> Source:
-    """``find_source`` and, for files, ``check_files``: every mistake ``load_configuration``
-    would report about the source itself, without kubernetes_asyncio (outside a pod)."""
+    """``find_source`` and, for files, ``check_files``: the mistakes in the source itself,
+    found before ``run`` imports the operator's graph."""
     source = find_source(explicit, environ, home, account_dir)
     if source.paths:
         check_files(source.label, source.paths)

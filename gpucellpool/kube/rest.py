@@ -4,9 +4,10 @@ Why this module exists: every HTTP request the operator sends to a kube-apiserve
 infrastructure cluster and every workload cluster; the autoscaler, the provisioner, the
 webhook's adapters, the leader lease, the metrics access reviews, the Event sink) goes through
 ``RestClient.call`` (and ``watch`` for streams), so each one has the same timeout, auth, content
-types, throttling retry and errors. Only this module (and ``kubeconfig``, which reads
-credentials) imports kubernetes_asyncio/aiohttp for apiserver traffic; an import-linter
-contract keeps it so.
+types, throttling retry and errors. Only this module and ``transport`` (the session, TLS and
+credential of one apiserver, built from ``access``) use aiohttp's client; an import-linter
+contract keeps it so. kubernetes_asyncio is not imported: its client package alone was ~61 MiB
+of the operator's RSS (issue 13).
 
 - Timeout: each attempt (send and read) is bounded by ``timeout_s``; a watch by the server-side
   ``timeoutSeconds`` plus a read timeout, so a silent connection cannot hang a cache forever.
@@ -28,15 +29,16 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpucellpool.kube import access as accesses
 from gpucellpool.kube.cache import JSON, Query
 from gpucellpool.kube.errors import (
+    HTTP_UNAUTHORIZED,
     MESSAGE_LIMIT,
+    Forbidden,
     KubeError,
     NotFound,
     RetryPolicy,
@@ -45,7 +47,7 @@ from gpucellpool.kube.errors import (
     retry_decision,
     server_message,
 )
-from gpucellpool.kube.kubeconfig import load_configuration
+from gpucellpool.kube.transport import Connection, CredentialError, connect
 
 WATCH_SERVER_TIMEOUT_S = 290
 AUTOSCALER_FIELD_MANAGER = "gpucellpool-autoscaler"
@@ -66,11 +68,11 @@ def _continue(token: str) -> list[tuple[str, str]]:
 
 
 class RestClient:
-    """JSON over one ApiClient: ``call`` (the request function), list, watch, get, writes."""
+    """JSON over one ``Connection``: ``call`` (the request function), list, watch, get, writes."""
 
     def __init__(
         self,
-        api_client: k8s_client.ApiClient,
+        connection: Connection,
         timeout_s: float = 10.0,
         field_manager: str = AUTOSCALER_FIELD_MANAGER,
         retry: RetryPolicy | None = None,
@@ -78,7 +80,7 @@ class RestClient:
         owns_client: bool = True,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self._client = api_client
+        self._connection = connection
         self.timeout_s = timeout_s
         self.field_manager = field_manager
         self.retry = retry or RetryPolicy()
@@ -87,14 +89,14 @@ class RestClient:
         self._on_close = on_close
 
     @property
-    def api_client(self) -> k8s_client.ApiClient:
-        """The underlying client (its configuration names the server)."""
-        return self._client
+    def connection(self) -> Connection:
+        """The underlying connection (shared by the clients ``for_manager`` makes)."""
+        return self._connection
 
     @property
     def host(self) -> str:
         """The apiserver's URL."""
-        return str(self._client.configuration.host)
+        return self._connection.host
 
     def for_manager(
         self,
@@ -109,7 +111,7 @@ class RestClient:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         policy = self.retry if retry is None else retry
         return RestClient(
-            self._client, timeout, field_manager, policy, self._sleep, False, on_close
+            self._connection, timeout, field_manager, policy, self._sleep, False, on_close
         )
 
     async def _send(
@@ -119,26 +121,27 @@ class RestClient:
         query: list[tuple[str, str]],
         body: Any,
         content_type: str,
-        read_timeout: Any,
+        read_timeout: float | tuple[float, float],
     ) -> tuple[aiohttp.ClientResponse, str]:
-        """One unread response and the credential to redact; no answer -> ``Unreachable``."""
-        headers = {"Accept": JSON_TYPE, "Content-Type": content_type}
-        params = list(query)
+        """One unread response and the credential to redact; no answer -> ``Unreachable``,
+        no credential to send -> ``Forbidden`` (status 0)."""
         try:
-            await self._client.update_params_for_auth(headers, params, ["BearerToken"])
-            response = await self._client.rest_client.request(
-                method,
-                f"{self.host}{path}",
-                query_params=params,  # type: ignore[arg-type]  # a list of pairs works
-                headers=headers,
-                body=body,
-                _preload_content=False,
-                _request_timeout=read_timeout,
+            authorization, credential = await self._connection.credential.header()
+        except CredentialError as exc:
+            raise Forbidden(0, f"{method} {path}: no credential: {exc}") from exc
+        headers = {"Accept": JSON_TYPE, "Content-Type": content_type}
+        if authorization:
+            headers["Authorization"] = authorization
+        url = f"{self.host}{path}" + (f"?{urlencode(query)}" if query else "")
+        try:
+            response = await self._connection.request(
+                method, url, headers, _encoded(body), _timeout(read_timeout)
             )
-        except (TimeoutError, aiohttp.ClientError, OSError, ApiException) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _unreachable(method, path, exc) from exc
-        credential = headers.get("authorization", headers.get("Authorization", ""))
-        return response, credential.removeprefix("Bearer ").strip()
+        if response.status == HTTP_UNAUTHORIZED:
+            self._connection.credential.expire()
+        return response, credential
 
     async def _attempt(
         self,
@@ -306,7 +309,7 @@ class RestClient:
     async def close(self) -> None:
         """Close the connection when this client owns it, else let go of it (``on_close``)."""
         if self._owns_client:
-            await self._client.close()
+            await self._connection.close()
             return
         release, self._on_close = self._on_close, None
         if release is not None:
@@ -331,16 +334,38 @@ def _parsed(data: bytes, method: str, path: str, status: int) -> JSON:
     return parsed if isinstance(parsed, dict) else {"value": parsed}
 
 
+def _encoded(body: Any) -> bytes | None:
+    """The request body as sent: JSON for a mapping or list (an apply body too), bytes as is."""
+    if body is None or isinstance(body, bytes):
+        return body
+    return json.dumps(body).encode()
+
+
+def _timeout(read_timeout: float | tuple[float, float]) -> aiohttp.ClientTimeout:
+    """A total bound, or (connect, read) bounds for a stream."""
+    if isinstance(read_timeout, tuple):
+        connect_s, read_s = read_timeout
+        return aiohttp.ClientTimeout(connect=connect_s, sock_connect=connect_s, sock_read=read_s)
+    return aiohttp.ClientTimeout(total=read_timeout)
+
+
+async def client_for(
+    access: accesses.Access,
+    timeout_s: float = 10.0,
+    field_manager: str = AUTOSCALER_FIELD_MANAGER,
+) -> RestClient:
+    """A client for one apiserver access (``access.from_kubeconfig``, ``access.in_cluster``)."""
+    return RestClient(await connect(access), timeout_s, field_manager)
+
+
 async def client_from_kubeconfig(
     kubeconfig: Mapping[str, Any],
     timeout_s: float = 10.0,
     field_manager: str = AUTOSCALER_FIELD_MANAGER,
 ) -> RestClient:
-    """A client for a parsed kubeconfig (current context)."""
-    configuration = k8s_client.Configuration()
-    loader = k8s_config.kube_config.KubeConfigLoader(config_dict=dict(kubeconfig))
-    await loader.load_and_set(configuration)
-    return RestClient(k8s_client.ApiClient(configuration), timeout_s, field_manager)
+    """A client for a parsed kubeconfig (current context; relative file names from the
+    working directory). ``KubeconfigError`` names the entry and field that is wrong."""
+    return await client_for(accesses.from_kubeconfig(kubeconfig), timeout_s, field_manager)
 
 
 async def client_in_cluster_or(
@@ -353,10 +378,10 @@ async def client_in_cluster_or(
 
     Raises ``KubeconfigError`` (one line naming what was tried) when none works.
     """
-    configuration, source = await load_configuration(
+    access, source = accesses.load(
         kubeconfig_path,
         os.environ if environ is None else environ,
         Path.home() if home is None else home,
     )
-    log.info("cluster configuration: %s", source, extra={"server": configuration.host})
-    return RestClient(k8s_client.ApiClient(configuration), timeout_s)
+    log.info("cluster configuration: %s", source, extra={"server": access.server})
+    return await client_for(access, timeout_s)

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import yaml
 
 from gpucellpool.kube.cache import JSON, ListWatch, Query, WatchCache
+from gpucellpool.kube.kubeconfig import KubeconfigError
 from gpucellpool.kube.lean import Lean, LeanNodes, LeanPods
 
 log = logging.getLogger(__name__)
@@ -212,6 +213,8 @@ class WorkloadCluster:
         try:
             kubeconfig = yaml.safe_load(base64.b64decode(raw))
             client = await self._factory(kubeconfig)
+        except KubeconfigError as exc:  # names the entry and field, never a value
+            return f"kubeconfig unusable: {exc}"
         except Exception as exc:  # a bad credential is state, not a crash
             return f"kubeconfig unusable: {type(exc).__name__}"
         self._client = client

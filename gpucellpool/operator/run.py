@@ -257,7 +257,7 @@ async def _checked_client(args: argparse.Namespace) -> RestClient:
             preflight.lease_path(
                 args.lease_namespace, lease_name(args.lease_name, args.shards, args.shard_index)
             ),
-            str(infra.api_client.configuration.host),
+            infra.host,
         )
     except BaseException:
         await infra.close()

@@ -131,7 +131,7 @@ CONFIG = [
     BadInput(("run",), "~/.kube/config", files={"home/.kube/config": "kind: Config\n"}),
     BadInput(
         ("run",),
-        "in-cluster: Service host/port is set but empty",
+        "in-cluster: KUBERNETES_SERVICE_HOST/PORT set but empty",
         env={"KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": "443"},
     ),
     BadInput(

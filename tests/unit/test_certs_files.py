@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from kubernetes_asyncio import client
 
+from gpucellpool.kube.access import Access
 from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.transport import Connection
 from webhook import certs
 from webhook.runtime import WebhookOptions, start_webhook
 from webhook.tls import FileWatcher, ServingTLS
@@ -77,7 +78,7 @@ async def test_cert_manager_mode_serves_the_mount_and_follows_rotation(tmp_path:
     stored = issue()
     project(tmp_path, stored.serving, 1)
     options = WebhookOptions(mode="cert-manager", cert_dir=tmp_path, host="127.0.0.1", port=0)
-    api = RestClient(client.ApiClient())
+    api = RestClient(Connection(Access("http://localhost")))
     running = await start_webhook(api, options)
     try:
         port = running.server.port
@@ -93,7 +94,7 @@ async def test_cert_manager_mode_serves_the_mount_and_follows_rotation(tmp_path:
 
 
 async def test_cert_manager_mode_without_a_certificate_refuses_to_start(tmp_path: Path) -> None:
-    api = RestClient(client.ApiClient())
+    api = RestClient(Connection(Access("http://localhost")))
     try:
         options = WebhookOptions(mode="cert-manager", cert_dir=tmp_path, port=0)
         with pytest.raises(RuntimeError, match="no usable certificate"):

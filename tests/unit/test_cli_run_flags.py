@@ -18,6 +18,7 @@ import pytest
 
 from gpucellpool import __version__
 from gpucellpool.cli import build_parser, main
+from gpucellpool.kube.access import in_cluster, load
 from gpucellpool.kube.errors import KubeError
 from gpucellpool.kube.kubeconfig import (
     KubeconfigError,
@@ -25,7 +26,6 @@ from gpucellpool.kube.kubeconfig import (
     document_problem,
     file_problem,
     find_source,
-    load_configuration,
     merge,
 )
 from gpucellpool.operator import flag_types
@@ -295,15 +295,15 @@ def test_what_the_current_context_names_must_exist(
     assert found is not None and problem in found
 
 
-async def test_kubeconfig_files_merge_as_the_loader_merges_them(tmp_path: Path) -> None:
+def test_kubeconfig_files_merge_as_the_loader_merges_them(tmp_path: Path) -> None:
     """$KUBECONFIG=a:b with the context in one file and its cluster in the other is fine."""
     head, _, clusters = GOOD.partition("clusters:")
     (tmp_path / "a").write_text(head)
     (tmp_path / "b").write_text("clusters:" + clusters)
     assert file_problem(tmp_path / "a") == "context 'a' names cluster 'c', which is not defined"
     env = {"KUBECONFIG": f"{tmp_path / 'a'}:{tmp_path / 'b'}"}
-    configuration, _ = await load_configuration(None, env, tmp_path, tmp_path)
-    assert configuration.host == "https://127.0.0.1:6443"
+    access, _ = load(None, env, tmp_path, tmp_path)
+    assert access.server == "https://127.0.0.1:6443"
     assert merge([{"current-context": "x"}, {"current-context": "y"}])["current-context"] == "y"
 
 
@@ -328,12 +328,12 @@ def test_files_the_current_context_names_must_exist(tmp_path: Path) -> None:
 
 def test_preflight_paths_are_the_ones_the_operator_uses() -> None:
     from gpucellpool.operator.adapters import POOLS_PATH, LeaseClient  # noqa: PLC0415
-    from gpucellpool.operator.app import _path  # noqa: PLC0415
+    from gpucellpool.operator.provisioner_wiring import collection_path  # noqa: PLC0415
     from gpucellpool.operator.settings import Settings, watched_namespaces  # noqa: PLC0415
 
     for namespaces in ((), ("a",), ("a", "b", "a")):
         settings = Settings(identity="x", lease_namespace="ops", pool_namespaces=namespaces)
-        expected = [_path(ns, POOLS_PATH) for ns in watched_namespaces(settings)]
+        expected = [collection_path(ns, POOLS_PATH) for ns in watched_namespaces(settings)]
         assert pool_paths(namespaces) == expected
     lease = LeaseClient(None, "ops", "gpucellpool-autoscaler")  # type: ignore[arg-type]
     assert lease_path("ops", "gpucellpool-autoscaler") == lease.path
@@ -369,7 +369,7 @@ def test_nothing_found_names_every_source_and_why(tmp_path: Path) -> None:
 
 
 def test_in_cluster_without_its_ca_says_so(tmp_path: Path) -> None:
-    with pytest.raises(KubeconfigError, match="in-cluster: Service certification file"):
+    with pytest.raises(KubeconfigError, match=r"in-cluster: .*/ca\.crt: no such file"):
         find_source(None, POD, tmp_path, account_dir(tmp_path, ca=False))
 
 
@@ -385,13 +385,14 @@ def test_order_kubeconfig_env_then_in_cluster_then_home(tmp_path: Path) -> None:
     assert find_source(None, with_env, tmp_path, sa).paths == (env_config,)
     absent_env = {"KUBECONFIG": str(tmp_path / "absent"), **POD}
     source = find_source(None, absent_env, tmp_path, sa)
-    assert source.in_cluster is not None and source.in_cluster.host == "https://10.0.0.1:443"
+    assert source.account_dir == sa
+    assert in_cluster(absent_env, sa).server == "https://10.0.0.1:443"
     assert find_source(None, {"KUBECONFIG": str(tmp_path / "absent")}, tmp_path, sa).paths == (
         home_config,
     )
 
 
-async def test_a_broken_file_is_named_not_skipped(tmp_path: Path) -> None:
+def test_a_broken_file_is_named_not_skipped(tmp_path: Path) -> None:
     home_config = tmp_path / ".kube" / "config"
     home_config.parent.mkdir()
     home_config.write_text(GOOD)
@@ -400,9 +401,9 @@ async def test_a_broken_file_is_named_not_skipped(tmp_path: Path) -> None:
         GOOD.replace("insecure-skip-tls-verify: true", "certificate-authority: /no/ca")
     )
     with pytest.raises(KubeconfigError, match=rf"^\$KUBECONFIG: {broken}: .*/no/ca"):
-        await load_configuration(None, {"KUBECONFIG": str(broken)}, tmp_path, tmp_path)
-    configuration, described = await load_configuration(None, {}, tmp_path, tmp_path)
-    assert configuration.host == "https://127.0.0.1:6443" and str(home_config) in described
+        load(None, {"KUBECONFIG": str(broken)}, tmp_path, tmp_path)
+    access, described = load(None, {}, tmp_path, tmp_path)
+    assert access.server == "https://127.0.0.1:6443" and str(home_config) in described
 
 
 # -- runtime errors -----------------------------------------------------------------------------

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio import client
-
+from gpucellpool.kube.access import Access
 from gpucellpool.kube.connections import Connections, fingerprint
 from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.transport import Connection
 
 
 class CountingClient(RestClient):
@@ -36,7 +36,7 @@ async def test_the_same_kubeconfig_is_one_connection_and_the_last_holder_closes_
 
     async def connect(config: Mapping[str, Any], timeout_s: float) -> RestClient:
         made.append(config)
-        return CountingClient(client.ApiClient(client.Configuration(host="http://x")), timeout_s)
+        return CountingClient(Connection(Access("http://x")), timeout_s)
 
     CountingClient.closed = 0
     connections = Connections(connect)
@@ -45,7 +45,7 @@ async def test_the_same_kubeconfig_is_one_connection_and_the_last_holder_closes_
     other = await connections.acquire(kubeconfig("https://b"), "gpucellpool")
     assert len(made) == 2 and connections.opened == 2
     assert (connections.open_count, connections.holders) == (2, 3)
-    assert autoscaler.api_client is provisioner.api_client is not other.api_client
+    assert autoscaler.connection is provisioner.connection is not other.connection
     assert (autoscaler.field_manager, provisioner.field_manager) == (
         "gpucellpool-autoscaler",
         "gpucellpool",

@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from kubernetes_asyncio import client
 
 from gpucellpool.kube import errors
+from gpucellpool.kube.access import Access
 from gpucellpool.kube.cache import JSON, Query
 from gpucellpool.kube.errors import RetryPolicy, error_for, retry_decision, server_message
 from gpucellpool.kube.events import EventNote, EventSink, event_body, rest_creator
 from gpucellpool.kube.rest import LIST_PAGE_LIMIT, RestClient
 from gpucellpool.kube.reviews import KubeAccessReviewer
+from gpucellpool.kube.transport import Connection
 from gpucellpool.operator.adapters import LeaseClient
 from gpucellpool.runtime.metrics_access import ReviewUnavailable
 
@@ -123,14 +124,13 @@ async def door() -> AsyncIterator[Door]:
     app.router.add_route("*", "/{tail:.*}", script.handle)
     server = TestServer(app)
     await server.start_server()
-    configuration = client.Configuration(host=str(server.make_url("")).rstrip("/"))
-    configuration.api_key = {"BearerToken": f"Bearer {TOKEN}"}  # as kubeconfig loads a token
+    access = Access(str(server.make_url("")).rstrip("/"), token=TOKEN)  # a kubeconfig's token
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    rest = RestClient(client.ApiClient(configuration), timeout_s=2.0, sleep=sleep)
+    rest = RestClient(Connection(access), timeout_s=2.0, sleep=sleep)
     yield Door(rest, script, slept)
     await rest.close()
     await server.close()
@@ -198,7 +198,7 @@ async def test_no_answer_is_unreachable_within_the_timeout(door: Door) -> None:
     with pytest.raises(errors.Unreachable) as raised:
         await door.rest.call("GET", "/api/v1/pods")  # the server never answers
     assert raised.value.status == 0 and "timed out" in str(raised.value)
-    closed = RestClient(client.ApiClient(client.Configuration(host="http://127.0.0.1:1")))
+    closed = RestClient(Connection(Access("http://127.0.0.1:1")))
     try:
         with pytest.raises(errors.Unreachable):
             await closed.call("GET", "/version")
@@ -311,7 +311,7 @@ async def test_a_dropped_connection_or_a_page_that_is_not_json_is_in_the_tree() 
     server = TestServer(app)
     await server.start_server()
     host = str(server.make_url("")).rstrip("/")
-    rest = RestClient(client.ApiClient(client.Configuration(host=host)), timeout_s=5.0)
+    rest = RestClient(Connection(Access(host)), timeout_s=5.0)
     try:
         with pytest.raises(errors.Unreachable, match="Disconnected"):
             await rest.call("POST", "/drop", body={})
@@ -377,7 +377,7 @@ async def test_a_watch_streams_events_and_its_failures_are_in_the_tree() -> None
     server = TestServer(app)
     await server.start_server()
     host = str(server.make_url("")).rstrip("/")
-    rest = RestClient(client.ApiClient(client.Configuration(host=host)), timeout_s=5.0)
+    rest = RestClient(Connection(Access(host)), timeout_s=5.0)
     try:
         names = [e["object"]["metadata"]["name"] async for e in rest.watch(Query("/events"), "7")]
         assert names == ["a", "b"]

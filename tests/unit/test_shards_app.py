@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
+from gpucellpool.kube.access import Access
 from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.transport import Connection
 from gpucellpool.operator.app import App
 from gpucellpool.operator.settings import Settings
 from gpucellpool.runtime.shards import shard_of
@@ -23,11 +24,9 @@ from tests.unit.test_status_metrics import row, status
 
 
 def _app(registry: CollectorRegistry, **settings: Any) -> App:
-    config = Configuration()
-    config.host = "http://127.0.0.1:9"  # never contacted: no task is started
     return App(
         Settings(identity="a", lease_namespace="ns", pool_namespace="ns", **settings),
-        RestClient(ApiClient(config)),
+        RestClient(Connection(Access("http://127.0.0.1:9"))),  # never contacted
         registry=registry,
     )
 

@@ -6,11 +6,12 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from gpucellpool.api.status import GPUCellPoolStatus
+from gpucellpool.kube.access import Access
 from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.transport import Connection
 from gpucellpool.operator.app import App
 from gpucellpool.operator.metrics import OperatorMetrics
 from gpucellpool.operator.settings import Settings
@@ -361,11 +362,9 @@ def test_shell_skips_an_unreadable_status() -> None:
 
 
 async def test_app_takeover_is_a_first_sight_and_standby_records_nothing() -> None:
-    config = Configuration()
-    config.host = "http://127.0.0.1:9"  # never contacted: no task is started
     reg = CollectorRegistry()
     app = App(Settings(identity="a", lease_namespace="ns", pool_namespace="ns"),
-              RestClient(ApiClient(config)), registry=reg)  # fmt: skip
+              RestClient(Connection(Access("http://127.0.0.1:9"))), registry=reg)  # fmt: skip
     try:
         cache = app.pool_caches[0]
         booting = _pool(status(row("p-0", "Booting", 0)))

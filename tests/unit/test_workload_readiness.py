@@ -17,12 +17,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import yaml
-from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
+from gpucellpool.kube.access import Access
 from gpucellpool.kube.cache import Query
 from gpucellpool.kube.errors import Forbidden
-from gpucellpool.kube.rest import RestClient
+from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
+from gpucellpool.kube.transport import Connection
 from gpucellpool.kube.workload import ClusterKey, WorkloadCluster
 from gpucellpool.operator.app import App
 from gpucellpool.operator.settings import Settings
@@ -66,11 +67,9 @@ async def until(check: Callable[[], bool]) -> None:
 
 
 def app_with(cluster: WorkloadCluster) -> App:
-    config = Configuration()
-    config.host = "http://127.0.0.1:9"  # never contacted: no task is started
     app = App(
         Settings(identity="a", lease_namespace="ns", pool_namespace="ns"),
-        RestClient(ApiClient(config)),
+        RestClient(Connection(Access("http://127.0.0.1:9"))),  # never contacted
         registry=CollectorRegistry(),
     )
     app.pool_caches[0].synced.set()
@@ -164,3 +163,26 @@ async def test_a_secret_rbac_refuses_is_a_verdict_that_does_not_hold_readiness()
         await cluster.stop()
         await app.autoscaler.close()
         await app.infra.close()
+
+
+async def test_a_kubeconfig_with_a_bad_field_is_told_by_the_field_never_its_value() -> None:
+    """The door's own reader names the entry and field (before: only the exception's type)."""
+    secret = unusable_secret()
+    key = base64.b64encode(b"KEY-MATERIAL").decode()
+    doc = {"current-context": "x", "contexts": [{"name": "x", "context": {"cluster": "c",
+           "user": "u"}}], "clusters": [{"name": "c", "cluster": {"server": "https://h"}}],
+           "users": [{"name": "u", "user": {"client-key-data": key}}]}  # fmt: skip
+    secret["data"]["value"] = base64.b64encode(yaml.safe_dump(doc).encode()).decode()
+    infra = Secrets([secret])
+    infra.release.set()
+    cluster = WorkloadCluster(KEY, infra, client_from_kubeconfig, lambda *a: None)
+    cluster.start()
+    try:
+        await until(cluster.settled)
+        assert cluster.error == (
+            "kubeconfig unusable: kubeconfig: user 'u': client-certificate: missing (a client "
+            "certificate needs both)"
+        )
+        assert key not in cluster.error
+    finally:
+        await cluster.stop()
