@@ -53,7 +53,6 @@ from gpucellpool.operator.provisioner_wiring import (
     ClusterState,
     ProvisionerSide,
     collection_path,
-    pool_rules,
 )
 from gpucellpool.operator.secure_metrics import secure_site
 from gpucellpool.operator.settings import (
@@ -71,14 +70,7 @@ from webhook.runtime import RunningWebhook, start_webhook
 from webhook.tls import FileWatcher
 
 log = logging.getLogger(__name__)
-__all__ = [
-    "App",
-    "RoutedWorkloadView",
-    "SystemClock",
-    "build",
-    "pool_rules",  # moved to provisioner_wiring; importable from here as before
-]
-_path = collection_path  # the collection path narrowed to a namespace (tests import it here)
+__all__ = ["App", "RoutedWorkloadView", "build"]
 
 
 class RoutedWorkloadView(CacheWorkloadView):

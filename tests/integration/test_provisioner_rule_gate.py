@@ -6,13 +6,13 @@ carrying what the webhook refuses (``nodeName``, ``schedulerName``, a hostPath `
 share) gets no SwiftGuest, no seed profile, no bootstrap Secret: the operator's only writes are
 the pool's status (``Degraded=True`` naming each field) and one Warning Event. Once the pool is
 fixed, the same reconciler proceeds to a Ready cell and clears ``Degraded``. The reconciler is
-wired exactly as the operator wires it (``gpucellpool.operator.app.pool_rules`` with the rule
-settings).
+wired exactly as the operator wires it (``gpucellpool.operator.provisioner_wiring.pool_rules``
+with the rule settings).
 """
 
 from __future__ import annotations
 
-from gpucellpool.operator.app import pool_rules
+from gpucellpool.operator.provisioner_wiring import pool_rules
 from provisioner.events import EVENT
 from provisioner.kube import KINDS, KubeApi
 from simulations.harness import ClusterEndpoint

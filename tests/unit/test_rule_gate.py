@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.operator.app import pool_rules
+from gpucellpool.operator.provisioner_wiring import pool_rules
 from provisioner.rule_gate import RuleGate, degraded_message, degraded_patch
 from provisioner.status import PassSummary, conditions
 from provisioner.workload import Reachability
