@@ -17,6 +17,7 @@ import itertools
 import operator
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoscaler.policy.packing import (
     NEW_CELL_PREFIX,
@@ -63,6 +64,24 @@ def _cell_facts(view: CellView, shape: CellShape, threshold: float) -> _Facts:
     live = bin_row is not None
     candidate = bool(candidates((view,), util, threshold))
     return _Facts(view, bin_row, empty, live and empty, candidate, busy)
+
+
+class FactKey(NamedTuple):
+    """A cell view's facts as ``decide`` reads them when it packs nothing (``same_facts``)."""
+
+    live: bool
+    empty: bool
+    live_empty: bool
+    candidate: bool
+    draining_busy: bool
+    holds: bool  # packing's "holds anything" (the cells-used count)
+
+
+def fact_key(view: CellView, shape: CellShape, threshold: float) -> FactKey:
+    """``view``'s facts (those of the index, plus whether its usage holds anything)."""
+    f = _cell_facts(view, shape, threshold)
+    holds = f.row is not None and _usage_facts(f.row[1], shape)[2]
+    return FactKey(f.row is not None, f.empty, f.live_empty, f.candidate, f.draining_busy, holds)
 
 
 def _tally(totals: dict[str, int], facts: _Facts, sign: int) -> None:

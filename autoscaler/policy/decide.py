@@ -32,7 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from autoscaler.policy import cell_index, limits, next_change
+from autoscaler.policy import cell_index, limits, next_change, same_facts
 from autoscaler.policy.decide_paths import Inputs, hold, scale_down, scale_up
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.forecast import forecast_demand
@@ -251,6 +251,8 @@ def decide(
     else:
         decision = hold(observation, mem, config, inp)
     used = float(inp.packing.cells_used()) if inp.trusted else None
+    packed, down = bool(inp.fitting or inp.displaced), raw < inp.current
+    reads = same_facts.reads(observation, config, decision.reason, down, packed, hedged != NO_HEDGE)
     # ``steady`` reads only the decision's memory: one copy of the decision carries it all
     return replace(
         decision,
@@ -258,7 +260,7 @@ def decide(
         pending_asks=len(inp.fitting),
         unschedulable=inp.unschedulable,
         forecast_cells=inp.forecast,
-        steady=next_change.steady(observation, memory, decision, config, now, raw, used),
+        steady=next_change.steady(observation, memory, decision, config, now, raw, used, reads),
         act=decision.act and config.mode != Mode.SHADOW,
     )
 

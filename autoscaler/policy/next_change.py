@@ -30,6 +30,7 @@ from autoscaler.policy.types import (
     Observation,
     PolicyConfig,
     PolicyMemory,
+    Reads,
     Steady,
 )
 
@@ -109,11 +110,13 @@ def steady(
     now: float,
     raw: int,
     cells_used: float | None,
+    reads: Reads = Reads.CELLS,
 ) -> Steady | None:
     """How long ``decision`` (made at ``now`` from ``memory``) holds for this observation.
 
     ``raw`` is the raw recommendation and ``cells_used`` the demand sample ``decide`` recorded
-    (None when it recorded none). None when no promise can be made.
+    (None when it recorded none); ``reads`` what of the cells it read (``policy.same_facts``).
+    None when no promise can be made.
     """
     if config.prewarm and cells_used is not None:
         return None  # the forecast moves with the clock and with every sample
@@ -132,6 +135,7 @@ def steady(
         recommendation_horizon_seconds=limits.recommendation_horizon(config),
         event_horizon_seconds=limits.event_horizon(config),
         sample_window_seconds=config.forecast_window_seconds,
+        reads=reads,
     )
 
 

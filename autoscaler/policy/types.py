@@ -348,6 +348,14 @@ class Unschedulable:
     message: str
 
 
+class Reads(enum.StrEnum):
+    """What of the cells a decision read (``policy.same_facts``), for a caller to tell which
+    changed observations would give the same decision."""
+
+    FACTS = "facts"  # counts and each cell's facts (state, empty, below threshold, busy drain)
+    CELLS = "cells"  # any cell's usage (pods packed, a victim's pods re-packed)
+
+
 @dataclass(frozen=True, slots=True)
 class Steady:
     """How long a decision holds while the observation stays the same (``policy.next_change``).
@@ -356,7 +364,9 @@ class Steady:
     observation gives the same count, reason, victims and ``act``; each such call would only
     record ``raw`` (the raw recommendation; None: nothing) and ``cells_used`` (a demand sample;
     None: nothing) in memory, trimmed to the horizons. A caller may skip those calls (the
-    simulator) or sleep until ``until`` (the live loop's requeue) and lose nothing.
+    simulator) or sleep until ``until`` (the live loop's requeue) and lose nothing. So does an
+    observation that differs only in what ``reads`` says the decision did not look at
+    (``policy.same_facts.holds_after``).
     """
 
     until: float
@@ -365,6 +375,7 @@ class Steady:
     recommendation_horizon_seconds: float = 0.0
     event_horizon_seconds: float | None = None  # None: scale events are not trimmed
     sample_window_seconds: float = 0.0
+    reads: Reads = Reads.CELLS  # a changed observation may repeat it (``policy.same_facts``)
 
 
 @dataclass(frozen=True, slots=True)

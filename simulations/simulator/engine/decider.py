@@ -4,21 +4,26 @@ Why this module exists: most ticks of a month-long replay look at a world that h
 since the last ``decide``; calling the policy again would return the same decision. Skipping
 those calls is what makes long replays cheap, and keeping the rule apart from the event loop
 keeps it reviewable: a tick whose observation is the very object the last ``decide`` saw,
-before that decision's ``steady.until``, repeats the last decision; the skipped tick times are
-handed to the policy's ``advance`` before the next real call, so its memory is what calling
+before that decision's ``steady.until``, repeats the last decision (so does one the policy's
+``holds_after`` says differs only in what that decision did not read, ``policy.same_facts``);
+the skipped tick times are handed to the policy's ``advance`` before the next real call, so
+its memory is what calling
 ``decide`` at every tick would have built. Results are identical with and without skipping
 (``SimConfig.skip_idle_ticks``; tests/unit/test_sim_skip.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from autoscaler.policy.next_change import advance
-from autoscaler.policy.types import Decision, Observation, PolicyMemory
+from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory, Steady
 from simulations.simulator.engine.config import SimConfig
 from simulations.simulator.engine.policy import ScalingPolicy
 from simulations.simulator.engine.world import World
+
+HoldsAfter = Callable[[Steady, Observation, Observation, PolicyConfig], bool]
 
 
 class Decider:
@@ -28,6 +33,9 @@ class Decider:
         self.policy = policy
         self.cfg = config
         self.advance = getattr(policy, "advance", advance)
+        # whether a changed observation repeats the decision (``policy.same_facts``); a
+        # policy without it decides again on every change
+        self.holds: HoldsAfter | None = getattr(policy, "holds_after", None)
         self.memory = PolicyMemory()
         self.last_decision: Decision | None = None
         self.last_observation: Observation | None = None
@@ -71,10 +79,16 @@ class Decider:
         if (
             last is None
             or last.steady is None
-            or observation is not self.last_observation
             or now >= last.steady.until
             or not self.cfg.skip_idle_ticks
         ):
             return None
+        seen = self.last_observation
+        if observation is not seen:
+            if self.holds is None or seen is None:
+                return None
+            if not self.holds(last.steady, seen, observation, self.cfg.policy_config):
+                return None
+            self.last_observation = observation  # the next one is compared with this one
         self.skipped.append(now)
         return last

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+from autoscaler.policy import same_facts
 from autoscaler.policy.decide import decide
-from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory
+from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory, Steady
 
 
 @runtime_checkable
@@ -49,13 +50,28 @@ class ProductionPolicy:
         self.name = name
         self.overrides = dict(overrides or {})
         self.gang_scale_up = gang_scale_up
+        self._effective: tuple[PolicyConfig, PolicyConfig] | None = None
 
     def decide(
         self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
     ) -> Decision:
-        if self.overrides:
-            config = replace(config, **self.overrides)
-        return decide(observation, memory, config, now)
+        return decide(observation, memory, self._config(config), now)
+
+    def holds_after(
+        self, steady: Steady, before: Observation, after: Observation, config: PolicyConfig
+    ) -> bool:
+        """Whether ``decide`` would repeat on ``after`` the decision it made on ``before``
+        (``autoscaler.policy.same_facts``)."""
+        return same_facts.holds_after(steady, before, after, self._config(config))
+
+    def _config(self, config: PolicyConfig) -> PolicyConfig:
+        """``config`` with the overrides (the same object for the same ``config``)."""
+        if not self.overrides:
+            return config
+        cached = self._effective
+        if cached is None or cached[0] is not config:
+            cached = self._effective = (config, replace(config, **self.overrides))
+        return cached[1]
 
 
 def legacy_windows_policy() -> ProductionPolicy:
