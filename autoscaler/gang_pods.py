@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.loop_ports import WorkloadSnapshot
-from autoscaler.observe import PodIndex, index_pods
+from autoscaler.pod_index import PodIndex, index_pods
 from autoscaler.policy.provreq import CLASS_ANNOTATION, CONSUME_ANNOTATION
 
 JSON = dict[str, Any]

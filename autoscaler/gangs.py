@@ -34,7 +34,7 @@ from autoscaler.gang_pods import Booking, placed_consumers, with_bookings
 from autoscaler.loop import Autoscaler
 from autoscaler.loop_ports import WorkloadSnapshot, WorkloadView
 from autoscaler.loop_state import PoolState
-from autoscaler.observe import index_pods
+from autoscaler.pod_index import index_pods
 from autoscaler.policy import gang, provreq
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.errors import AskError

@@ -40,15 +40,14 @@ from autoscaler.loop_state import LoopSettings, PoolState, due, record_metrics, 
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
-    demand_candidates,
     free_gpus_for_new_cells,
-    index_pods,
     nodes_to_read,
     observation,
     plan_feedback,
     refused_victims,
     with_requested,
 )
+from autoscaler.pod_index import demand_candidates, index_pods
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.decide import decide
 from autoscaler.policy.expander import PoolShare
@@ -66,7 +65,7 @@ from autoscaler.policy.types import (
     MetricsHealth,
     Observation,
 )
-from autoscaler.sharing import Rival, rivals_of, share_pending, sharing_facts
+from autoscaler.sharing import RivalBoard, share_pending, sharing_facts
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.runtime.runner import KeyedRunner, RunnerSettings
 
@@ -115,6 +114,7 @@ class Autoscaler:
         self.is_leader = is_leader
         self.pools: dict[tuple[str, str], PoolState] = {}
         self.publisher = Publisher(writer, self.settings)
+        self.rivals = RivalBoard()  # the expander's options, per workload cluster
         self.runner: KeyedRunner[tuple[str, str]] = KeyedRunner(
             self._step,
             clock,
@@ -152,6 +152,7 @@ class Autoscaler:
         except ValueError:
             log.warning("pool does not validate; ignored", extra={"pool": "/".join(key)})
             return
+        self.rivals.put(key, self.workload.cluster_of(pool), pool)
         state = self.pools.get(key)
         if state is None:
             state = self.pools[key] = PoolState(pool, dict(raw.get("status") or {}))
@@ -188,7 +189,7 @@ class Autoscaler:
 
     def _state_identity(self, state: PoolState) -> object:
         """``_identity`` of the state's pool, its ``cluster_of`` key kept while the pool object
-        is the same (every decision asks it of every pool of the cluster: ``_rivals``)."""
+        is the same (``cluster_event`` asks it of every pool)."""
         if state.cluster_of is None or state.cluster_of[0] is not state.pool:
             state.cluster_of = (state.pool, self.workload.cluster_of(state.pool))
         return self.workload.identity(state.cluster_of[1])
@@ -221,6 +222,7 @@ class Autoscaler:
 
     def _stop(self, key: tuple[str, str]) -> None:
         self.pools.pop(key, None)
+        self.rivals.remove(key)
         self.runner.remove(key)
         if self.metrics is not None:
             self.metrics.forget(*key)
@@ -228,6 +230,7 @@ class Autoscaler:
     async def close(self) -> None:
         await self.runner.close()
         self.pools.clear()
+        self.rivals = RivalBoard()
 
     # -- one decision -----------------------------------------------------------------------
 
@@ -321,7 +324,8 @@ class Autoscaler:
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         # One pending pod, one pool: the others of this cluster compute the same answer.
-        state.share = share_pending(pool, pending, mine, ns_labels, self._rivals(pool))
+        rivals = self.rivals.rivals(self.workload.cluster_of(pool), self.workload.identity)
+        state.share = share_pending(pool, pending, mine, ns_labels, rivals)
         pending = state.share.kept
         nodes = snap.nodes_by_name
         if nodes is None:
@@ -361,13 +365,6 @@ class Autoscaler:
         if health.read_failed and self.metrics is not None and self.is_leader():
             self.metrics.pool(*_key(pool)).scrape_error(DEMAND_READ)
         return names, usage, health
-
-    def _rivals(self, pool: GPUCellPool) -> tuple[Rival, ...]:
-        """The other pools of ``pool``'s workload cluster (through any Secret, once its identity
-        is known: ``WorkloadView.identity``) that may take its pending pods."""
-        identity = self._identity(pool)
-        same = (s.pool for s in self.pools.values() if self._state_identity(s) == identity)
-        return rivals_of(pool, same)
 
 
 def runner_settings(settings: LoopSettings) -> RunnerSettings:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from autoscaler.observe import PodIndex
+from autoscaler.pod_index import PodIndex
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.signals.hami_activity import ActivityReading
 from gpucellpool.api.clock import Clock

@@ -20,10 +20,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoscaler.policy.pool_demand import (
-    label_pairs,
-    metadata,
-)
+from autoscaler.policy.pool_demand import metadata
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -35,7 +32,6 @@ from autoscaler.policy.types import (
     PendingPod,
     Reason,
 )
-from gpucellpool.api.base import LabelSelector
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase, PlanStep
 
@@ -100,60 +96,6 @@ def pods_by_node(pods: Iterable[JSON]) -> dict[str, list[JSON]]:
 
 
 @dataclass(frozen=True, slots=True)
-class PodIndex:
-    """A workload cluster's pods split once, for every pool of that cluster to share.
-
-    ``unbound`` holds the pods that could be pending demand (phase Pending, no nodeName: a
-    superset of ``is_pending_hami_pod`` for any scheduler name and selection); ``by_node``
-    the pods bound to each Node. A pool's decision then scans only the unbound pods and
-    looks up its own cells' Nodes, instead of walking every pod of the cluster (10,000 pods
-    x 50 pools per burst was the live operator's hot spot; see docs/benchmarks.md).
-    """
-
-    unbound: tuple[JSON, ...]
-    by_node: Mapping[str, Sequence[JSON]]
-    by_label: Mapping[tuple[str, str], Sequence[JSON]] | None = None
-    """The ``unbound`` pods per (label key, value) they carry (``label_index``), so a pool whose
-    demand selects by ``matchLabels`` looks at its own few pods, not at every unbound pod of
-    the cluster; None: not indexed (``demand_candidates`` scans them all)."""
-
-
-def label_index(unbound: Iterable[JSON]) -> dict[tuple[str, str], list[JSON]]:
-    """Each unbound pod under every (key, value) of its labels."""
-    out: dict[tuple[str, str], list[JSON]] = defaultdict(list)
-    for pod in unbound:
-        for pair in label_pairs(pod):
-            out[pair].append(pod)
-    return dict(out)
-
-
-def demand_candidates(index: PodIndex, selector: LabelSelector | None) -> Sequence[JSON]:
-    """The unbound pods a demand ``podSelector`` can match: the shortest ``by_label`` list of
-    its ``matchLabels`` (a pod lacking one of them cannot match), else every unbound pod. A
-    superset: the caller still applies ``counts_as_demand``."""
-    wanted = selector.match_labels if selector is not None else None
-    if not wanted or index.by_label is None:
-        return index.unbound
-    lists = [index.by_label.get((str(k), str(v)), ()) for k, v in wanted.items()]
-    return min(lists, key=len)
-
-
-def index_pods(pods: Iterable[JSON]) -> PodIndex:
-    unbound: list[JSON] = []
-    by_node: dict[str, list[JSON]] = defaultdict(list)
-    for pod in pods:
-        spec = pod.get("spec")
-        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-        if node:
-            by_node[str(node)].append(pod)
-            continue
-        status = pod.get("status")
-        if isinstance(status, Mapping) and status.get("phase") == "Pending":
-            unbound.append(pod)
-    return PodIndex(tuple(unbound), dict(by_node), label_index(unbound))
-
-
-@dataclass(frozen=True, slots=True)
 class CellInputs:
     """What ``cells_for_pool`` needs besides the pool."""
 
@@ -199,7 +141,7 @@ def raised(annotated: Sequence[GPUUsage], reported: Sequence[GPUUsage]) -> tuple
 
 
 # A memo, not state (like ``sharing._RIVALS``): per Node name, the pods tuple last read and
-# the usage its annotations give. The pod index (``routing.PodIndexer``) hands out the same
+# the usage its annotations give. The pod index (``pod_index.PodIndexer``) hands out the same
 # tuple for a Node until one of its pods changes, so ``is`` tells whether the memo is current;
 # without it every decision of every pool re-parsed the annotations of all its cells' pods.
 _USAGE: dict[str, tuple[Sequence[JSON], int, tuple[GPUUsage, ...]]] = {}

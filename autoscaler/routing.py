@@ -29,8 +29,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.observe import PodIndex, label_index
-from autoscaler.policy.pool_demand import counts_as_demand
+from autoscaler.pod_index import PodIndex, PodIndexer, is_unbound_pending, node_of
+from autoscaler.policy.pool_demand import counts_as_demand, label_pairs
 from gpucellpool.api.autoscaling import DemandSelection
 from gpucellpool.api.pool import POOL_LABEL
 
@@ -65,6 +65,12 @@ class ClusterRoutes:
     routes: tuple[PoolRoute, ...] = ()
     by_node: Mapping[str, frozenset[PoolKey]] = field(default_factory=dict)
     by_name: Mapping[str, frozenset[PoolKey]] = field(default_factory=dict)
+    by_pair: Mapping[tuple[str, str], tuple[PoolRoute, ...]] | None = None
+    """The routes whose podSelector has ``matchLabels``, each under one of its (key, value)
+    pairs (a pod without that label is not its demand); None: not indexed (every route is
+    asked, ``demand_routes``)."""
+    unkeyed: tuple[PoolRoute, ...] = ()
+    """The routes without ``matchLabels`` (asked about every pod)."""
 
     @property
     def keys(self) -> frozenset[PoolKey]:
@@ -92,16 +98,35 @@ def pool_route(key: PoolKey, cluster: Hashable, raw: JSON) -> PoolRoute:
 def index_routes(routes: Iterable[PoolRoute]) -> ClusterRoutes:
     by_node: dict[str, set[PoolKey]] = defaultdict(set)
     by_name: dict[str, set[PoolKey]] = defaultdict(set)
+    by_pair: dict[tuple[str, str], list[PoolRoute]] = defaultdict(list)
+    unkeyed: list[PoolRoute] = []
     listed = tuple(routes)
     for route in listed:
         by_name[route.key[1]].add(route.key)
         for node in route.node_names:
             by_node[node].add(route.key)
+        selector = route.demand.pod_selector
+        wanted = (selector.match_labels or {}) if selector is not None else {}
+        if wanted:
+            by_pair[min((str(k), str(v)) for k, v in wanted.items())].append(route)
+        else:
+            unkeyed.append(route)
     return ClusterRoutes(
         listed,
         {k: frozenset(v) for k, v in by_node.items()},
         {k: frozenset(v) for k, v in by_name.items()},
+        {k: tuple(v) for k, v in by_pair.items()},
+        tuple(unkeyed),
     )
+
+
+def demand_routes(pod: Mapping[str, Any], routes: ClusterRoutes) -> Iterable[PoolRoute]:
+    """The routes whose demand ``pod`` may be: those without ``matchLabels`` and those indexed
+    under a label the pod carries (a superset; ``counts_as_demand`` decides)."""
+    if routes.by_pair is None:
+        return routes.routes
+    keyed = (r for pair in label_pairs(pod) for r in routes.by_pair.get(pair, ()))
+    return (*routes.unkeyed, *keyed)
 
 
 def node_pools(name: str, labels: Mapping[str, str], routes: ClusterRoutes) -> frozenset[PoolKey]:
@@ -116,26 +141,18 @@ def node_pools(name: str, labels: Mapping[str, str], routes: ClusterRoutes) -> f
     return owners | routes.by_name.get(pool, NONE) if pool else owners
 
 
-def _node_of(pod: Mapping[str, Any] | None) -> str:
-    spec = (pod or {}).get("spec")
-    return str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""
-
-
-def _pending(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status")
-    return isinstance(status, Mapping) and status.get("phase") == "Pending"
-
-
 def pod_demand(
     pod: Mapping[str, Any] | None,
     routes: ClusterRoutes,
     namespace_labels: Mapping[str, str] | None,
 ) -> frozenset[PoolKey]:
     """The pools for which ``pod`` counts as pending demand."""
-    if pod is None or _node_of(pod) or not _pending(pod):
+    if pod is None or not is_unbound_pending(pod):
         return NONE
     return frozenset(
-        r.key for r in routes.routes if counts_as_demand(pod, r.demand, namespace_labels)
+        r.key
+        for r in demand_routes(pod, routes)
+        if counts_as_demand(pod, r.demand, namespace_labels)
     )
 
 
@@ -149,7 +166,7 @@ def route_pod(
     """A Pod changed from ``before`` to ``after`` (None: it did not exist)."""
     owners = NONE
     for pod in (before, after):
-        node = _node_of(pod)
+        node = node_of(pod)
         if node:
             owners |= node_pools(node, node_labels(node), routes)
     demand = pod_demand(before, routes, namespace_labels)
@@ -200,51 +217,6 @@ def route_namespace(routes: ClusterRoutes) -> Wake:
 def _object_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
     meta = _meta(obj)
     return str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name", ""))
-
-
-class PodIndexer:
-    """``index_pods`` kept up to date one event at a time (same content; order may differ)."""
-
-    def __init__(self) -> None:
-        self._unbound: dict[str, JSON] = {}
-        self._by_node: dict[str, dict[str, JSON]] = {}
-        self._node_of: dict[str, str] = {}  # pod key -> the Node it is indexed under
-        self._node_pods: dict[str, tuple[JSON, ...]] = {}
-        self._index: PodIndex | None = None
-        self._known: set[str] = set()
-
-    @property
-    def pods(self) -> int:
-        """How many pods the events reported (to compare with the cache holding them)."""
-        return len(self._known)
-
-    def apply(self, key: str, pod: JSON | None) -> None:
-        """The pod ``key`` is now ``pod`` (None: deleted)."""
-        self._index = None
-        self._unbound.pop(key, None)
-        old_node = self._node_of.pop(key, "")
-        if old_node:
-            self._by_node[old_node].pop(key, None)
-            self._node_pods[old_node] = tuple(self._by_node[old_node].values())
-        node = _node_of(pod)
-        if pod is None:
-            self._known.discard(key)
-            return
-        self._known.add(key)
-        if node:
-            self._by_node.setdefault(node, {})[key] = pod
-            self._node_pods[node] = tuple(self._by_node[node].values())
-            self._node_of[key] = node
-        elif _pending(pod):
-            self._unbound[key] = pod
-
-    def index(self) -> PodIndex:
-        """A snapshot: later ``apply`` calls never change an index already handed out."""
-        if self._index is None:
-            by_node = {node: pods for node, pods in self._node_pods.items() if pods}
-            unbound = tuple(self._unbound.values())
-            self._index = PodIndex(unbound, by_node, label_index(unbound))
-        return self._index
 
 
 class WorkloadRouter:

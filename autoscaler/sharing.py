@@ -15,8 +15,9 @@ on, and never takes a pod from a pool that acts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
@@ -28,6 +29,7 @@ from gpucellpool.api.autoscaling import AutoscalingMode, DemandSelection
 from gpucellpool.api.pool import GPUCellPool
 
 JSON = dict[str, Any]
+Pair = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,80 @@ def rivals_of(pool: GPUCellPool, same_cluster: Iterable[GPUCellPool]) -> tuple[R
     return tuple(r for r in rivals if r is not None)
 
 
+@dataclass(frozen=True, slots=True)
+class RivalIndex:
+    """The eligible pools of one workload cluster, each with ``matchLabels`` filed under one
+    of its pairs: a pool's decision looks only at the pools that could want one of its pods
+    (those filed under a label its pods carry, and those without ``matchLabels``), not at
+    every pool of the cluster (200 pools deciding a burst each walked all 200)."""
+
+    unkeyed: tuple[Rival, ...] = ()
+    by_pair: Mapping[Pair, tuple[Rival, ...]] = field(default_factory=dict)
+
+    def near(self, carried: frozenset[Pair], own: str) -> list[Rival]:
+        """The pools other than ``own`` that may select a pod carrying only ``carried``
+        labels (a superset of those whose ``match_pairs`` are all carried)."""
+        keyed = (r for pair in carried for r in self.by_pair.get(pair, ()))
+        return [r for r in (*self.unkeyed, *keyed) if r.option.key != own]
+
+
+def index_rivals(rivals: Iterable[Rival]) -> RivalIndex:
+    unkeyed: list[Rival] = []
+    by_pair: dict[Pair, list[Rival]] = defaultdict(list)
+    for rival in rivals:
+        if rival.match_pairs:
+            by_pair[min(rival.match_pairs)].append(rival)
+        else:
+            unkeyed.append(rival)
+    return RivalIndex(tuple(unkeyed), {k: tuple(v) for k, v in by_pair.items()})
+
+
+class RivalBoard:
+    """Every known pool's ``Rival`` by its workload cluster key, and per cluster identity the
+    ``RivalIndex`` of its eligible pools, rebuilt only after a pool came, went or changed its
+    Rival (a status write that leaves priority, selection and shape alone changes nothing).
+
+    A lookup's ``identity`` maps a cluster key to the cluster it reaches
+    (``WorkloadView.identity``); it is asked of every cluster key at each lookup, since it may
+    change (a kube-system UID learned) without this board being told.
+    """
+
+    def __init__(self) -> None:
+        self._pools: dict[Hashable, tuple[Hashable, Rival | None]] = {}
+        self._clusters: dict[Hashable, dict[Hashable, Rival]] = {}
+        self._memo: dict[object, tuple[tuple[Hashable, ...], RivalIndex]] = {}
+
+    def put(self, key: Hashable, cluster: Hashable, pool: GPUCellPool) -> None:
+        """``pool`` (known as ``key``) is now this object, of this cluster key."""
+        entry = (cluster, _rival(pool))
+        if self._pools.get(key) == entry:
+            return
+        self.remove(key)
+        self._pools[key] = entry
+        if entry[1] is not None:
+            self._clusters.setdefault(cluster, {})[key] = entry[1]
+        self._memo.clear()
+
+    def remove(self, key: Hashable) -> None:
+        old = self._pools.pop(key, None)
+        if old is None:
+            return
+        members = self._clusters.get(old[0])
+        if members is not None and members.pop(key, None) is not None and not members:
+            del self._clusters[old[0]]
+        self._memo.clear()
+
+    def rivals(self, cluster: Hashable, identity: Callable[[Hashable], object]) -> RivalIndex:
+        """The eligible pools of every cluster key reaching the same cluster as ``cluster``."""
+        reached = identity(cluster)
+        keys = tuple(k for k in self._clusters if identity(k) == reached)
+        memo = self._memo.get(reached)
+        if memo is None or memo[0] != keys:
+            index = index_rivals(r for k in keys for r in self._clusters[k].values())
+            memo = self._memo[reached] = (keys, index)
+        return memo[1]
+
+
 def sharing_facts(pool: GPUCellPool) -> tuple[Any, ...]:
     """What of a pool, when changed, can move pending pods between the pools of its cluster
     (any spec change: priority, demand selection, shape, mode; deletion; a learned shape)."""
@@ -108,20 +184,25 @@ def share_pending(
     pending: tuple[PendingPod, ...],
     unbound: Iterable[JSON],
     namespace_labels: Mapping[str, Mapping[str, str]],
-    rivals: Sequence[Rival],
+    rivals: Sequence[Rival] | RivalIndex,
 ) -> PoolShare:
-    """This pool's share of its ``pending`` pods (``kept`` keeps their order)."""
+    """This pool's share of its ``pending`` pods (``kept`` keeps their order). ``rivals``: the
+    other pools of its cluster, or an index of the cluster's pools (this one may be in it)."""
     if not pending or not rivals:
         return PoolShare(kept=pending)
     own = pool_key(pool)
     keys = {p.key for p in pending}
     manifests = {k: pod for pod in unbound if (k := pod_key(pod)) in keys}
+    pairs = {k: label_pairs(pod) for k, pod in manifests.items()}
+    carried = frozenset().union(*pairs.values())  # every label pair of this pool's pods
+    if isinstance(rivals, RivalIndex):
+        rivals = rivals.near(carried, own)
+        if not rivals:  # no other pool can want any of them: nothing to share
+            return PoolShare(kept=pending)
     wanted: dict[str, Sequence[PendingPod]] = {own: pending}
     options = {r.option.key: r.option for r in rivals}
     if eligible(pool, own_view=True):
         options[own] = option_of(pool)
-    pairs = {k: label_pairs(pod) for k, pod in manifests.items()}
-    carried = frozenset().union(*pairs.values())  # every label pair of this pool's pods
     counted: dict[str, list[PendingPod]] = {}  # per distinct demand selection: its pods
     for rival in rivals:
         if not rival.match_pairs <= carried:  # with many pools on a cluster: most rivals

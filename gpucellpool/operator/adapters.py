@@ -11,10 +11,11 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from autoscaler.loop_ports import WorkloadSnapshot
-from autoscaler.observe import PodIndex, index_pods
+from autoscaler.pod_index import PodIndex, index_pods
 from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.signals.hami_activity import ActivityReading, Verdict, failed
 from autoscaler.signals.ports import PrometheusUnavailable
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 POOLS_PATH = f"/apis/cells.kubeswift.io/v1alpha1/{PLURAL}"
 REPORTING_CONTROLLER = "cells.kubeswift.io/gpucellpool-autoscaler"
 NO_RETRY = RetryPolicy(attempts=0)
+NamespaceLabels = Mapping[str, Mapping[str, str]]
 
 
 def pool_path(namespace: str, name: str) -> str:
@@ -69,6 +71,7 @@ class CacheWorkloadView:
     def __init__(self, clusters: WorkloadClusters) -> None:
         self.clusters = clusters
         self._indexes: dict[ClusterKey, tuple[WatchCache, int, PodIndex]] = {}
+        self._labels: dict[ClusterKey, tuple[WatchCache, int, NamespaceLabels]] = {}
 
     def pod_index(self, key: ClusterKey, pods: WatchCache) -> PodIndex:
         cached = self._indexes.get(key)
@@ -77,6 +80,23 @@ class CacheWorkloadView:
         index = index_pods(pods.objects.values())
         self._indexes[key] = (pods, pods.version, index)
         return index
+
+    def namespace_labels(self, key: ClusterKey, namespaces: WatchCache | None) -> NamespaceLabels:
+        """Each Namespace's labels, mapped once per version of the cluster's Namespaces cache
+        and shared by the pools deciding at that version (read-only)."""
+        if namespaces is None:
+            return {}
+        cached = self._labels.get(key)
+        if cached is not None and cached[0] is namespaces and cached[1] == namespaces.version:
+            return cached[2]
+        labels = MappingProxyType(
+            {
+                str(ns["metadata"]["name"]): dict(ns["metadata"].get("labels") or {})
+                for ns in namespaces.items()
+            }
+        )
+        self._labels[key] = (namespaces, namespaces.version, labels)
+        return labels
 
     def cluster_of(self, pool: GPUCellPool) -> ClusterKey:
         wc = pool.spec.workload_cluster
@@ -98,16 +118,12 @@ class CacheWorkloadView:
         if not cluster.synced() or cluster.pods is None or cluster.nodes is None:
             self._indexes.pop(key, None)
             return WorkloadSnapshot(False, error=cluster.error or "workload caches syncing")
-        labels = {
-            str(ns["metadata"]["name"]): dict(ns["metadata"].get("labels") or {})
-            for ns in (cluster.namespaces.items() if cluster.namespaces else [])
-        }
         index = self.pod_index(key, cluster.pods)
         return WorkloadSnapshot(
             True,
-            cluster.pods.frozen(),  # shared by the pools deciding at this cache version
-            cluster.nodes.frozen(),
-            labels,
+            (),  # the pods are in ``pod_index``: nothing reads them as one list then
+            cluster.nodes.frozen(),  # shared by the pools deciding at this cache version
+            self.namespace_labels(key, cluster.namespaces),
             pod_index=index,
             claims=cluster.claims.items() if cluster.claims else (),
             slices=cluster.slices.items() if cluster.slices else (),

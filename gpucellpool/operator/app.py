@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from autoscaler.gangs import Bookings, GangController
 from autoscaler.loop import Autoscaler, LoopSettings
-from autoscaler.observe import PodIndex
+from autoscaler.pod_index import PodIndex
 from autoscaler.routing import WorkloadRouter, pool_route
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.kube.cache import JSON, Query, WatchCache

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from autoscaler.gang_pods import consumed_request, placed_consumers
-from autoscaler.observe import index_pods, usage_from_pods
+from autoscaler.observe import usage_from_pods
+from autoscaler.pod_index import index_pods
 from autoscaler.policy.demand import (
     constraints_from_pod,
     is_pending_hami_pod,

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.observe import index_pods, pods_by_node
+from autoscaler.observe import pods_by_node
+from autoscaler.pod_index import index_pods
 from autoscaler.policy.pool_demand import pending_for_pool
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.kube.cache import Query, WatchCache
@@ -124,3 +125,19 @@ def test_frozen_copies_are_shared_until_the_cache_changes() -> None:
     newer, newer_by_key = cache.frozen(), cache.frozen_by_key()
     assert [p["metadata"]["name"] for p in newer] == ["a", "b"] and len(newer_by_key) == 2
     assert [p["metadata"]["name"] for p in items] == ["a"]  # the older copy did not move
+
+
+def test_namespace_labels_are_mapped_once_per_version_of_the_namespaces_cache() -> None:
+    view = CacheWorkloadView(clusters=None)  # type: ignore[arg-type]
+    key = ClusterKey("ns", "wl")
+    cache = WatchCache(Silent(), Query("/api/v1/namespaces"))
+    space = {"metadata": {"name": "a", "resourceVersion": "2", "labels": {"gpu": "yes"}}}
+    cache.apply_event({"type": "ADDED", "object": space})
+    first = view.namespace_labels(key, cache)
+    assert first == {"a": {"gpu": "yes"}} and view.namespace_labels(key, cache) is first
+    with pytest.raises(TypeError):
+        first["b"] = {}  # type: ignore[index]  # read-only: shared by every pool's snapshot
+    relabelled = {"metadata": {"name": "a", "resourceVersion": "3", "labels": {}}}
+    cache.apply_event({"type": "MODIFIED", "object": relabelled})
+    assert view.namespace_labels(key, cache) == {"a": {}}
+    assert first == {"a": {"gpu": "yes"}}  # the older mapping did not move

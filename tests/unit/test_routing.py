@@ -16,7 +16,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from autoscaler.observe import PodIndex, index_pods
+from autoscaler.pod_index import PodIndex, index_pods
 from autoscaler.routing import WorkloadRouter, pool_route
 from gpucellpool.api.pool import POOL_LABEL
 from tests.unit.test_loop_fakes import pending_pod, pool_manifest, with_cells

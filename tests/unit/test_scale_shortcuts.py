@@ -1,7 +1,7 @@
 """The decision's shortcuts at scale give the answers of the full scans they replace.
 
 What these prove: a pool's demand read through the unbound pods' label index
-(``observe.demand_candidates``) equals the demand read from every unbound pod, whatever the
+(``pod_index.demand_candidates``) equals the demand read from every unbound pod, whatever the
 selection, and the router's incremental index labels the same pods as ``index_pods``;
 ``share_pending`` with the rivals' ``matchLabels`` shortcut gives every pod to the same pool as
 without it; a Node's annotation usage is remembered only while its pods are the same tuple
@@ -20,16 +20,10 @@ from typing import Any
 
 import pytest
 
-from autoscaler.observe import (
-    annotated_usage,
-    demand_candidates,
-    index_pods,
-    label_index,
-    usage_from_pods,
-)
+from autoscaler.observe import annotated_usage, usage_from_pods
+from autoscaler.pod_index import PodIndexer, demand_candidates, index_pods, label_index
 from autoscaler.policy.pool_demand import ParseMemo, pending_for_pool
 from autoscaler.policy.types import GPUUsage
-from autoscaler.routing import PodIndexer
 from autoscaler.sharing import rivals_of, share_pending
 from gpucellpool.api.pool import GPUCellPool
 from tests.unit.test_loop_fakes import pending_pod, pool_manifest
