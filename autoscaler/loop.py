@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -104,6 +105,7 @@ class Autoscaler:
         activity: ActivitySource | None = None,
         *,
         owns: Callable[[tuple[str, str]], bool] = lambda _key: True,
+        term_left: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self.activity = activity  # HAMi monitor (measured use): autoscaler.loop_measure
         self.workload = workload
@@ -113,7 +115,7 @@ class Autoscaler:
         self.settings = settings or LoopSettings()
         self.is_leader = is_leader
         self.pools: dict[tuple[str, str], PoolState] = {}
-        self.publisher = Publisher(writer, self.settings)
+        self.publisher = Publisher(writer, self.settings, term_left)
         self.rivals = RivalBoard()  # the expander's options, per workload cluster
         self.runner: KeyedRunner[tuple[str, str]] = KeyedRunner(
             self._step,
@@ -265,7 +267,8 @@ class Autoscaler:
         if self.is_leader():
             # Memory is committed only once the decision is published: a failed write must
             # not leave the policy believing it scaled when nobody was told.
-            await self.publisher.publish(state, decision, obs.workload_cluster_reachable, now)
+            reachable = obs.workload_cluster_reachable
+            await self.publisher.publish(state, decision, reachable, now, self.is_leader)
             if self.metrics is not None and self.is_leader():  # not if deposed meanwhile
                 recorder = self.metrics.pool(*_key(pool))
                 state.latency_reported = record_metrics(recorder, state, decision, obs, now)

@@ -16,6 +16,7 @@ have slots of their own, so an Event never holds another pool's status apply in 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -67,15 +68,35 @@ def requested_target(state: PoolState) -> int:
 class Publisher:
     """Writes each pool's outcome when it is due (``is_leader`` is checked by the caller)."""
 
-    def __init__(self, writer: PoolWriter, settings: LoopSettings) -> None:
+    def __init__(
+        self,
+        writer: PoolWriter,
+        settings: LoopSettings,
+        term_left: Callable[[], float] = lambda: math.inf,
+    ) -> None:
         self.writer = writer
         self.settings = settings
+        self.term_left = term_left
+        """Seconds our leadership of the pool being published lasts at the latest (the
+        caller's Lease: ``LeaderElector.term_left``); a request still unanswered then is
+        abandoned."""
         self._writes = asyncio.Semaphore(settings.writes_in_flight)
         self._events = asyncio.Semaphore(settings.writes_in_flight)  # never ahead of a status
 
     async def publish(
-        self, state: PoolState, decision: Decision, reachable: bool, now: float
+        self,
+        state: PoolState,
+        decision: Decision,
+        reachable: bool,
+        now: float,
+        gate: Callable[[], bool] = lambda: True,
     ) -> None:
+        """Write what is due. ``gate`` (the caller's leadership of the pool) is asked again
+        right before each request, and a request must be answered within ``term_left``: a
+        write queued behind others (``writes_in_flight``) while this process stepped down is
+        dropped, not sent after the next holder's, and so is the Event of a status written
+        just before; one still unanswered when the term could end is abandoned (nothing of it
+        is recorded as published: leading again, this process writes it again)."""
         pool, persist_s = state.pool, self.settings.memory_persist_s
         live = live_cell_names(pool)
         shared = with_share(outcome(decision, reachable), state.share)
@@ -99,14 +120,18 @@ class Publisher:
             if state.measured is not None:
                 add_to_status(body, pool, state.measured, state.raw_status, now)
                 state.measured_published = published(state.measured)
-            await self._write(lambda: self.writer.apply_status(body))
+            if not await self._write(lambda: self.writer.apply_status(body), gate):
+                return
             state.published, state.status_written_at = out, now
             state.memory_written_at, state.facts_written = now, facts
             if state.event_reason != out.reason:
                 warn = not reachable
                 async with self._events:  # after our status, and not queued with statuses
-                    await self.writer.event(pool, out.reason, note(out), warn)
-                state.event_reason = out.reason
+                    sent = gate() and await self._within_term(
+                        lambda: self.writer.event(pool, out.reason, note(out), warn)
+                    )
+                if sent:
+                    state.event_reason = out.reason
 
     @staticmethod
     def _with_status_facts(
@@ -122,11 +147,27 @@ class Publisher:
         choice = pool_shape(state.pool)
         return with_cell_shape(out, choice.source.value, choice.message)
 
-    async def _write(self, call: Callable[[], Awaitable[None]]) -> None:
+    async def _write(self, call: Callable[[], Awaitable[None]], gate: Callable[[], bool]) -> bool:
         """One write, at most ``writes_in_flight`` at once across pools: a request queued here
-        does not run its timeout down while an overloaded apiserver works through the others."""
+        does not run its timeout down while an overloaded apiserver works through the others.
+        False (nothing sent) when ``gate`` says no once its turn comes."""
         async with self._writes:
-            await call()
+            return gate() and await self._within_term(call)
+
+    async def _within_term(self, call: Callable[[], Awaitable[None]]) -> bool:
+        """``call()``, abandoned (False) if unanswered when our term could end (``term_left``),
+        so it cannot land after the next holder's writes; a term already over sends nothing."""
+        left = self.term_left()
+        if left <= 0:
+            return False
+        try:
+            async with asyncio.timeout(None if math.isinf(left) else left) as term:
+                await call()
+        except TimeoutError:
+            if term.expired():
+                return False
+            raise
+        return True
 
     def _due(self, state: PoolState, out: Outcome, now: float) -> bool:
         """Whether ``out`` must be written to status now.

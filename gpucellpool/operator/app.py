@@ -120,7 +120,13 @@ class App:
             ShardPlan(settings.shards, settings.shard_index), self._elector
         )
         self.elector = self.election.own  # this process's own shard's (the only one unsharded)
-        self.gate = ShardGate(self.election.owns, lambda: self.election.electors[0].is_leader)
+        first = self.election.electors[0]  # the cluster-wide work's (ProvisioningRequests)
+        self.gate = ShardGate(
+            self.election.owns,
+            lambda: first.is_leader,
+            self.election.term_left,
+            first.term_left,
+        )
         # one connection per workload cluster credential, for both controllers
         self.connections = Connections()
         connect = workload_factory or self.connections.factory(AUTOSCALER_FIELD_MANAGER)
@@ -192,6 +198,7 @@ class App:
             is_leader=self.gate.acting,
             activity=self.usage,
             owns=self._decides,
+            term_left=self.gate.term_left,
         )
 
     def _decides(self, key: tuple[str, str]) -> bool:

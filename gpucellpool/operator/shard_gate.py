@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -46,12 +47,25 @@ def current_pool() -> PoolKey | None:
 
 
 class ShardGate:
-    """``owns(key)`` for callers that name the pool, ``acting()`` for those that do not."""
+    """``owns(key)`` for callers that name the pool, ``acting()`` for those that do not, and
+    ``term_left()``: how long what ``acting()`` said stays true at the latest (seconds before
+    another process could take the Lease over; ``inf`` when no term was given)."""
 
-    def __init__(self, owns: Callable[[PoolKey], bool], cluster_wide: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        owns: Callable[[PoolKey], bool],
+        cluster_wide: Callable[[], bool],
+        term_left: Callable[[PoolKey], float] = lambda _key: math.inf,
+        cluster_wide_left: Callable[[], float] = lambda: math.inf,
+    ) -> None:
         self.owns = owns
         self._cluster_wide = cluster_wide
+        self._term_left, self._cluster_wide_left = term_left, cluster_wide_left
 
     def acting(self) -> bool:
         key = _POOL.get()
         return self._cluster_wide() if key is None else self.owns(key)
+
+    def term_left(self) -> float:
+        key = _POOL.get()
+        return self._cluster_wide_left() if key is None else self._term_left(key)

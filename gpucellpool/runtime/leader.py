@@ -113,6 +113,15 @@ class LeaderElector:
         if leader:
             self._renewed_at = self.clock.now()
 
+    def term_left(self) -> float:
+        """Seconds before another process could hold this Lease (0 when we do not lead): a
+        standby takes it over only once the record of our last renewal, written after
+        ``_renewed_at``, has stood still for ``lease_s`` on its own clock. A write answered
+        within this time cannot land after the next holder's first one."""
+        if not self.is_leader:
+            return 0.0
+        return max(0.0, self._renewed_at + self.settings.lease_s - self.clock.now())
+
     def is_leader_since(self, renewed_at: float) -> bool:
         """Whether a renewal made at ``renewed_at`` is still within the renew deadline."""
         return self.clock.now() - renewed_at < self.settings.renew_deadline_s
@@ -289,6 +298,10 @@ class ShardedElection:
     def owns(self, key: tuple[str, str]) -> bool:
         """Whether this process acts on the pool ``(namespace, name)`` now."""
         return self.electors[self.plan.of(key)].is_leader
+
+    def term_left(self, key: tuple[str, str]) -> float:
+        """``LeaderElector.term_left`` of the pool's shard."""
+        return self.electors[self.plan.of(key)].term_left()
 
     async def run(self) -> None:
         await asyncio.gather(*(e.run() for e in self.electors))

@@ -3,7 +3,8 @@
 What these prove: of two candidates exactly one leads; a standby takes over only after the
 record stood still for the lease duration (measured on its own clock), never earlier; a leader
 that cannot renew steps down before a standby may take over (no overlap); a clean release
-hands over at the standby's next retry; a lost race (stale resourceVersion) does not win.
+hands over at the standby's next retry; a lost race (stale resourceVersion) does not win; the
+term a leader is told it has left ends no later than a standby could take over.
 """
 
 from __future__ import annotations
@@ -237,3 +238,25 @@ async def test_a_renewal_landing_after_the_deadline_starts_a_new_term() -> None:
     view.get = read  # type: ignore[method-assign]
     await a.step()
     assert a.is_leader and changes == [True, False, True]
+
+
+async def test_the_term_left_ends_when_a_standby_could_first_take_over() -> None:
+    store, clock = MemoryLease(), VirtualClock(1000.0, jump_on_sleep=True)
+    a, b = pair(store, clock)
+    assert a.term_left() == 0.0  # not leading: no term
+    await a.step()
+    await b.step()
+    renewed = clock.t
+    assert a.term_left() == 15.0
+    store.down = True  # a cannot renew any more
+    clock.t += 9
+    await a.step()
+    assert a.is_leader and a.term_left() == 6.0
+    clock.t += 1  # the renew deadline: a stops leading, its term is over for its writes
+    await a.step()
+    assert not a.is_leader and a.term_left() == 0.0
+    store.down = False
+    while not b.is_leader:
+        clock.t += 1
+        await b.step()
+    assert clock.t >= renewed + 15  # no standby held it within any term a was told of
