@@ -26,6 +26,7 @@ from autoscaler.policy.packing import (
     Row,
     bins_from_rows,
     live_bins,
+    padded_usage,
     row,
 )
 from autoscaler.policy.packing import usage_facts as _usage_facts
@@ -77,11 +78,34 @@ class FactKey(NamedTuple):
     holds: bool  # packing's "holds anything" (the cells-used count)
 
 
+def _fact_key(view: CellView, shape: CellShape, threshold: float) -> FactKey:
+    """``_cell_facts`` as a ``FactKey``, without the row and dicts (tests/unit/test_same_facts
+    compares the two on random views)."""
+    state = view.state
+    live = state in LIVE
+    gpus = padded_usage(view, shape) if live else ()
+    util, _, holds = _usage_facts(gpus, shape) if live else (0.0, -1, False)
+    empty = is_empty(view, gpus)
+    candidate = state == CellState.READY and (util < threshold or util == 0.0)
+    busy = state == CellState.DRAINING and not is_empty(view, view.gpus)
+    return FactKey(live, empty, live and empty, candidate, busy, holds)
+
+
+_fact_keys: dict[int, tuple[CellView, CellShape, float, FactKey]] = {}  # by the view's id
+FACT_KEYS = 4096  # bound on ``_fact_keys`` (emptied when full)
+
+
 def fact_key(view: CellView, shape: CellShape, threshold: float) -> FactKey:
-    """``view``'s facts (those of the index, plus whether its usage holds anything)."""
-    f = _cell_facts(view, shape, threshold)
-    holds = f.row is not None and _usage_facts(f.row[1], shape)[2]
-    return FactKey(f.row is not None, f.empty, f.live_empty, f.candidate, f.draining_busy, holds)
+    """``view``'s facts (those of the index, plus whether its usage holds anything),
+    memoised by the view's identity: a view is compared as the new one, then as the old."""
+    hit = _fact_keys.get(id(view))
+    if hit is not None and hit[0] is view and hit[1] is shape and hit[2] == threshold:
+        return hit[3]
+    key = _fact_key(view, shape, threshold)
+    if len(_fact_keys) >= FACT_KEYS:
+        _fact_keys.clear()
+    _fact_keys[id(view)] = (view, shape, threshold, key)
+    return key
 
 
 def _tally(totals: dict[str, int], facts: _Facts, sign: int) -> None:

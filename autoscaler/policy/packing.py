@@ -142,7 +142,9 @@ def padded_usage(cell: CellView, shape: CellShape) -> tuple[GPUUsage, ...]:
     """A cell's per-GPU usage, padded with empty GPUs up to ``shape.gpus`` (Booting: empty)."""
     known = cell.gpus[: shape.gpus] if cell.state == CellState.READY else ()
     if len(known) == shape.gpus:
-        return tuple(known)
+        # the view's own tuple when it has exactly the shape's GPUs: the same object on every
+        # call, so the usage memos (``_facts_of``) find it by identity
+        return cell.gpus if len(cell.gpus) == shape.gpus else tuple(known)
     return tuple(known) + _empty_gpus(shape.gpus - len(known))
 
 

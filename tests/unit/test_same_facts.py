@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from autoscaler.policy import cell_index
+from autoscaler.policy.cell_index import fact_key
 from autoscaler.policy.decide import decide
 from autoscaler.policy.fit import place_asks
 from autoscaler.policy.next_change import advance
@@ -242,3 +244,17 @@ def test_replays_are_the_same_with_and_without_the_repeat_on_changed_cells(case:
     plain = Simulation(pods, _TimeSkipOnly(make()), config)  # type: ignore[arg-type]
     assert fast_result == plain.run()
     assert fast.decide_calls < 0.85 * plain.decide_calls  # the repeat happened, and often
+
+
+def test_fact_key_is_the_index_facts_of_the_view() -> None:
+    for seed in range(400):
+        rng = random.Random(seed)
+        shape = CellShape(gpus=rng.choice((1, 4, 8)))
+        view = _cell(rng, shape, seed)
+        if rng.random() < 0.2:  # fewer GPUs reported than the shape has
+            view = replace(view, gpus=view.gpus[:-1])
+        threshold = rng.choice((0.0, 0.3, 0.5))
+        f = cell_index._cell_facts(view, shape, threshold)
+        holds = f.row is not None and any(g.slots for g in f.row[1])
+        expected = (f.row is not None, f.empty, f.live_empty, f.candidate, f.draining_busy)
+        assert fact_key(view, shape, threshold) == (*expected, holds), seed
