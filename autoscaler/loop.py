@@ -201,12 +201,14 @@ class Autoscaler:
         for key in keys:
             self.runner.wake(key)
 
-    def wake_all(self) -> None:
-        for state in self.pools.values():
-            state.memory = None
-            state.published = None
-            state.event_reason = None
-        self.runner.wake_all()
+    def wake_all(self, keys: Iterable[tuple[str, str]] | None = None) -> None:
+        """A new term for these pools (None: every pool): re-read what the last holder
+        persisted and publish afresh. Pools of a shard whose term did not change keep theirs."""
+        for key in self.pools if keys is None else keys:
+            state = self.pools.get(key)
+            if state is not None:
+                state.memory = state.published = state.event_reason = None
+                self.runner.wake(key)
 
     # -- the per-pool step (the keyed runner schedules it) ----------------------------------
 

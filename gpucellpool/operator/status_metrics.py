@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -285,9 +285,12 @@ class StatusMetrics:
         self.is_leader = is_leader
         self._seen: dict[tuple[str, str], _Seen] = {}
 
-    def reset(self) -> None:
-        """Forget every pool's last status (leadership changed)."""
-        self._seen.clear()
+    def reset(self, keys: Iterable[tuple[str, str]] | None = None) -> None:
+        """Forget these pools' last status (None: every pool's; their leadership changed)."""
+        if keys is None:
+            self._seen.clear()
+        for key in keys or ():
+            self._seen.pop(key, None)
 
     def observe(
         self, kind: str, raw: Mapping[str, Any], status: GPUCellPoolStatus | None = None

@@ -4,8 +4,9 @@ What these prove: ``App`` builds one elector per shard on ``<lease-name>-shard-k
 shard preferred; a pool is decided at all only while its shard is held (unsharded, a standby
 decides every pool); a pool's status metrics are recorded only while this process holds the pool's
 shard; losing one shard forgets that shard's pools' series and keeps the other's; gaining it
-back records its pools again as a first sight. Unsharded, ``App`` keeps one elector on today's
-Lease name.
+back records its pools again as a first sight, and leaves the other shard's pools (their
+published outcome, their status metrics) as they were. Unsharded, ``App`` keeps one elector
+on today's Lease name.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpucellpool.kube.transport import Connection
 from gpucellpool.operator.app import App
 from gpucellpool.operator.settings import Settings
 from gpucellpool.runtime.shards import shard_of
+from tests.unit.test_loop_fakes import pool_manifest
 from tests.unit.test_status_metrics import row, status
 
 
@@ -88,6 +90,31 @@ async def test_sharded_app_records_and_forgets_per_shard() -> None:
         electors[0].is_leader = False  # handed back: only shard 0's series go
         app._leadership(False, shard=0)
         assert (_held(reg, mine), _held(reg, theirs)) == (None, 0)
+    finally:
+        await app.autoscaler.close()
+        await app.infra.close()
+
+
+async def test_a_shard_changing_hands_leaves_the_other_shards_pools_alone() -> None:
+    app = _app(CollectorRegistry(), shards=2, shard_index=1)
+    mine, theirs = _one_pool_per_shard()  # shard 0 (taken over below), shard 1 (held)
+    try:
+        electors = app.election.electors
+        electors[1].is_leader = True
+        for name in (mine, theirs):
+            raw = {**pool_manifest(name), "status": _raw(name)["status"]}
+            app.pool_caches[0].objects[f"ns/{name}"] = raw
+            app._pool_changed("ADDED", raw)
+        seen = app.status_metrics._seen[("ns", theirs)]
+        states = [app.autoscaler.pools[("ns", name)] for name in (mine, theirs)]
+        for state in states:
+            state.event_reason = "ScaledUp"  # what was published in the term so far
+        electors[0].is_leader = True
+        app._leadership(True, shard=0)
+        assert states[0].event_reason is None  # shard 0's new term: re-read, publish afresh
+        assert states[1].event_reason == "ScaledUp"  # shard 1's term goes on untouched
+        assert app.status_metrics._seen[("ns", theirs)] is seen  # not re-observed
+        assert ("ns", mine) in app.status_metrics._seen  # a first sight in the new term
     finally:
         await app.autoscaler.close()
         await app.infra.close()
