@@ -7,9 +7,9 @@ keeps it reviewable: a tick whose observation is the very object the last ``deci
 before that decision's ``steady.until``, repeats the last decision (so does one the policy's
 ``holds_after`` says differs only in what that decision did not read, ``policy.same_facts``);
 the skipped tick times are handed to the policy's ``advance`` before the next real call, so
-its memory is what calling
-``decide`` at every tick would have built. Results are identical with and without skipping
-(``SimConfig.skip_idle_ticks``; tests/unit/test_sim_skip.py).
+its memory is what calling ``decide`` at every tick would have built. Results are identical
+with and without skipping (``SimConfig.skip_idle_ticks``; tests/unit/test_sim_skip.py,
+tests/unit/test_same_facts.py).
 """
 
 from __future__ import annotations
