@@ -325,6 +325,7 @@ def encode_memory(memory: PolicyMemory) -> str:
             "dem": [list(d) for d in memory.demand_samples],
             "ev": [list(e) for e in memory.scale_events],
             "bp": memory.boots_proven,
+            **({"nu": sorted(memory.never_used)} if memory.never_used else {}),
         },
         separators=(",", ":"),
     )
@@ -332,12 +333,15 @@ def encode_memory(memory: PolicyMemory) -> str:
 
 def memory_field(memory: PolicyMemory, limit: int = MAX_POLICY_MEMORY_CHARS) -> str:
     """``encode_memory`` within the status field's bound: when too long (idle times of
-    thousands of cells), the rolling samples go first (a restart re-learns them), then the
-    rate events; when and how it last scaled always stays."""
+    thousands of cells), the rolling samples and the hedge's unused cells go first (a restart
+    re-learns them; an unused cell forgotten waits out the idle window), then the rate events;
+    when and how it last scaled always stays."""
     text = encode_memory(memory)
     if len(text) <= limit:
         return text
-    slim = replace(memory, recommendations=(), idle_since={}, demand_samples=())
+    slim = replace(
+        memory, recommendations=(), idle_since={}, demand_samples=(), never_used=frozenset()
+    )
     text = encode_memory(slim)
     return text if len(text) <= limit else encode_memory(replace(slim, scale_events=()))
 
@@ -365,6 +369,7 @@ def decode_memory(text: str | None) -> PolicyMemory:
             demand_samples=tuple((float(t), float(n)) for t, n in data.get("dem") or ()),
             scale_events=tuple((float(t), int(n)) for t, n in data.get("ev") or ()),
             boots_proven=data.get("bp") is True,
+            never_used=frozenset(str(n) for n in data.get("nu") or ()),
         )
     except (ValueError, TypeError, AttributeError):
         return PolicyMemory()

@@ -36,7 +36,14 @@ from autoscaler.policy import cell_index, limits, next_change, same_facts
 from autoscaler.policy.decide_paths import Inputs, hold, scale_down, scale_up
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.forecast import forecast_demand
-from autoscaler.policy.hedge import NO_HEDGE, Hedge, cancel_boots, cancellable, hedge
+from autoscaler.policy.hedge import (
+    NO_HEDGE,
+    Hedge,
+    cancel_boots,
+    cancellable,
+    hedge,
+    still_unused,
+)
 from autoscaler.policy.packing import PackingResult, pack_bins
 from autoscaler.policy.scale_down import (
     pods_to_move,
@@ -182,7 +189,9 @@ def _inputs(
     )
 
 
-def _hedge(observation: Observation, inp: Inputs, config: PolicyConfig) -> Hedge:
+def _hedge(
+    observation: Observation, memory: PolicyMemory, inp: Inputs, config: PolicyConfig
+) -> Hedge:
     """Spare boots for the cells pending pods wait for (``policy.hedge``); none when what is
     pending cannot be trusted, spares could not be cancelled (scale-down off), or boots are
     not proven to work (a new pool's first wave, a Failed cell: no boot beyond the need)."""
@@ -193,7 +202,8 @@ def _hedge(observation: Observation, inp: Inputs, config: PolicyConfig) -> Hedge
     if evidence != limits.PROVEN:
         return NO_HEDGE
     usage, new = inp.packing.usage, inp.packing.new_cells
-    return hedge(observation.cells, usage, new, config.boot_hedge_fraction)
+    unused = memory.never_used
+    return hedge(observation.cells, usage, new, config.boot_hedge_fraction, unused)
 
 
 def _raw(inp: Inputs, config: PolicyConfig, reachable: bool, spares: int = 0) -> int:
@@ -208,8 +218,25 @@ def _raw(inp: Inputs, config: PolicyConfig, reachable: bool, spares: int = 0) ->
     return min(target, ceiling)
 
 
+def _never_used(
+    observation: Observation, memory: PolicyMemory, config: PolicyConfig, inp: Inputs
+) -> frozenset[str]:
+    """``hedge.still_unused`` while hedging (nothing is kept otherwise: the memory, and so the
+    status, of a pool without the hedge is unchanged). Untrusted pods keep only Booting cells:
+    a Ready cell nobody could see is not known to be unused."""
+    if config.boot_hedge_fraction <= 0:
+        return frozenset()
+    before = memory.never_used if inp.trusted else frozenset()
+    return still_unused(observation.cells, inp.packing.usage, before)
+
+
 def _remember(
-    memory: PolicyMemory, config: PolicyConfig, inp: Inputs, now: float, raw: int
+    memory: PolicyMemory,
+    config: PolicyConfig,
+    inp: Inputs,
+    now: float,
+    raw: int,
+    never_used: frozenset[str],
 ) -> PolicyMemory:
     """Memory after this call, before any scale event is recorded."""
     recs = limits.trim(
@@ -229,6 +256,7 @@ def _remember(
         demand_samples=samples,
         scale_events=events,
         boots_proven=evidence == limits.PROVEN,
+        never_used=never_used,
     )
 
 
@@ -237,9 +265,10 @@ def decide(
 ) -> Decision:
     """The target cell count for one pool, why, and the memory to hand back next time."""
     inp = _inputs(observation, memory, config, now)
-    hedged = _hedge(observation, inp, config)
+    hedged = _hedge(observation, memory, inp, config)
     raw = _raw(inp, config, observation.workload_cluster_reachable, hedged.missing)
-    mem = _remember(memory, config, inp, now, raw)
+    unused = _never_used(observation, memory, config, inp)
+    mem = _remember(memory, config, inp, now, raw, unused)
     keep = max(config.min_replicas, inp.forecast_target)
     cancel = cancellable(hedged, inp.current, keep, inp.empty_cells, config.headroom_cells)
     if cancel and raw <= inp.current:

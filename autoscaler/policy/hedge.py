@@ -17,7 +17,13 @@ The rule, over one observation (pure, no clock):
   spares, so the wave adds only the missing ones, and only a wave of ``MIN_WAVE_CELLS`` or
   more starts spares (a wave's last pods keep the spares it started);
 * empty Booting cells beyond the hedge are surplus: cancelled at once, newest first (they have
-  booted least), never below the floor, the forecast or the headroom the policy keeps.
+  booted least), never below the floor, the forecast or the headroom the policy keeps;
+* a cell that has never run a pod (``unused``: Booting, or Ready and empty ever since) is still
+  a bet: once nothing waits for a booting or new cell, such a cell that became Ready retires at
+  once, newest first, after the surplus boots, under the same floors. Without it a spare
+  cancelled while booting in one world (the operator) but Ready a few seconds sooner in the
+  other (the simulator) would idle out the ten-minute scale-down window there: seconds of
+  timing turned into idle cell-minutes. With it both worlds drop the bet within a decision.
 """
 
 from __future__ import annotations
@@ -45,6 +51,14 @@ class Hedge:
     wanted: int
     spares: int
     surplus: tuple[str, ...]
+    # Ready cells that never ran a pod, retired once nothing waits (newest first)
+    unused: tuple[str, ...] = ()
+
+    @property
+    def victims(self) -> tuple[str, ...]:
+        """What may go, in order: surplus boots first (not usable yet), then unused Ready
+        cells."""
+        return (*self.surplus, *self.unused)
 
     @property
     def missing(self) -> int:
@@ -64,14 +78,39 @@ def _holds_anything(gpus: Sequence[GPUUsage]) -> bool:
     return any(g.slots for g in gpus)
 
 
+def _empty(cell: CellView, usage: Mapping[str, tuple[GPUUsage, ...]]) -> bool:
+    return cell.pods == 0 and not cell.pod_asks and not _holds_anything(usage.get(cell.name, ()))
+
+
+def still_unused(
+    cells: Sequence[CellView],
+    usage: Mapping[str, tuple[GPUUsage, ...]],
+    before: frozenset[str],
+) -> frozenset[str]:
+    """Cells that have never run a pod: every Booting cell, and the Ready cells that were so
+    ``before`` and are still empty after packing (a pod, running or packed, ends it for good)."""
+    return frozenset(
+        c.name
+        for c in cells
+        if c.state == CellState.BOOTING
+        or (c.state == CellState.READY and c.name in before and _empty(c, usage))
+    )
+
+
+def _newest_first(cells: Sequence[CellView]) -> list[CellView]:
+    return sorted(cells, key=lambda c: (c.created_at, c.index, c.name), reverse=True)
+
+
 def hedge(
     cells: Sequence[CellView],
     usage: Mapping[str, tuple[GPUUsage, ...]],
     new_cells: int,
     fraction: float,
+    unused: frozenset[str] = frozenset(),
 ) -> Hedge:
     """The hedge for ``cells`` after packing (``usage``: projected per-cell usage, as
-    ``PackingResult.usage``; ``new_cells``: cells the backlog still needs)."""
+    ``PackingResult.usage``; ``new_cells``: cells the backlog still needs; ``unused``: the
+    cells that had never run a pod at the last call, ``still_unused``)."""
     booting = [c for c in cells if c.state == CellState.BOOTING]
     held = sum(1 for c in booting if _holds_anything(usage.get(c.name, ())))
     empty = sorted(  # oldest first: the spares kept are the ones that have booted longest
@@ -81,25 +120,40 @@ def hedge(
     waiting = held + new_cells
     wanted = math.ceil(fraction * waiting - 1e-9) if waiting and fraction > 0 else 0
     surplus = tuple(c.name for c in reversed(empty[wanted:]))
-    return Hedge(waiting, wanted, len(empty), surplus)
+    bets = (
+        ()
+        if waiting
+        else _newest_first(
+            [
+                c
+                for c in cells
+                if c.state == CellState.READY and c.name in unused and _empty(c, usage)
+            ]
+        )
+    )
+    return Hedge(waiting, wanted, len(empty), surplus, tuple(c.name for c in bets))
 
 
 def cancellable(hedged: Hedge, current: int, keep: int, empty_cells: int, headroom: int) -> int:
-    """How many of ``hedged.surplus`` may be cancelled now: never below ``keep`` cells (the
-    floor, the forecast) nor below ``headroom`` empty cells."""
-    return max(0, min(len(hedged.surplus), current - keep, empty_cells - headroom))
+    """How many of ``hedged.victims`` may go now: never below ``keep`` cells (the floor, the
+    forecast) nor below ``headroom`` empty cells."""
+    return max(0, min(len(hedged.victims), current - keep, empty_cells - headroom))
 
 
 def cancel_boots(
     hedged: Hedge, count: int, current: int, memory: PolicyMemory, now: float
 ) -> Decision:
-    """Cancel the ``count`` newest surplus boots. Recorded as a scale event (rate policies see
-    it), not as a scale-down: the post-scale-down cooldown is for drained cells."""
-    victims = hedged.surplus[:count]
+    """Cancel the ``count`` first of ``hedged.victims`` (newest surplus boots, then unused Ready
+    cells). Recorded as a scale event (rate policies see it), not as a scale-down: the
+    post-scale-down cooldown is for drained cells, and these never ran a pod."""
+    victims = hedged.victims[:count]
+    boots = min(count, len(hedged.surplus))
     mem = replace(memory, scale_events=(*memory.scale_events, (now, -count)))
+    parts = [f"cancelling {boots} surplus booting cell(s)"] if boots else []
+    if count > boots:
+        parts.append(f"retiring {count - boots} Ready cell(s) that never ran a pod")
     message = (
         f"pending pods wait for {hedged.waiting} booting or new cell(s), {hedged.wanted} spare "
-        f"boot(s) hedge them; cancelling {count} surplus booting cell(s), "
-        f"scaling {current} -> {current - count}"
+        f"boot(s) hedge them; {' and '.join(parts)}, scaling {current} -> {current - count}"
     )
     return Decision(current - count, Reason.SCALED_DOWN, message, mem, victims)

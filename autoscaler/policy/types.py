@@ -221,6 +221,9 @@ class PolicyMemory:
     # A cell was Ready since the last Failed one: boots work, so the in-flight limit is lifted
     # even when the pool has scaled to zero (policy.limits.in_flight_limit)
     boots_proven: bool = False
+    # With hedged boots: the cells that have never run a pod (Booting, or Ready and empty ever
+    # since). Such a Ready cell is a bet that lost and retires at once (policy.hedge)
+    never_used: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,12 @@ starts every window with the pool's boots already proven (``PolicyMemory.boots_p
 window cut from a month starts after days of the same pool, whose memory annotation keeps the
 proof; without it a window that opens on an empty pool pays the never-proven guard's first
 wave (``maxCellsInFlight``). ``--gpus`` packs 1-GPU pods into 4- or 8-GPU cells.
+
+For our policy the table also counts, per run, the acted cuts of the cell count (cancelled
+boots, retired and drained cells), the flaps (a cut followed by a rise within 600 s, the
+``GPUCellPoolScaleFlapping`` window: cells given up, then bought again) and the Ready cells that
+never ran a pod retired at once (``hedge``); ``hedge-0.75-idle`` is the hedge before that
+retirement (such cells waited out the idle window), for a side-by-side comparison.
 """
 
 from __future__ import annotations
@@ -30,7 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.policy import limits
-from autoscaler.policy.types import CellShape, Decision, Observation, PolicyConfig, PolicyMemory
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    Decision,
+    Observation,
+    PolicyConfig,
+    PolicyMemory,
+)
 from simulations.simulator.baselines import PEERS
 from simulations.simulator.baselines.oracle import BOUND, oracle
 from simulations.simulator.engine import ProductionPolicy, SimConfig, simulate
@@ -70,7 +83,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "hedge-0.5": {"boot_hedge_fraction": 0.5},
     "hedge-0.75": {"boot_hedge_fraction": 0.75},
     "hedge-1": {"boot_hedge_fraction": 1.0},
+    # the hedge before unused Ready cells retired at once (they idled out the window)
+    "hedge-0.75-idle": {"boot_hedge_fraction": 0.75},
 }
+IDLE_BETS = frozenset({"hedge-0.75-idle"})
 
 # name: (loader, window start day, window days). Helios (May 2020): two days around each
 # virtual cluster's largest bursts; openb: its last days (a negative start counts from the end).
@@ -114,13 +130,21 @@ def trace(name: str, long: bool = False) -> tuple[TracePod, ...]:
     )
 
 
-class WithHistory(ProductionPolicy):
-    """The production policy whose first decision sees a memory with boots proven: the pool
-    ran before the window, and its memory annotation kept the proof."""
+class Measured(ProductionPolicy):
+    """The production policy, optionally with ``history`` (its first decision sees a memory with
+    boots proven: the pool ran before the window, and its memory annotation kept the proof) and
+    ``idle_bets`` (the hedge before unused Ready cells retired at once: the memory of unused
+    cells is wiped before each call, so such a cell waits out the idle window). Records each
+    acted change of the cell count, (time, delta), for the flap count."""
 
-    def __init__(self, overrides: dict[str, Any]) -> None:
+    def __init__(
+        self, overrides: dict[str, Any], history: bool = False, idle_bets: bool = False
+    ) -> None:
         super().__init__(overrides=overrides)
-        self.started = False
+        self.started = not history
+        self.idle_bets = idle_bets
+        self.changes: list[tuple[float, int]] = []
+        self.retired = 0  # Ready cells that never ran a pod, retired at once
 
     def decide(
         self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
@@ -128,7 +152,27 @@ class WithHistory(ProductionPolicy):
         if not self.started:
             self.started = True
             memory = replace(memory, boots_proven=True)
-        return super().decide(observation, memory, config, now)
+        if self.idle_bets:
+            memory = replace(memory, never_used=frozenset())
+        decision = super().decide(observation, memory, config, now)
+        current = sum(c.state in LIVE for c in observation.cells)
+        if decision.act and decision.desired_replicas != current:
+            self.changes.append((now, decision.desired_replicas - current))
+            ready = {c.name for c in observation.cells if c.state == CellState.READY}
+            bets = ready & memory.never_used
+            self.retired += sum(1 for v in decision.victims if v in bets)
+        return decision
+
+
+LIVE = (CellState.READY, CellState.BOOTING)
+FLAP_SECONDS = 600.0  # GPUCellPoolScaleFlapping's window: one scale-down stabilisation window
+
+
+def flaps(changes: list[tuple[float, int]], window: float = FLAP_SECONDS) -> int:
+    """Cuts of the cell count followed by a rise within ``window``: cells given up (cancelled
+    boots, retired or drained cells) and then bought again."""
+    rises = [t for t, d in changes if d > 0]
+    return sum(1 for t, d in changes if d < 0 and any(t < r <= t + window for r in rises))
 
 
 def run_one(
@@ -147,16 +191,16 @@ def run_one(
         tail_seconds=3600.0,
         seed=seed,
     )
+    ours: Measured | None = None
     if policy == "cluster-autoscaler":
         result = simulate(pods, PEERS[policy](), config)
     elif policy in CONFIGS:
-        fields = CONFIGS[policy]
-        ours = WithHistory(fields) if history else ProductionPolicy(overrides=fields)
+        ours = Measured(CONFIGS[policy], history, idle_bets=policy in IDLE_BETS)
         result = simulate(pods, ours, config)
     else:
         limits.in_flight_limit = VARIANTS[policy]
         try:
-            ours = WithHistory({}) if history else ProductionPolicy()
+            ours = Measured({}, history)
             result = simulate(pods, ours, config)
         finally:
             limits.in_flight_limit = ORIGINAL_IN_FLIGHT
@@ -175,6 +219,9 @@ def run_one(
         "max": s.wait_max_seconds,
         "over_boot": s.waited_longer_than_boot,
         "pods": s.pods,
+        "flaps": flaps(ours.changes) if ours is not None else None,
+        "cuts": sum(1 for _, d in ours.changes if d < 0) if ours is not None else None,
+        "retired": ours.retired if ours is not None else None,
     }
 
 
@@ -200,8 +247,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
     keys = sorted({(_label(r), r["policy"]) for r in rows}, key=order)
     out = [
-        "| trace | policy | seeds | cell-hours | x oracle | p95 s | p99 s | max s | > 1 boot |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| trace | policy | seeds | cell-hours | x oracle | p95 s | p99 s | max s | > 1 boot "
+        "| cuts | flaps | retired |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for tr, pol in keys:
         group = [r for r in rows if _label(r) == tr and r["policy"] == pol]
@@ -215,6 +263,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             ("over_boot", "{:.1%} ± {:.1%}"),
         ):
             cells.append(fmt.format(*interval([float(r[field]) for r in group])))
+        for field in ("cuts", "flaps", "retired"):  # rows from before they were counted: none
+            counted = [float(r[field]) for r in group if r.get(field) is not None]
+            cells.append("{:.0f} ± {:.0f}".format(*interval(counted)) if counted else "-")
         out.append(f"| {tr} | {pol} | {len(group)} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
