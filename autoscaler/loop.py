@@ -37,7 +37,7 @@ from autoscaler.loop_ports import (
     WorkloadView,
 )
 from autoscaler.loop_publish import Publisher, requested_target, victims_in_force
-from autoscaler.loop_state import LoopSettings, PoolState, due, record_metrics, replayed
+from autoscaler.loop_state import LoopSettings, PoolState, due, leads, record_metrics, replayed
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
@@ -122,6 +122,7 @@ class Autoscaler:
             clock,
             runner_settings(self.settings),
             owns,  # shard ownership: a pool another process owns is not decided here
+            leading=self._leads if self.settings.leading_edge else lambda _key: False,
             name="autoscale",
             label="/".join,
             failure_message="decision failed",
@@ -223,6 +224,10 @@ class Autoscaler:
         if not 0.0 < delay < float("inf"):
             delay = self.settings.tick_s if state.synced else self.settings.unsynced_retry_s
         return delay
+
+    def _leads(self, key: tuple[str, str]) -> bool:
+        state = self.pools.get(key)
+        return state is not None and leads(state.pool)
 
     def _stop(self, key: tuple[str, str]) -> None:
         self.pools.pop(key, None)

@@ -41,6 +41,9 @@ class LoopSettings:
     """Quiet time that ends a burst of watch events (one decision for the whole burst)."""
     max_debounce_s: float = 1.0
     """Upper bound of the trailing debounce, so a steady stream of events cannot starve."""
+    leading_edge: bool = True
+    """A wake-up of a pool quiet for ``debounce_s`` decides at once (the keyed runner's leading
+    edge; not for pools with a scale-up cooldown); what follows it is debounced trailing."""
     tick_s: float = 10.0
     """Time-based rules (stabilisation, delays) need a decision even when nothing changes; the
     cadence while the last decision made no promise (``Decision.steady`` None), and for a pool
@@ -97,6 +100,14 @@ class PoolState:
     parsed: ParseMemo = field(default_factory=dict)
     """The pending pods' parsed asks by UID (``pool_demand.pending_for_pool``'s memo), kept
     for the pods still counted."""
+
+
+def leads(pool: GPUCellPool) -> bool:
+    """Whether a wake-up that finds the pool quiet decides at once (the keyed runner's leading
+    edge, with ``LoopSettings.leading_edge``). Not for a pool pacing its scale-ups by a cooldown
+    (legacy ``stabilizationWindow``): the first decision of a burst would start the cooldown
+    having seen only the burst's head."""
+    return pool.spec.autoscaling.scale_up_rules().cooldown_seconds == 0.0
 
 
 def due(state: PoolState, settings: LoopSettings) -> float:

@@ -19,6 +19,12 @@ Semantics, per key (``add`` starts its task, ``remove`` cancels it, ``close`` st
   steady stream of events cannot starve a pool (Cluster Autoscaler's and Karpenter's batching
   idea: an idle window bounded by a maximum). ``debounce_min_s == debounce_max_s`` is a fixed
   delay after the first wake-up (the provisioner's 0.2 s).
+- **Leading edge for a quiet key** (``leading(key)`` true, default never): a wake-up that finds
+  the key quiet - no step and no wake-up for ``debounce_min_s`` - steps at once instead of
+  waiting out the quiet time: a lone event (one pod turning Unschedulable) is served without
+  the debounce's delay. What comes during or right after that step is the start of a burst,
+  debounced trailing as above, so a burst costs one step more than without the leading edge
+  (its head, then the rest), and a steady stream is still capped by ``debounce_max_s``.
 - **Requeue-after.** A step returns the seconds until its key should step again unless woken
   (``math.inf``: only a wake-up), or ``None``: the key is done (its object is gone) and is
   forgotten, so a later ``add`` starts it again.
@@ -92,6 +98,9 @@ class KeyState:
     """When the first wake-up not yet served came (the debounce's cap counts from it)."""
     last_woken_s: float = 0.0
     """When the latest wake-up came (the debounce's quiet time counts from it)."""
+    active_s: float = -math.inf
+    """When the key was last busy: its last step ended or its last served wake-up came (the
+    leading edge's quiet time counts from it)."""
 
 
 def backoff_s(settings: RunnerSettings, failures: int) -> float:
@@ -109,6 +118,7 @@ class KeyedRunner(Generic[K]):
         settings: RunnerSettings | None = None,
         gate: Callable[[K], bool] = lambda _key: True,
         *,
+        leading: Callable[[K], bool] = lambda _key: False,
         name: str = "runner",
         label: Callable[[K], str] = str,
         failure_message: str = "step failed",
@@ -117,6 +127,7 @@ class KeyedRunner(Generic[K]):
         self.clock = clock
         self.settings = settings or RunnerSettings()
         self.gate = gate
+        self.leading = leading
         self.name = name
         self.label = label
         self.failure_message = failure_message
@@ -178,7 +189,7 @@ class KeyedRunner(Generic[K]):
 
     async def _run(self, key: K, state: KeyState, delay_s: float) -> None:
         while self.keys.get(key) is state:
-            woken = await self._wait(state, delay_s)
+            woken = await self._wait(key, state, delay_s)
             if not self.gate(key):
                 delay_s = self.settings.gate_recheck_s
                 continue
@@ -187,6 +198,7 @@ class KeyedRunner(Generic[K]):
                 after = await self._step(key, state, woken)
             finally:
                 state.running = False
+                state.active_s = self.clock.now()
             if after is None:  # done: forget the key, a later ``add`` starts it again
                 if self.keys.get(key) is state:
                     del self.keys[key]
@@ -207,8 +219,9 @@ class KeyedRunner(Generic[K]):
         state.failures = 0
         return after
 
-    async def _wait(self, state: KeyState, delay_s: float) -> bool:
-        """Until woken or ``delay_s`` passed, then the debounce; whether a wake-up ended it."""
+    async def _wait(self, key: K, state: KeyState, delay_s: float) -> bool:
+        """Until woken or ``delay_s`` passed, then the debounce (none on a leading edge);
+        whether a wake-up ended it."""
         if not state.woken.is_set() and delay_s > 0.0:
             waiter: asyncio.Future[object] = asyncio.ensure_future(state.woken.wait())
             timers = {waiter}
@@ -221,12 +234,19 @@ class KeyedRunner(Generic[K]):
                     timer.cancel()
         if not state.woken.is_set():
             return False
+        quiet_s = state.first_woken_s - state.active_s
+        if not (quiet_s >= self.settings.debounce_min_s and self.leading(key)):
+            await self._debounce(state)
+        state.active_s = max(state.active_s, state.last_woken_s)
+        state.woken.clear()
+        return True
+
+    async def _debounce(self, state: KeyState) -> None:
+        """Trailing: until wake-ups were quiet for debounce_min_s, capped at debounce_max_s."""
         cap_s = state.first_woken_s + self.settings.debounce_max_s
-        while True:  # trailing debounce: quiet for debounce_min_s, capped at debounce_max_s
+        while True:
             pause_s = min(state.last_woken_s + self.settings.debounce_min_s, cap_s)
             pause_s -= self.clock.now()
             if pause_s <= 0.0:
-                break
+                return
             await self.clock.sleep(pause_s)
-        state.woken.clear()
-        return True

@@ -1,13 +1,14 @@
 """The autoscaling loop on in-memory ports and a virtual clock.
 
-What these prove: a burst of watch events inside the debounce becomes one decision that packs
-the whole burst; the periodic tick decides with no event; one pool's failing writes do not stop
-another pool (and the failing pool keeps retrying, backing off from 1 s to the tick); Shadow
-mode publishes without touching desiredReplicas; the ScalingActive transition time is kept while
-its status is unchanged; an Event is posted only when the reason changes; a standby (non-leader)
-writes nothing; the policy memory survives a restart through ``status.policyMemory`` (written
-with the status, no second write), and a pool last written by an earlier version (the memory
-annotation) resumes from that.
+What these prove: a burst of watch events on a quiet pool is its head decided at once (the
+runner's leading edge) and then one decision that packs the whole burst (a pool with a scale-up
+cooldown waits for the whole burst); the periodic tick decides with no event; one pool's failing
+writes do not stop another pool (and the failing pool keeps retrying, backing off from 1 s to
+the tick); Shadow mode publishes without touching desiredReplicas; the ScalingActive transition
+time is kept while its status is unchanged; an Event is posted only when the reason changes; a
+standby (non-leader) writes nothing; the policy memory survives a restart through
+``status.policyMemory`` (written with the status, no second write), and a pool last written by
+an earlier version (the memory annotation) resumes from that.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def last_decision(writer: FakeWriter, name: str) -> dict[str, object]:
     return writer.for_pool(name)[-1]["status"]["lastDecision"]  # type: ignore[no-any-return]
 
 
-async def test_burst_inside_debounce_is_one_decision_packing_everything(world) -> None:  # type: ignore[no-untyped-def]
+async def test_burst_is_its_head_at_once_then_one_decision_packing_everything(world) -> None:  # type: ignore[no-untyped-def]
     scaler, workload, writer, clock = world
     scaler.pool_event("ADDED", pool_manifest("a"))
     await clock.advance(0.2)
@@ -59,16 +60,34 @@ async def test_burst_inside_debounce_is_one_decision_packing_everything(world) -
         workload.pods[f"p{i}"] = pending_pod(f"p{i}")
         scaler.cluster_event("wl")
         await clock.advance(0.003)  # 30 events over 90 ms, all inside one debounce
-    assert scaler.pools[("ns", "a")].decisions == 1, "decided inside the burst"
+    # The pool was quiet: the first event decided at once (leading edge), seeing its one pod.
+    assert scaler.pools[("ns", "a")].decisions == 2, "the burst's head waited"
+    assert last_decision(writer, "a")["desiredReplicas"] == 1
     await clock.advance(0.1)
-    assert scaler.pools[("ns", "a")].decisions == 1, "decided before the burst went quiet"
+    assert scaler.pools[("ns", "a")].decisions == 2, "decided before the burst went quiet"
     await clock.advance(0.15)
     state = scaler.pools[("ns", "a")]
-    assert state.decisions == 2
+    assert state.decisions == 3
     decision = last_decision(writer, "a")
     # 8000 MiB each on 24576 MiB GPUs, 10 slots: 3 per cell -> 10 cells in one decision.
     assert decision["reason"] == "ScaledUp" and decision["desiredReplicas"] == 10
     assert writer.for_pool("a")[-1]["status"]["desiredReplicas"] == 10
+
+
+async def test_a_pool_with_a_scale_up_cooldown_waits_for_the_whole_burst(world) -> None:  # type: ignore[no-untyped-def]
+    """No leading edge: deciding the burst's head would start the cooldown on one pod."""
+    scaler, workload, writer, clock = world
+    scaler.pool_event("ADDED", pool_manifest("a", stabilizationWindow="5m"))
+    await clock.advance(0.2)
+    assert scaler.pools[("ns", "a")].decisions == 1
+    for i in range(30):
+        workload.pods[f"p{i}"] = pending_pod(f"p{i}")
+        scaler.cluster_event("wl")
+        await clock.advance(0.003)
+    assert scaler.pools[("ns", "a")].decisions == 1, "decided inside the burst"
+    await clock.advance(0.25)
+    assert scaler.pools[("ns", "a")].decisions == 2
+    assert last_decision(writer, "a")["desiredReplicas"] == 10  # the whole burst at once
 
 
 async def test_steady_stream_cannot_starve_the_decision(world) -> None:  # type: ignore[no-untyped-def]
@@ -122,7 +141,7 @@ async def test_a_failing_decision_backs_off_from_1_s_to_the_tick(world) -> None:
     scaler, _, writer, clock = world
     writer.fail_for.add("bad")
     scaler.pool_event("ADDED", pool_manifest("bad"))
-    await clock.advance(0.15)
+    await clock.advance(0.001)  # a quiet pool's first wake-up decides at once (leading edge)
     state = scaler.runner.keys[("ns", "bad")]
     errors = [state.errors]
     for step_s in (1.0, 2.0, 4.0, 8.0, 10.0, 10.0):

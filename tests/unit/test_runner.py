@@ -1,6 +1,6 @@
 """The keyed runner (gpucellpool.runtime.runner) on the virtual clock: wake coalescing, the
-debounce's min and max, requeue-after, backoff growth and reset, the gate, no overlap per key,
-one key's failure isolated, and a finished key forgotten."""
+debounce's min and max, the leading edge of a quiet key, requeue-after, backoff growth and
+reset, the gate, no overlap per key, one key's failure isolated, and a finished key forgotten."""
 
 from __future__ import annotations
 
@@ -51,10 +51,11 @@ class Steps:
 
 def make(
     gate: Callable[[str], bool] = lambda _k: True,
+    leading: Callable[[str], bool] = lambda _k: False,
 ) -> tuple[KeyedRunner[str], Steps, VirtualClock]:
     clock = VirtualClock(START)
     steps = Steps(clock)
-    runner: KeyedRunner[str] = KeyedRunner(steps, clock, SETTINGS, gate, name="t")
+    runner: KeyedRunner[str] = KeyedRunner(steps, clock, SETTINGS, gate, leading=leading, name="t")
     return runner, steps, clock
 
 
@@ -84,6 +85,48 @@ async def test_a_steady_stream_steps_at_the_debounce_max() -> None:
     assert times[0] == 1.0, times  # the first wake-up (add, at 0) plus debounce_max_s
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(times)]
     assert len(times) >= 3 and all(gap <= 1.1 for gap in gaps), times  # never starved
+    await runner.close()
+
+
+async def test_a_quiet_keys_wake_up_steps_at_once_and_the_burst_after_it_is_debounced() -> None:
+    runner, steps, clock = make(leading=lambda _k: True)
+    runner.add("a")
+    await settle()
+    assert steps.times("a") == [0.0]  # never active before: quiet
+    for _ in range(10):  # ten wake-ups 10 ms apart, the first 10 ms after the step: a burst
+        await clock.advance(0.01)
+        runner.wake("a")
+    await clock.advance(0.14)
+    assert steps.times("a") == [0.0], "the burst after a step did not wait to be quiet"
+    await clock.advance(0.02)
+    assert steps.times("a") == [0.0, 0.25]  # last wake at 0.10 + 0.15 quiet
+    await clock.advance(0.1)  # 0.1 s after that step: not quiet yet
+    runner.wake("a")
+    await settle()
+    assert steps.times("a") == [0.0, 0.25]
+    await clock.advance(0.15)
+    assert steps.times("a") == [0.0, 0.25, 0.51]  # trailing: the wake at 0.36 + 0.15
+    await clock.advance(1.0)
+    runner.wake("a")  # quiet for a second: at once again
+    await settle()
+    assert steps.times("a") == [0.0, 0.25, 0.51, 1.51]
+    assert all(woken for _, _, woken in steps.calls)
+    await runner.close()
+
+
+async def test_the_leading_edge_is_per_key_and_a_stream_is_still_capped() -> None:
+    runner, steps, clock = make(leading=lambda key: key == "a")
+    runner.add("a")
+    runner.add("b")
+    await settle()
+    assert steps.times("a") == [0.0] and steps.times("b") == []
+    await clock.advance(0.15)
+    assert steps.times("b") == [0.15]  # b has no leading edge: the quiet time first
+    for _ in range(35):  # a wake-up every 0.1 s: never quiet for 0.15 s
+        await clock.advance(0.1)
+        runner.wake("a")
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(steps.times("a"))]
+    assert len(gaps) >= 3 and all(gap <= 1.1 for gap in gaps), steps.times("a")
     await runner.close()
 
 
