@@ -37,7 +37,15 @@ from autoscaler.loop_ports import (
     WorkloadView,
 )
 from autoscaler.loop_publish import Publisher, requested_target, victims_in_force
-from autoscaler.loop_state import LoopSettings, PoolState, due, leads, record_metrics, replayed
+from autoscaler.loop_state import (
+    LoopSettings,
+    PoolState,
+    due,
+    leads,
+    record_metrics,
+    replayed,
+    runner_settings,
+)
 from autoscaler.observe import (
     CellInputs,
     cells_for_pool,
@@ -68,7 +76,7 @@ from autoscaler.policy.types import (
 )
 from autoscaler.sharing import RivalBoard, share_pending, sharing_facts
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.runtime.runner import KeyedRunner, RunnerSettings
+from gpucellpool.runtime.runner import KeyedRunner
 
 __all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
 
@@ -115,7 +123,9 @@ class Autoscaler:
         self.settings = settings or LoopSettings()
         self.is_leader = is_leader
         self.pools: dict[tuple[str, str], PoolState] = {}
-        self.publisher = Publisher(writer, self.settings, term_left)
+        self.publisher = Publisher(
+            writer, self.settings, term_left, now=clock.now, stage=self._stage
+        )
         self.rivals = RivalBoard()  # the expander's options, per workload cluster
         self.runner: KeyedRunner[tuple[str, str]] = KeyedRunner(
             self._step,
@@ -216,14 +226,21 @@ class Autoscaler:
     async def _step(self, key: tuple[str, str], woken: bool) -> float | None:
         """Decide once (``skip_unchanged`` when an event woke it); the seconds until the next
         timed decision: ``due``, counted from the last decision, not from a skipped one."""
-        state = self.pools.get(key)
+        state, served = self.pools.get(key), self.runner.keys.get(key)
         if state is None:
             return None
+        if woken and served is not None:
+            self._stage("wait", self.clock.now() - served.served_woken_s)
         await self.decide_once(key, skip_unchanged=woken)
         delay = due(state, self.settings) - self.clock.now()
         if not 0.0 < delay < float("inf"):
             delay = self.settings.tick_s if state.synced else self.settings.unsynced_retry_s
         return delay
+
+    def _stage(self, stage: str, seconds: float) -> None:
+        """One stage of a decision for ``gpucellpool_decision_stage_seconds`` (as leader)."""
+        if self.metrics is not None and self.is_leader():
+            self.metrics.observe_stage(stage, seconds)
 
     def _leads(self, key: tuple[str, str]) -> bool:
         state = self.pools.get(key)
@@ -269,6 +286,7 @@ class Autoscaler:
         config = policy_config_from_spec(pool.spec, shape)
         state.memory = memory = replayed(state, state.memory, now, self.settings.tick_s)
         decision = decide(obs, memory, config, now)
+        self._stage("decide", self.clock.now() - now)
         state.decisions += 1
         state.last_decision = decision
         if self.is_leader():
@@ -375,19 +393,6 @@ class Autoscaler:
         if health.read_failed and self.metrics is not None and self.is_leader():
             self.metrics.pool(*_key(pool)).scrape_error(DEMAND_READ)
         return names, usage, health
-
-
-def runner_settings(settings: LoopSettings) -> RunnerSettings:
-    """The keyed runner's timing for decisions: the loop's debounce (a pending pod decided
-    within ~``debounce_s``, a storm within ``max_debounce_s``), and a failed decision retried
-    after 1 s, doubling up to a tick (never more often than before once it keeps failing)."""
-    return RunnerSettings(
-        debounce_min_s=settings.debounce_s,
-        debounce_max_s=settings.max_debounce_s,
-        backoff_base_s=min(1.0, settings.tick_s),
-        backoff_max_s=settings.tick_s,
-        gate_recheck_s=settings.tick_s,
-    )
 
 
 def _meta(obj: JSON, field_name: str) -> str:

@@ -73,6 +73,9 @@ class Publisher:
         writer: PoolWriter,
         settings: LoopSettings,
         term_left: Callable[[], float] = lambda: math.inf,
+        *,
+        now: Callable[[], float] = lambda: 0.0,
+        stage: Callable[[str, float], None] = lambda _stage, _seconds: None,
     ) -> None:
         self.writer = writer
         self.settings = settings
@@ -80,6 +83,7 @@ class Publisher:
         """Seconds our leadership of the pool being published lasts at the latest (the
         caller's Lease: ``LeaderElector.term_left``); a request still unanswered then is
         abandoned."""
+        self.now, self.stage = now, stage  # the clock, and where a write's stages are told
         self._writes = asyncio.Semaphore(settings.writes_in_flight)
         self._events = asyncio.Semaphore(settings.writes_in_flight)  # never ahead of a status
 
@@ -150,9 +154,18 @@ class Publisher:
     async def _write(self, call: Callable[[], Awaitable[None]], gate: Callable[[], bool]) -> bool:
         """One write, at most ``writes_in_flight`` at once across pools: a request queued here
         does not run its timeout down while an overloaded apiserver works through the others.
-        False (nothing sent) when ``gate`` says no once its turn comes."""
+        False (nothing sent) when ``gate`` says no once its turn comes. The time waiting for a
+        slot and the request's own are told to ``stage``."""
+        queued = self.now()
         async with self._writes:
-            return gate() and await self._within_term(call)
+            sent = self.now()
+            if not gate():
+                return False
+            self.stage("write_slot", sent - queued)
+            written = await self._within_term(call)
+        if written:
+            self.stage("write", self.now() - sent)
+        return written
 
     async def _within_term(self, call: Callable[[], Awaitable[None]]) -> bool:
         """``call()``, abandoned (False) if unanswered when our term could end (``term_left``),

@@ -31,6 +31,7 @@ from autoscaler.policy.types import (
     Steady,
 )
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.runtime.runner import RunnerSettings
 
 JSON = dict[str, Any]
 
@@ -100,6 +101,19 @@ class PoolState:
     parsed: ParseMemo = field(default_factory=dict)
     """The pending pods' parsed asks by UID (``pool_demand.pending_for_pool``'s memo), kept
     for the pods still counted."""
+
+
+def runner_settings(settings: LoopSettings) -> RunnerSettings:
+    """The keyed runner's timing for decisions: the loop's debounce (a pending pod decided
+    within ~``debounce_s``, a storm within ``max_debounce_s``), and a failed decision retried
+    after 1 s, doubling up to a tick (never more often than before once it keeps failing)."""
+    return RunnerSettings(
+        debounce_min_s=settings.debounce_s,
+        debounce_max_s=settings.max_debounce_s,
+        backoff_base_s=min(1.0, settings.tick_s),
+        backoff_max_s=settings.tick_s,
+        gate_recheck_s=settings.tick_s,
+    )
 
 
 def leads(pool: GPUCellPool) -> bool:

@@ -22,6 +22,9 @@ REMOVAL_REASONS = ("Drained", "Failed", "Other")  # gpucellpool_cells_removed_to
 # a reason the original did not have).
 SCRAPE_REASONS = ("capacity", "demand", "inventory")
 DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# gpucellpool_decision_stage_seconds{stage}: an event-driven decision's path, in order.
+DECISION_STAGES = ("wait", "decide", "write_slot", "write")
 # gpucellpool_pending_pod_first_seen_timestamp_seconds: one series per pending pod (the pod and
 # its ask as labels), so bounded by the pods waiting; past this many per pool the newest go
 # unexported (the oldest waits are the demand a recording must not lose).
@@ -130,6 +133,11 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                "draining cells"),
     MetricSpec("gpucellpool_crd_drift_findings", G, "Differences between the served GPUCellPool "
                "CRD and this build's, by kind", ("kind",), per_pool=False),
+    MetricSpec("gpucellpool_decision_stage_seconds", H, "Where an event-driven decision's time "
+               "goes, all pools together, by stage: wait (a burst's first wake-up to the decision "
+               "starting: debounce and queueing), decide (observe and decide), write_slot (waiting "
+               "for a status write slot), write (the status apply sent to answered)", ("stage",),
+               STAGE_BUCKETS, per_pool=False),
 )  # fmt: skip
 BY_NAME: Mapping[str, MetricSpec] = {m.name: m for m in CATALOGUE}
 

@@ -179,6 +179,12 @@ def _decision_panels() -> list[JSON]:
         ], description="Decisions that changed the outcome (reason or desired count)."),
         panel("Decision latency (pending pod seen → cell requested)",
               _quantiles("gpucellpool_decision_latency_seconds", "15m"), unit="s"),
+        panel("Decision stages (mean, all pools)", [
+            (f"sum by (stage) (rate(gpucellpool_decision_stage_seconds_sum[{rate}])) / "
+             f"sum by (stage) (rate(gpucellpool_decision_stage_seconds_count[{rate}]))",
+             "{{stage}}"),
+        ], unit="s", description="wait: wake-up to decision start (debounce, queueing); decide; "
+           "write_slot: queued for a status write slot; write: the apply's round trip."),
         panel("HAMi metrics fresh", [(_by_pool("gpucellpool_metrics_fresh"), "{{pool}}")],
               kind="stat", width=6, description="0 freezes scale-down (GPUCellPoolMetricsStale)."),
         panel("Workload cluster reachable",

@@ -99,6 +99,12 @@ class OperatorMetrics:
         for namespace, name in list(self._pools):
             self.forget(namespace, name)
 
+    def observe_stage(self, stage: str, seconds: float) -> None:
+        """One stage of an event-driven decision (``DECISION_STAGES``), all pools together."""
+        histogram = self.collectors["gpucellpool_decision_stage_seconds"]
+        assert isinstance(histogram, Histogram)
+        histogram.labels(stage).observe(max(0.0, seconds))
+
     def record_crd_drift(self, counts: Mapping[str, int]) -> None:
         """Findings per kind of the last CRD drift check (kinds not given are set to 0)."""
         gauge = self.collectors["gpucellpool_crd_drift_findings"]

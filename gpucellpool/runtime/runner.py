@@ -98,6 +98,8 @@ class KeyState:
     """When the first wake-up not yet served came (the debounce's cap counts from it)."""
     last_woken_s: float = 0.0
     """When the latest wake-up came (the debounce's quiet time counts from it)."""
+    served_woken_s: float = 0.0
+    """The first wake-up of the burst the latest woken step serves (how long it waited)."""
     active_s: float = -math.inf
     """When the key was last busy: its last step ended or its last served wake-up came (the
     leading edge's quiet time counts from it)."""
@@ -238,6 +240,7 @@ class KeyedRunner(Generic[K]):
         if not (quiet_s >= self.settings.debounce_min_s and self.leading(key)):
             await self._debounce(state)
         state.active_s = max(state.active_s, state.last_woken_s)
+        state.served_woken_s = state.first_woken_s
         state.woken.clear()
         return True
 

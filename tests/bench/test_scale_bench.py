@@ -97,6 +97,25 @@ BEFORE_SESSION: dict[
 }
 
 
+WHERE_IT_GOES_STAGES = (
+    "Where the latency goes, stage by stage (a run at b585b48 with every stage stamped in the "
+    "operator on the same monotonic clock as the bench, load 5.7 -> 8.3; p50 / p95 s): the "
+    "bench's create + Unschedulable patch 0.49 / 0.85; patch answered -> the operator's pod "
+    "event 0.05 / 0.47; pod event -> decision starts 0.27 / 0.63 (the 150 ms trailing debounce, "
+    "then queueing behind the other pools' steps); decision -> status apply sent 0.01 / 2.27 "
+    "(observe and decide ~10 ms; the p95 is waiting for one of the 32 write slots); apply sent "
+    "-> answered 2.33 / 4.63; answered -> the bench's watch sees it 0.36 / 0.90. The infra "
+    "apiserver's own `apiserver_request_duration_seconds` for these status applies averaged "
+    "2.0 s (its etcd update 0.53 s): the writes queue in the apiserver, not in the operator. "
+    "On a separate harness at load ~10, 50 applies of this status take 2.7-6 s whether 1, 4, 8 "
+    "or 32 are in flight (fewer in flight: better p50, same last), and a merge patch or "
+    "`fieldValidation=Ignore` costs the apiserver the same. Since the leading edge (a quiet "
+    "pool's wake-up decides at once), the debounce is no longer in the path of a lone pod; "
+    "the operator's `gpucellpool_decision_stage_seconds` (row above) gives this split on any "
+    "run."
+)
+
+
 WHERE_IT_GOES = (
     "Where the rest goes. Writes: every new pod costs one pool write (the decision with its new "
     "ask). The next tick's decision of the same asks (ScaledUp -> DemandSatisfied once the "
@@ -329,6 +348,40 @@ def histogram_quantile(text: str, name: str, q: float) -> tuple[float, int, floa
     return bound, int(total), sum_ / total
 
 
+def stage_totals(text: str) -> dict[str, tuple[float, float]]:
+    """``gpucellpool_decision_stage_seconds`` per stage: (observations, seconds)."""
+    totals: dict[str, tuple[float, float]] = {}
+    for line in text.splitlines():
+        found = re.match(
+            r'gpucellpool_decision_stage_seconds_(sum|count)\{stage="(\w+)"\} (\S+)', line
+        )
+        if found:
+            kind, stage, value = found.groups()
+            count, seconds = totals.get(stage, (0.0, 0.0))
+            totals[stage] = (
+                (count + float(value), seconds)
+                if kind == "count"
+                else (count, seconds + float(value))
+            )
+    return totals
+
+
+def stage_means(before: str, after: str) -> str:
+    """Mean seconds per stage between two scrapes, as 'wait 0.01 / decide ...'."""
+    old, new = stage_totals(before), stage_totals(after)
+    parts = []
+    for stage in ("wait", "decide", "write_slot", "write"):
+        count = new.get(stage, (0.0, 0.0))[0] - old.get(stage, (0.0, 0.0))[0]
+        seconds = new.get(stage, (0.0, 0.0))[1] - old.get(stage, (0.0, 0.0))[1]
+        parts.append(f"{stage} {seconds / count:.3f}" if count else f"{stage} -")
+    return " / ".join(parts)
+
+
+async def scrape(port: int) -> str:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+
+
 # -- the benchmark ---------------------------------------------------------------------------
 
 
@@ -427,6 +480,7 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
         print(f"every pool decided after {first_decisions_s:.1f}s", flush=True)
         await pools.quiet(3.0, 60)
         before_rounds, events_before = usage_of(proc.pid), pools.events
+        metrics_before = await scrape(port)
         rounds_from = time.monotonic()
         per_pool: dict[str, list[float]] = {pool_name(i): [] for i in range(POOLS)}
         # The bench's own share: pod created -> its Unschedulable patch answered; and the rest.
@@ -469,12 +523,12 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
             round_walls.append(time.monotonic() - round_start)
             await pools.quiet(2.0, 30)
         after_rounds, round_events = usage_of(proc.pid), pools.events - events_before
+        stages = stage_means(metrics_before, await scrape(port))
         kinds = pools.kinds(rounds_from, time.monotonic())
         idle_s = 30.0
         await asyncio.sleep(idle_s)  # idle: only the 10 s ticks run
         after_idle = usage_of(proc.pid)
-        async with httpx.AsyncClient(timeout=10) as http:
-            metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+        metrics = await scrape(port)
     finally:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -540,6 +594,8 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
         f"{percentile(round_walls, 0.5):.2f} / {max(round_walls):.2f} s |",
         f"| `gpucellpool_decision_latency_seconds` (all pools): n / mean / p95 bucket | "
         f"{hist_n} / {hist_mean:.2f} s / <= {hist_bound:g} s |",
+        "| operator's decision stages in the rounds (`gpucellpool_decision_stage_seconds`), mean "
+        f"s: wait / decide / write_slot / write | {stages} |",
         f"| GPUCellPool writes during the rounds (watch events) | {round_events:,} for "
         f"{pods} new pods: {kinds['new ask']} with a new pending-ask count, "
         f"{kinds['follow-up']} follow-ups (same asks, another reason or target), "
@@ -574,7 +630,7 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
         + "\n".join(targets)
         + "\n\n"
         + session_note(commit, every, rounds_cpu, round_events, rss)
-        + f"\n\n{WHERE_IT_GOES}\n\n{HISTORY}"
+        + f"\n\n{WHERE_IT_GOES_STAGES}\n\n{WHERE_IT_GOES}\n\n{HISTORY}"
         + "\n\nShared, busy 2-core VM: the numbers move with other jobs; when the operator "
         f"started: {load_at_start}; at the end of the run: {load_note()}.\n",
     )

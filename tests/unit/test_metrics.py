@@ -92,6 +92,7 @@ def test_every_catalogued_metric_is_exposed_with_pool_labels_and_nothing_else() 
     metrics = OperatorMetrics(reg)
     _exercise(metrics.pool("ns-a", "p1"))
     metrics.record_crd_drift({"FieldMissing": 2})
+    metrics.observe_stage("write", 0.1)
     assert set(exposed_names(reg)) == sample_names()
     for spec in CATALOGUE:
         for labels in label_sets(reg, spec.sample_names()):
