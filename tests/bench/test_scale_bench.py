@@ -132,9 +132,10 @@ WHERE_IT_GOES = (
     "(one per new pod plus the 10 s ticks of pools waiting for cells), one status apply per "
     "new pod (an Event only when the reason changes) and the watch decoding (each write comes "
     "back as a pool watch event; validated once since bd88b5f, three times before); measured "
-    "under load, CPU seconds are inflated too. RSS: ~117 MiB is the imports before any object "
-    "(kubernetes_asyncio's client package alone ~37 MiB, numpy ~10 MiB, cryptography for the "
-    "metrics TLS ~11 MiB)."
+    "under load, CPU seconds are inflated too. RSS: most of it is the imports before any "
+    "object, ~72 MiB since 47fe0ed dropped kubernetes_asyncio (its client package alone was "
+    "~37 MiB here) and numpy left the operator process (~10 MiB); cryptography for the "
+    "metrics TLS ~11 MiB."
 )
 
 
