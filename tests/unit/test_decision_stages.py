@@ -55,17 +55,18 @@ async def test_each_stage_of_a_decision_is_observed(leader: bool) -> None:
         if not leader:  # a standby decides but writes nothing, and exports no stage either
             assert [stage(registry, s)[0] for s in ("wait", "decide", "write")] == [0, 0, 0]
             return
-        # Both quiet pools decided at once; b's apply waited for a's slot (0.3 s).
-        assert stage(registry, "wait") == (2, 0.0)
+        # Both new pools waited out the debounce (0.15 s each; a new pool does not lead: its
+        # workload connection may still be opening); b's apply waited for a's slot (0.3 s).
+        assert stage(registry, "wait") == (2, 0.3)
         assert stage(registry, "decide") == (2, 0.0)
         assert stage(registry, "write_slot") == (2, 0.3)
         assert stage(registry, "write") == (2, 0.6)
         workload.pods["p"] = pending_pod("p")
-        scaler.cluster_event("wl")  # a, quiet since its write ended at 0.3: at once
+        scaler.cluster_event("wl")  # a, quiet since its write ended at 0.45: at once
         await clock.advance(0.4)  # its decision written by 1.3
         scaler.cluster_event("wl")  # 0.1 s after that step: debounced
         await clock.advance(1.0)
-        assert stage(registry, "wait") == (4, 0.15)
+        assert stage(registry, "wait") == (4, 0.45)
         assert stage(registry, "write") == (3, 0.9)  # the last wake-up changed nothing
     finally:
         await scaler.close()

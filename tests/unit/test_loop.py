@@ -54,7 +54,7 @@ def last_decision(writer: FakeWriter, name: str) -> dict[str, object]:
 async def test_burst_is_its_head_at_once_then_one_decision_packing_everything(world) -> None:  # type: ignore[no-untyped-def]
     scaler, workload, writer, clock = world
     scaler.pool_event("ADDED", pool_manifest("a"))
-    await clock.advance(0.2)
+    await clock.advance(0.5)  # the first look after the debounce, then quiet
     assert scaler.pools[("ns", "a")].decisions == 1  # the first look
     for i in range(30):
         workload.pods[f"p{i}"] = pending_pod(f"p{i}")
@@ -72,6 +72,18 @@ async def test_burst_is_its_head_at_once_then_one_decision_packing_everything(wo
     # 8000 MiB each on 24576 MiB GPUs, 10 slots: 3 per cell -> 10 cells in one decision.
     assert decision["reason"] == "ScaledUp" and decision["desiredReplicas"] == 10
     assert writer.for_pool("a")[-1]["status"]["desiredReplicas"] == 10
+
+
+async def test_a_new_pools_first_decision_waits_out_the_debounce(world) -> None:  # type: ignore[no-untyped-def]
+    """No leading edge before the first decision: a new pool's workload connection is still
+    opening, and a decision at once would publish it as unreachable (the integration test
+    test_loop_provision::test_pending_pod_becomes_a_ready_cell saw exactly that)."""
+    scaler, _, _, clock = world
+    scaler.pool_event("ADDED", pool_manifest("a"))
+    await clock.advance(0.1)
+    assert scaler.pools[("ns", "a")].decisions == 0, "decided before the debounce"
+    await clock.advance(0.1)
+    assert scaler.pools[("ns", "a")].decisions == 1
 
 
 async def test_a_pool_with_a_scale_up_cooldown_waits_for_the_whole_burst(world) -> None:  # type: ignore[no-untyped-def]
@@ -141,7 +153,7 @@ async def test_a_failing_decision_backs_off_from_1_s_to_the_tick(world) -> None:
     scaler, _, writer, clock = world
     writer.fail_for.add("bad")
     scaler.pool_event("ADDED", pool_manifest("bad"))
-    await clock.advance(0.001)  # a quiet pool's first wake-up decides at once (leading edge)
+    await clock.advance(0.15)  # a new pool's first decision waits out the debounce
     state = scaler.runner.keys[("ns", "bad")]
     errors = [state.errors]
     for step_s in (1.0, 2.0, 4.0, 8.0, 10.0, 10.0):

@@ -85,7 +85,7 @@ async def test_the_loop_exports_each_pending_pod_from_first_seen_until_bound() -
     scaler = Autoscaler(workload, writer, clock, OperatorMetrics(reg), settings=SETTINGS)
     try:
         scaler.pool_event("ADDED", pool_manifest("a"))
-        await clock.advance(0.2)
+        await clock.advance(0.5)  # its first decision (after the debounce), then quiet
         workload.pods["a"] = pending_pod("a", mem_mib=4096)
         scaler.cluster_event("wl")
         seen_a = clock.now()  # the decision that first sees it: at once, the pool was quiet
