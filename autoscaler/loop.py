@@ -243,11 +243,8 @@ class Autoscaler:
             self.metrics.observe_stage(stage, seconds)
 
     def _leads(self, key: tuple[str, str]) -> bool:
-        """A pool's first decision, or one after a look at unsynced workload caches, keeps the
-        debounce: a new pool's workload connection is still opening, and deciding at once
-        would publish 'workload cluster unreachable' for a cluster that is only connecting."""
         state = self.pools.get(key)
-        return state is not None and state.decisions > 0 and state.synced and leads(state.pool)
+        return state is not None and leads(state)
 
     def _stop(self, key: tuple[str, str]) -> None:
         self.pools.pop(key, None)

@@ -116,12 +116,15 @@ def runner_settings(settings: LoopSettings) -> RunnerSettings:
     )
 
 
-def leads(pool: GPUCellPool) -> bool:
+def leads(state: PoolState) -> bool:
     """Whether a wake-up that finds the pool quiet decides at once (the keyed runner's leading
     edge, with ``LoopSettings.leading_edge``). Not for a pool pacing its scale-ups by a cooldown
     (legacy ``stabilizationWindow``): the first decision of a burst would start the cooldown
-    having seen only the burst's head."""
-    return pool.spec.autoscaling.scale_up_rules().cooldown_seconds == 0.0
+    having seen only the burst's head. Nor for a pool's first decision, or one after a look at
+    unsynced workload caches: a new pool's workload connection is still opening, and deciding
+    at once would publish 'workload cluster unreachable' for a cluster that is only connecting."""
+    cooldown_s = state.pool.spec.autoscaling.scale_up_rules().cooldown_seconds
+    return state.decisions > 0 and state.synced and cooldown_s == 0.0
 
 
 def due(state: PoolState, settings: LoopSettings) -> float:
