@@ -70,6 +70,8 @@ def validate_config(config: PolicyConfig) -> tuple[str, ...]:
         errors.append("headroom_cells must be >= 0")
     if not 0.0 <= config.boot_hedge_fraction <= 10.0:
         errors.append("boot_hedge_fraction must be within [0, 10]")
+    if config.boot_hedge_min_wave < 1:
+        errors.append("boot_hedge_min_wave must be at least 1")
     if config.boot_seconds < 0 or config.forecast_window_seconds <= 0:
         errors.append("boot_seconds must be >= 0 and forecast_window_seconds > 0")
     if config.packing_heuristic not in HEURISTICS:

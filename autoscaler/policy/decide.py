@@ -203,7 +203,8 @@ def _hedge(
         return NO_HEDGE
     usage, new = inp.packing.usage, inp.packing.new_cells
     unused = memory.never_used
-    return hedge(observation.cells, usage, new, config.boot_hedge_fraction, unused)
+    fraction, smallest = config.boot_hedge_fraction, config.boot_hedge_min_wave
+    return hedge(observation.cells, usage, new, fraction, unused, smallest)
 
 
 def _raw(inp: Inputs, config: PolicyConfig, reachable: bool, spares: int = 0) -> int:

@@ -37,9 +37,14 @@ from autoscaler.policy.types import (
     CellView,
     Decision,
     GPUUsage,
+    PolicyConfig,
     PolicyMemory,
     Reason,
 )
+
+# Spares are started for waves of at least this many cells by default
+# (``PolicyConfig.boot_hedge_min_wave``, where the measurements behind it are cited).
+MIN_WAVE_CELLS = PolicyConfig().boot_hedge_min_wave
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,8 @@ class Hedge:
     surplus: tuple[str, ...]
     # Ready cells that never ran a pod, retired once nothing waits (newest first)
     unused: tuple[str, ...] = ()
+    # the smallest wave that starts spares (``PolicyConfig.boot_hedge_min_wave``)
+    min_wave: int = MIN_WAVE_CELLS
 
     @property
     def victims(self) -> tuple[str, ...]:
@@ -63,15 +70,11 @@ class Hedge:
     @property
     def missing(self) -> int:
         """Spare cells to add on top of what the backlog needs: only for a wave of at least
-        ``MIN_WAVE_CELLS`` (a pool growing by a cell or two starts no spare; a wave's last
-        pods keep the spares it started)."""
-        return max(0, self.wanted - self.spares) if self.waiting >= MIN_WAVE_CELLS else 0
+        ``min_wave`` cells (a wave's last pods keep the spares it started)."""
+        return max(0, self.wanted - self.spares) if self.waiting >= self.min_wave else 0
 
 
 NO_HEDGE = Hedge(0, 0, 0, ())
-# Spares are started for waves of at least this many cells. One pending pod on a small pool
-# gets exactly its cell, as users expect; a burst's tail is where the slowest boots hurt.
-MIN_WAVE_CELLS = 3
 
 
 def _holds_anything(gpus: Sequence[GPUUsage]) -> bool:
@@ -107,10 +110,12 @@ def hedge(
     new_cells: int,
     fraction: float,
     unused: frozenset[str] = frozenset(),
+    min_wave: int = MIN_WAVE_CELLS,
 ) -> Hedge:
     """The hedge for ``cells`` after packing (``usage``: projected per-cell usage, as
     ``PackingResult.usage``; ``new_cells``: cells the backlog still needs; ``unused``: the
-    cells that had never run a pod at the last call, ``still_unused``)."""
+    cells that had never run a pod at the last call, ``still_unused``; ``min_wave``: the
+    smallest wave that starts spares)."""
     booting = [c for c in cells if c.state == CellState.BOOTING]
     held = sum(1 for c in booting if _holds_anything(usage.get(c.name, ())))
     empty = sorted(  # oldest first: the spares kept are the ones that have booted longest
@@ -131,7 +136,8 @@ def hedge(
             ]
         )
     )
-    return Hedge(waiting, wanted, len(empty), surplus, tuple(c.name for c in bets))
+    unused_ready = tuple(c.name for c in bets)
+    return Hedge(waiting, wanted, len(empty), surplus, unused_ready, min_wave)
 
 
 def cancellable(hedged: Hedge, current: int, keep: int, empty_cells: int, headroom: int) -> int:
@@ -156,4 +162,4 @@ def cancel_boots(
         f"pending pods wait for {hedged.waiting} booting or new cell(s), {hedged.wanted} spare "
         f"boot(s) hedge them; {' and '.join(parts)}, scaling {current} -> {current - count}"
     )
-    return Decision(current - count, Reason.SCALED_DOWN, message, mem, victims)
+    return Decision(current - count, Reason.SPARES_CANCELLED, message, mem, victims)

@@ -309,6 +309,9 @@ class PolicyConfig:
     # tests/e2e/test_fidelity.py (73-97.5 % within one cell with 0.75 at load 4-22, also with
     # the simulator given the lag; the bar is 98 %, three runs); docs/autoscaling.md.
     boot_hedge_fraction: float = 0.0
+    # With the hedge: spares are started only for waves of at least this many cells (the
+    # cells pending pods wait for). Not an API field.
+    boot_hedge_min_wave: int = 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,6 +324,9 @@ class Reason(enum.StrEnum):
 
     SCALED_UP = "ScaledUp"
     SCALED_DOWN = "ScaledDown"
+    # hedged spare cells that never ran a pod given up (boots cancelled, unused Ready cells
+    # retired; autoscaler.policy.hedge): not a scale-down of cells that served
+    SPARES_CANCELLED = "SparesCancelled"
     PREWARMED = "Prewarmed"
     HEADROOM = "Headroom"
     STABILIZING = "Stabilizing"

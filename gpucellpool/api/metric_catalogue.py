@@ -17,6 +17,10 @@ from gpucellpool.api.status import CellPhase
 POOL_LABELS = ("namespace", "pool")
 STARTUP_BUCKETS = (30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1800.0)
 REMOVAL_REASONS = ("Drained", "Failed", "Other")  # gpucellpool_cells_removed_total{reason}
+# The decision reason for giving up hedged spare cells that never ran a pod (the policy's
+# Reason.SPARES_CANCELLED): the desired count falls, but no cell that served is removed, so it
+# does not move gpucellpool_last_scale_down_timestamp_seconds (GPUCellPoolScaleFlapping).
+SPARES_CANCELLED = "SparesCancelled"
 # gpucell_capacity_scrape_errors_total{reason}: HAMi capacity of Ready cells, the autoscaler's
 # Prometheus usage read ("demand"), and the physical GPU ledger (SwiftGPUNodes / ResourceSlices;
 # a reason the original did not have).
@@ -126,7 +130,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("gpucellpool_last_scale_up_timestamp_seconds", G, "Unix time of the last "
                "increase of the desired count"),
     MetricSpec("gpucellpool_last_scale_down_timestamp_seconds", G, "Unix time of the last "
-               "decrease of the desired count"),
+               "decrease of the desired count that removed cells which served (not spare boots "
+               "given up: reason SparesCancelled)"),
     MetricSpec("gpucellpool_cells_created_total", C, "Cells requested from the provisioner"),
     MetricSpec("gpucellpool_cells_removed_total", C, "Cells removed, by cause", ("reason",)),
     MetricSpec("gpucellpool_evictions_total", C, "Pods evicted through the Eviction API while "

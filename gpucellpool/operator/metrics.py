@@ -34,6 +34,7 @@ from gpucellpool.api.metric_catalogue import (
     POOL_LABELS,
     REMOVAL_REASONS,
     SCRAPE_REASONS,
+    SPARES_CANCELLED,
     Kind,
     MetricSpec,
 )
@@ -196,7 +197,8 @@ class PoolMetrics:
         self._child("gpucell_scale_decisions_total", reason, str(scaled_up).lower()).inc()
         if previous is not None and desired > previous[1]:
             self._set("gpucellpool_last_scale_up_timestamp_seconds", now)
-        elif previous is not None and desired < previous[1]:
+        elif previous is not None and desired < previous[1] and reason != SPARES_CANCELLED:
+            # spares that never ran a pod, given up, are not a scale-down of cells that served
             self._set("gpucellpool_last_scale_down_timestamp_seconds", now)
         return True
 

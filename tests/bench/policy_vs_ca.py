@@ -43,6 +43,7 @@ from autoscaler.policy.types import (
     Observation,
     PolicyConfig,
     PolicyMemory,
+    Reason,
 )
 from simulations.simulator.baselines import PEERS
 from simulations.simulator.baselines.oracle import BOUND, oracle
@@ -85,6 +86,21 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "hedge-1": {"boot_hedge_fraction": 1.0},
     # the hedge before unused Ready cells retired at once (they idled out the window)
     "hedge-0.75-idle": {"boot_hedge_fraction": 0.75},
+    # spares for waves of any size (the default starts them for waves of 3 cells or more)
+    "hedge-0.75-small0": {"boot_hedge_fraction": 0.75, "boot_hedge_min_wave": 1},
+    "hedge-0.75-min2": {"boot_hedge_fraction": 0.75, "boot_hedge_min_wave": 2},
+    # openb's fractional pods: an empty cell kept, or the forecast's pre-warm, on top
+    "hedge-0.75-small0-h1": {
+        "boot_hedge_fraction": 0.75,
+        "boot_hedge_min_wave": 1,
+        "headroom_cells": 1,
+    },
+    "hedge-0.75-small0-prewarm": {
+        "boot_hedge_fraction": 0.75,
+        "boot_hedge_min_wave": 1,
+        "prewarm": True,
+    },
+    "hedge-0-h1": {"boot_hedge_fraction": 0.0, "headroom_cells": 1},
 }
 IDLE_BETS = frozenset({"hedge-0.75-idle"})
 
@@ -144,6 +160,7 @@ class Measured(ProductionPolicy):
         self.started = not history
         self.idle_bets = idle_bets
         self.changes: list[tuple[float, int]] = []
+        self.cancels: list[float] = []  # times of cuts that gave up spares (SparesCancelled)
         self.retired = 0  # Ready cells that never ran a pod, retired at once
 
     def decide(
@@ -158,6 +175,8 @@ class Measured(ProductionPolicy):
         current = sum(c.state in LIVE for c in observation.cells)
         if decision.act and decision.desired_replicas != current:
             self.changes.append((now, decision.desired_replicas - current))
+            if decision.reason is Reason.SPARES_CANCELLED:
+                self.cancels.append(now)
             ready = {c.name for c in observation.cells if c.state == CellState.READY}
             bets = ready & memory.never_used
             self.retired += sum(1 for v in decision.victims if v in bets)
@@ -168,11 +187,23 @@ LIVE = (CellState.READY, CellState.BOOTING)
 FLAP_SECONDS = 600.0  # GPUCellPoolScaleFlapping's window: one scale-down stabilisation window
 
 
-def flaps(changes: list[tuple[float, int]], window: float = FLAP_SECONDS) -> int:
-    """Cuts of the cell count followed by a rise within ``window``: cells given up (cancelled
-    boots, retired or drained cells) and then bought again."""
+def flaps(
+    changes: list[tuple[float, int]],
+    window: float = FLAP_SECONDS,
+    only: frozenset[float] | None = None,
+    but: frozenset[float] = frozenset(),
+) -> int:
+    """Cuts of the cell count followed by a rise within ``window``: cells given up and then
+    bought again. ``only``: count just the cuts at these times; ``but``: not these."""
     rises = [t for t, d in changes if d > 0]
-    return sum(1 for t, d in changes if d < 0 and any(t < r <= t + window for r in rises))
+    return sum(
+        1
+        for t, d in changes
+        if d < 0
+        and (only is None or t in only)
+        and t not in but
+        and any(t < r <= t + window for r in rises)
+    )
 
 
 def run_one(
@@ -219,7 +250,11 @@ def run_one(
         "max": s.wait_max_seconds,
         "over_boot": s.waited_longer_than_boot,
         "pods": s.pods,
-        "flaps": flaps(ours.changes) if ours is not None else None,
+        # the GPUCellPoolScaleFlapping semantics: a scale-down of cells that served, then a rise
+        "flaps": flaps(ours.changes, but=frozenset(ours.cancels)) if ours is not None else None,
+        # spares given up (cancelled boots, retired unused cells), then a rise within 600 s
+        "rebought": flaps(ours.changes, only=frozenset(ours.cancels)) if ours else None,
+        "cancels": len(ours.cancels) if ours is not None else None,
         "cuts": sum(1 for _, d in ours.changes if d < 0) if ours is not None else None,
         "retired": ours.retired if ours is not None else None,
     }
@@ -248,8 +283,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     keys = sorted({(_label(r), r["policy"]) for r in rows}, key=order)
     out = [
         "| trace | policy | seeds | cell-hours | x oracle | p95 s | p99 s | max s | > 1 boot "
-        "| cuts | flaps | retired |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| cuts | flaps | spares cancelled | then re-bought | retired |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for tr, pol in keys:
         group = [r for r in rows if _label(r) == tr and r["policy"] == pol]
@@ -263,7 +298,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             ("over_boot", "{:.1%} ± {:.1%}"),
         ):
             cells.append(fmt.format(*interval([float(r[field]) for r in group])))
-        for field in ("cuts", "flaps", "retired"):  # rows from before they were counted: none
+        # rows from before a field was counted show none
+        for field in ("cuts", "flaps", "cancels", "rebought", "retired"):
             counted = [float(r[field]) for r in group if r.get(field) is not None]
             cells.append("{:.0f} ± {:.0f}".format(*interval(counted)) if counted else "-")
         out.append(f"| {tr} | {pol} | {len(group)} | " + " | ".join(cells) + " |")

@@ -62,7 +62,7 @@ def test_an_unused_cell_that_becomes_ready_with_nothing_waiting_retires_at_once(
     just_up = replace(_seen_booting().memory, last_scale_up_at=NOW - 100)  # delay not over
     cells = (_busy(0), replace(_busy(1), created_at=NOW - 200), _empty_ready(2))
     d = decide(Observation((), cells), just_up, CONFIG, NOW)
-    assert (d.reason, d.desired_replicas, d.victims) == (Reason.SCALED_DOWN, 2, ("c2",))
+    assert (d.reason, d.desired_replicas, d.victims) == (Reason.SPARES_CANCELLED, 2, ("c2",))
     assert "retiring 1 Ready cell(s) that never ran a pod" in d.message
     assert d.memory.scale_events[-1] == (NOW, -1)
     assert d.memory.never_used == {"c2"}  # c1 ran a pod: no longer a bet

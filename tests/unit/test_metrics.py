@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpucellpool.api.metric_catalogue import BY_NAME, CATALOGUE, COARSE_PHASES, Kind, sample_names
+from autoscaler.policy.types import Reason
+from gpucellpool.api.metric_catalogue import (
+    BY_NAME,
+    CATALOGUE,
+    COARSE_PHASES,
+    SPARES_CANCELLED,
+    Kind,
+    sample_names,
+)
 from gpucellpool.api.status import CellPhase
 from gpucellpool.operator import crdcheck
 from gpucellpool.operator.metrics import OperatorMetrics, PoolMetrics, exposed_names, label_sets
@@ -271,3 +279,21 @@ def test_scrape_error_reasons_start_at_zero_including_the_physical_inventory() -
     pool.scrape_error("inventory")
     assert _value(reg, "gpucell_capacity_scrape_errors_total", namespace="n", pool="p",
                   reason="inventory") == 1  # fmt: skip
+
+
+def test_giving_up_spares_is_not_a_scale_down_for_the_flapping_alert() -> None:
+    """Hedged spare boots cancelled (reason SparesCancelled) lower the desired count but remove
+    no cell that served: GPUCellPoolScaleFlapping compares the last scale-up with the last
+    scale-down of cells that served, so only those move its timestamp."""
+    assert Reason.SPARES_CANCELLED.value == SPARES_CANCELLED
+    reg = CollectorRegistry()
+    pool = OperatorMetrics(reg).pool("n", "p")
+    _decide(pool, "ScaledUp", 10, now=100)
+    assert _decide(pool, SPARES_CANCELLED, 7, now=200) is True
+    down = "gpucellpool_last_scale_down_timestamp_seconds"
+    assert _value(reg, down, namespace="n", pool="p") is None
+    assert _value(reg, "gpucellpool_desired_cells", namespace="n", pool="p") == 7
+    spares = {"namespace": "n", "pool": "p", "reason": SPARES_CANCELLED}
+    assert reg.get_sample_value("gpucellpool_scale_decisions_total", spares) == 1
+    _decide(pool, "ScaledDown", 6, now=900)
+    assert _value(reg, down, namespace="n", pool="p") == 900

@@ -95,6 +95,16 @@ def test_scaled_down_idle_cell_after_window() -> None:
     assert d.memory.scale_events == ((NOW, -1),)
 
 
+def test_spares_cancelled_with_the_hedge_is_not_a_scale_down() -> None:
+    # hedged boots (test_policy_hedge.py): nothing waits for the two empty boots any more
+    hedged = replace(CONFIG, boot_hedge_fraction=0.75)
+    cells = (BUSY_B, booting("c", 2), booting("d", 3))
+    d = run(cells=cells, memory=PolicyMemory(boots_proven=True), config=hedged)
+    assert (d.reason, d.desired_replicas, d.victims) == (Reason.SPARES_CANCELLED, 1, ("d", "c"))
+    assert d.memory.last_scale_down_at is None
+    assert d.memory.scale_events == ((NOW, -2),)
+
+
 def test_scale_down_repacks_a_lightly_used_cell() -> None:
     cells = (ready("a", 0, 4800, 1), ready("b", 1, 12000, 2))  # 20 % and 50 %
     d = run(cells=cells, memory=PolicyMemory(idle_since={"a": 0.0, "b": 0.0}))

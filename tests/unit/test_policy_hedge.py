@@ -96,7 +96,7 @@ def test_spares_are_cancelled_once_their_pods_found_cells_even_right_after_a_sca
     cells = (*(_ready(i) for i in range(3)), *(_booting(3 + i, age_s=60.0 + i) for i in range(6)))
     memory = replace(PROVEN, last_scale_up_at=NOW - 20)  # scale-down delay not over
     d = decide(Observation(_pods(1), cells), memory, CONFIG, NOW)
-    assert d.reason is Reason.SCALED_DOWN
+    assert d.reason is Reason.SPARES_CANCELLED
     assert d.desired_replicas == 9 - 4
     # c3 (newest) holds the pod as packed; c8 (oldest empty) is the spare; the rest go
     assert d.victims == ("c4", "c5", "c6", "c7")
@@ -108,7 +108,7 @@ def test_spares_are_cancelled_once_their_pods_found_cells_even_right_after_a_sca
 def test_nothing_pending_cancels_every_empty_boot_above_the_floor() -> None:
     cells = tuple(_booting(i) for i in range(3))
     d = decide(Observation((), cells), PROVEN, replace(CONFIG, min_replicas=1), NOW)
-    assert (d.reason, d.desired_replicas) == (Reason.SCALED_DOWN, 1)
+    assert (d.reason, d.desired_replicas) == (Reason.SPARES_CANCELLED, 1)
     assert d.victims == ("c2", "c1")  # newest (highest index at equal age) first
 
 
@@ -153,3 +153,30 @@ def test_no_spares_nor_cancellations_before_boots_are_proven() -> None:
     boots = (*(_booting(i) for i in range(3)), failed)
     kept = decide(Observation((), boots), PROVEN, CONFIG, NOW)
     assert kept.desired_replicas == 3 and not kept.victims  # a Failed cell: boots not trusted
+
+
+@pytest.mark.parametrize(("min_wave", "pending", "desired"), [(1, 1, 12), (1, 2, 13), (2, 1, 11),
+                                                              (2, 2, 13), (3, 2, 12)])  # fmt: skip
+def test_the_smallest_wave_that_starts_spares_is_a_setting(
+    min_wave: int, pending: int, desired: int
+) -> None:
+    config = replace(CONFIG, boot_hedge_min_wave=min_wave)
+    cells = tuple(_ready(i) for i in range(10))
+    d = decide(Observation(_pods(pending), cells), PROVEN, config, NOW)
+    assert (d.cells_needed, d.desired_replicas) == (pending, desired)
+
+
+def test_a_single_pods_spare_is_cancelled_once_the_pod_has_a_cell() -> None:
+    # min wave 1: one pod started two cells; it found a Ready cell, both boots are spares now
+    config = replace(CONFIG, boot_hedge_min_wave=1)
+    cells = (*(_ready(i) for i in range(3)), _booting(3, age_s=90.0), _booting(4, age_s=90.0))
+    d = decide(Observation((), cells), PROVEN, config, NOW)
+    assert (d.reason, d.desired_replicas, d.victims) == (Reason.SPARES_CANCELLED, 3, ("c4", "c3"))
+    assert d.memory.last_scale_down_at is None  # not a scale-down of cells that served
+
+
+@pytest.mark.parametrize(("min_wave", "ok"), [(1, True), (3, True), (0, False), (-2, False)])
+def test_the_smallest_wave_is_validated_by_name(min_wave: int, ok: bool) -> None:
+    errors = validate_config(replace(CONFIG, boot_hedge_min_wave=min_wave))
+    assert (errors == ()) is ok
+    assert ok or any("boot_hedge_min_wave" in e for e in errors)
