@@ -16,10 +16,13 @@ proof; without it a window that opens on an empty pool pays the never-proven gua
 wave (``maxCellsInFlight``). ``--gpus`` packs 1-GPU pods into 4- or 8-GPU cells.
 
 For our policy the table also counts, per run, the acted cuts of the cell count (cancelled
-boots, retired and drained cells), the flaps (a cut followed by a rise within 600 s, the
-``GPUCellPoolScaleFlapping`` window: cells given up, then bought again) and the Ready cells that
-never ran a pod retired at once (``hedge``); ``hedge-0.75-idle`` is the hedge before that
-retirement (such cells waited out the idle window), for a side-by-side comparison.
+boots, retired and drained cells), the flaps as ``GPUCellPoolScaleFlapping`` sees them (a cut
+that removed cells which served, followed by a rise within 600 s: cells given up, then bought
+again), the cuts that gave up hedged spares (reason ``SparesCancelled``: cancelled boots,
+retired unused cells) and how many of those a rise followed within 600 s (boot minutes paid
+twice), and the Ready cells that never ran a pod retired at once (``hedge``);
+``hedge-0.75-idle`` is the hedge before that retirement (such cells waited out the idle
+window), for a side-by-side comparison.
 """
 
 from __future__ import annotations
@@ -87,15 +90,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # the hedge before unused Ready cells retired at once (they idled out the window)
     "hedge-0.75-idle": {"boot_hedge_fraction": 0.75},
     # spares for waves of any size (the default starts them for waves of 3 cells or more)
-    "hedge-0.75-small0": {"boot_hedge_fraction": 0.75, "boot_hedge_min_wave": 1},
-    "hedge-0.75-min2": {"boot_hedge_fraction": 0.75, "boot_hedge_min_wave": 2},
+    "hedge-0.75-min1": {"boot_hedge_fraction": 0.75, "boot_hedge_min_wave": 1},
     # openb's fractional pods: an empty cell kept, or the forecast's pre-warm, on top
-    "hedge-0.75-small0-h1": {
+    "hedge-0.75-min1-h1": {
         "boot_hedge_fraction": 0.75,
         "boot_hedge_min_wave": 1,
         "headroom_cells": 1,
     },
-    "hedge-0.75-small0-prewarm": {
+    "hedge-0.75-min1-prewarm": {
         "boot_hedge_fraction": 0.75,
         "boot_hedge_min_wave": 1,
         "prewarm": True,
