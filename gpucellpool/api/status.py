@@ -278,9 +278,10 @@ class GPUCellPoolStatus(KubeModel):
     cells: list[CellStatus] | None = Field(
         default=None,
         max_length=MAX_CELLS,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
-    """Per-cell rows, keyed by name."""
+    """Per-cell rows, one per cell (names unique), ordered by index; the provisioner writes
+    the list whole (atomic)."""
     conditions: list[Condition] | None = Field(
         default=None,
         max_length=32,

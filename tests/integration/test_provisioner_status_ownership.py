@@ -2,12 +2,14 @@
 
 What this proves, on a pool whose status an older provisioner wrote the old way (a JSON merge
 patch on the status subresource as field manager ``gpucellpool``, which the apiserver records
-as an ``Update`` entry): without the managed-fields upgrade, a cell row the new apply no longer
-sends stays for ever (the old manager still owns it); ``write_status`` upgrades the pool once
-(the old entry's fields move to ``gpucellpool-provisioner``'s Apply entry), so the row is
-removed, the autoscaler's ``ScalingActive`` (even the copy the old patch clobbered) is kept, a
-second write does not rewrite managedFields again, and an unchanged apply changes nothing (no
-new resourceVersion, so no watch event wakes the autoscaler).
+as an ``Update`` entry): without the managed-fields upgrade, a condition of the provisioner's
+that the new apply no longer sends stays for ever (the old manager still owns it); the cell
+rows do not (``status.cells`` is an atomic list: the forced apply takes the whole list over);
+``write_status`` upgrades the pool once (the old entry's fields move to
+``gpucellpool-provisioner``'s Apply entry), so the condition is removed, the autoscaler's
+``ScalingActive`` (even the copy the old patch clobbered) is kept, a second write does not
+rewrite managedFields again, and an unchanged apply changes nothing (no new resourceVersion, so
+no watch event wakes the autoscaler).
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ def _cond(type_: str, reason: str, state: str = "True") -> JSON:
 
 async def _written_the_old_way(api: KubeApi, infra: ClusterEndpoint, namespace: str) -> JSON:
     """A pool whose ScalingActive the autoscaler applied, then whose status an older
-    provisioner merge-patched (two rows, its conditions, the whole list with a stale
-    ScalingActive)."""
+    provisioner merge-patched (two rows, its conditions, among them a Degraded the new one
+    no longer sends, the whole list with a stale ScalingActive)."""
     pool = swiftguest_pool("old", namespace, replicas=2)
     await api.apply(pool)
     autoscaler = await client_from_kubeconfig(yaml.safe_load(infra.kubeconfig_path.read_text()))
@@ -58,7 +60,11 @@ async def _written_the_old_way(api: KubeApi, infra: ClusterEndpoint, namespace: 
         "replicas": 2,
         "readyCells": 2,
         "cells": [r.to_api() for r in ROWS],
-        "conditions": [_cond("Ready", "AllCellsReady"), _cond("ScalingActive", "Stale")],
+        "conditions": [
+            _cond("Ready", "AllCellsReady"),
+            _cond("Degraded", "AdmissionRulesFailed"),
+            _cond("ScalingActive", "Stale"),
+        ],
     }
     kind = KINDS["GPUCellPool"]
     await api.patch(kind, namespace, "old", {"status": old_status}, status=True)
@@ -78,7 +84,7 @@ def _one_row_left(stored: JSON) -> JSON:
     return status_patch(pool, ROWS[:1], [_cond("Ready", "CellsNotReady", "False")], 2)
 
 
-async def test_without_the_upgrade_a_row_the_old_writer_owned_would_never_go(
+async def test_without_the_upgrade_a_condition_the_old_writer_owned_would_never_go(
     apis: tuple[KubeApi, KubeApi],  # noqa: F811
     infra: ClusterEndpoint,
     namespace: str,
@@ -90,7 +96,8 @@ async def test_without_the_upgrade_a_row_the_old_writer_owned_would_never_go(
     body["status"].pop("desiredReplicas")
     await api.apply(body, status=True, field_manager=STATUS_FIELD_MANAGER)  # no upgrade
     after = await api.get(KINDS["GPUCellPool"], namespace, "old")
-    assert [r["name"] for r in status(after)["cells"]] == ["old-0", "old-1"]
+    assert cond(after, "Degraded")["reason"] == "AdmissionRulesFailed", "still the old one's"
+    assert [r["name"] for r in status(after)["cells"]] == ["old-0"], "an atomic list: taken over"
 
 
 async def test_the_upgrade_moves_our_fields_once_and_keeps_the_autoscalers(
@@ -107,6 +114,7 @@ async def test_the_upgrade_moves_our_fields_once_and_keeps_the_autoscalers(
     after = await apis[0].get(kind, namespace, "old")
     assert [r["name"] for r in status(after)["cells"]] == ["old-0"], "old-1's row is removed"
     assert cond(after, "Ready")["reason"] == "CellsNotReady"
+    assert all(c["type"] != "Degraded" for c in status(after)["conditions"]), "upgraded: gone"
     assert cond(after, "ScalingActive")["reason"] == "Stale", "not claimed, so not deleted"
     managers = _managers(after)
     assert (FIELD_MANAGER, "Update", "status") not in managers
