@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from autoscaler.policy.fit import constraints_fit
 from autoscaler.policy.types import CellState, Decision
 from simulations.simulator.engine import gc_pause, hami
 from simulations.simulator.engine.actuator import actions
@@ -32,6 +31,7 @@ from simulations.simulator.engine.config import BootModel, DrainMode, SimConfig
 from simulations.simulator.engine.decider import Decider
 from simulations.simulator.engine.exec_lag import ExecLag
 from simulations.simulator.engine.gangs import GangBook, GangScaleUp, hostable_gangs
+from simulations.simulator.engine.hostable import hostable_pods
 from simulations.simulator.engine.metrics import Counters, Integrals, SimResult
 from simulations.simulator.engine.policy import ScalingPolicy
 from simulations.simulator.engine.timeline import Timeline
@@ -59,13 +59,7 @@ class Simulation:
         self.world = World(self.shape, config.node_policy, config.gpu_policy)
         self.clock = VirtualClock(0.0)  # the one virtual clock (the loop tests' too): event time
         self.rng = random.Random(config.seed)
-        template = config.policy_config.node_template
-        self.pods = [
-            p
-            for p in pods
-            if hami.fits_fresh_cell(p.ask, self.shape)
-            and constraints_fit(p.constraints(), template).ok
-        ]
+        self.pods = hostable_pods(pods, config)
         gangs = hostable_gangs(pods, self.pods)  # a gang with an unhostable member never starts
         self.pods = [p for p in self.pods if not p.gang or p.gang in gangs]
         # Arrivals are pushed one at a time in this order: out of order, one would land in the

@@ -21,11 +21,13 @@ from autoscaler.policy.types import (
     PendingPod,
 )
 from simulations.simulator.engine import hami
+from simulations.simulator.engine.cell_rows import CellRows
 from simulations.simulator.engine.node_order import NodeOrder
 from simulations.simulator.traces.model import TracePod
 
 _UNKNOWN = object()  # a cell's GPU choice for an ask not computed yet
-CHOICE_MEMO_ENTRIES = 1 << 16  # bound on the (usage, ask) -> GPU choice memo
+USAGE_MEMO_ENTRIES = 1 << 14  # bound on the usages whose GPU choices are kept
+Choices = dict[int, tuple[int, ...] | None]  # HAMi's GPU choice per ask number on one usage
 
 
 @dataclass(slots=True)
@@ -70,15 +72,16 @@ class SimCell:
     cached_usage: tuple[GPUUsage, ...] | None = None  # ``gpus`` as a tuple (a memo key)
     # HAMi's GPU choice per ask on the current usage (None: does not fit), keyed by the
     # world's small-int number for the ask; placement asks the same few asks of every cell
-    # after every event, while a cell's usage changes rarely
-    cached_choice: dict[int, tuple[int, ...] | None] = field(default_factory=dict)
+    # after every event, while a cell's usage changes rarely. The dict is the world's for
+    # this usage, shared by every cell with an equal one (None: not looked up since a change)
+    cached_choice: Choices | None = None
 
     def touch(self) -> None:
         self.cached_view = None
         self.cached_util = None
         self.cached_score = None
         self.cached_usage = None
-        self.cached_choice.clear()
+        self.cached_choice = None
 
     def score(self, shape: CellShape) -> float:
         """``hami.node_score`` of this cell, memoised until the usage changes."""
@@ -109,9 +112,14 @@ class SimCell:
                 pods=len(self.pods),
                 evictable_pods=len(self.pods),
                 ready_at=self.ready_at,
-                pod_asks=tuple((r.pod.ask,) for r in self.pods.values()),
+                pod_asks=tuple([(r.pod.ask,) for r in self.pods.values()]),
             )
         return self.cached_view
+
+
+def _view_of(cell: SimCell) -> CellView | None:
+    """What the policy sees of ``cell`` (nothing of a Failed one)."""
+    return None if cell.state is CellState.FAILED else cell.view()
 
 
 class World:
@@ -133,9 +141,14 @@ class World:
         self._found: dict[int, tuple[SimCell, tuple[int, ...]] | None] = {}
         self._cell_views: tuple[CellView, ...] | None = None
         self._util_sum: tuple[float, int] | None = None
+        # the views of the cells not Failed and the Ready cells' utilisation, in cell order,
+        # redone only for the cells that changed (``engine.cell_rows``)
+        self._view_rows: CellRows[SimCell, CellView] = CellRows(_view_of)
+        self._util_rows: CellRows[SimCell, float] = CellRows(self._ready_utilisation)
         self._ask_numbers: dict[GPUAsk, int] = {}  # equal asks share one number
-        # HAMi's GPU choice per (usage, ask number): cells often pass through equal usages
-        self._choices: dict[tuple[tuple[GPUUsage, ...], int], tuple[int, ...] | None] = {}
+        # HAMi's GPU choices per usage (by ask number): cells often pass through equal usages;
+        # a cell looks its usage up once per change, not once per (change, ask)
+        self._choices: dict[tuple[GPUUsage, ...], Choices] = {}
 
     # ----- cells -----------------------------------------------------------------------------
 
@@ -167,6 +180,8 @@ class World:
         """``cell``'s state or usage changed (or it left): the observation, its place in the
         node order and the memos are stale."""
         self._order.changed(cell, present)
+        self._view_rows.changed(cell, present)
+        self._util_rows.changed(cell, present)
         self._observation = None
         self._found.clear()
         self._cell_views = None
@@ -200,29 +215,29 @@ class World:
     def _first_fit(
         self, order: list[SimCell], ask: GPUAsk, number: int
     ) -> tuple[SimCell, tuple[int, ...]] | None:
-        """The first cell of ``order`` HAMi's GPU choice fits ``ask`` on (memoised per cell
-        until its usage changes, under the ask's ``number``)."""
+        """The first cell of ``order`` HAMi's GPU choice fits ``ask`` on (memoised per usage,
+        under the ask's ``number``)."""
         for cell in order:
             choices = cell.cached_choice
+            if choices is None:
+                choices = cell.cached_choice = self._choices_of(cell.usage())
             chosen = choices.get(number, _UNKNOWN)
             if chosen is _UNKNOWN:
-                chosen = choices[number] = self._choice(cell.usage(), ask, number)
+                usage = cell.usage()
+                chosen = choices[number] = hami.choose_gpus(usage, self.shape, ask, self.gpu_policy)
             if chosen is not None:
                 return cell, chosen  # type: ignore[return-value]
         return None
 
-    def _choice(
-        self, usage: tuple[GPUUsage, ...], ask: GPUAsk, number: int
-    ) -> tuple[int, ...] | None:
-        """``hami.choose_gpus`` for ``ask`` (numbered ``number``) on ``usage``, memoised."""
-        key = (usage, number)
+    def _choices_of(self, usage: tuple[GPUUsage, ...]) -> Choices:
+        """The GPU choices known for ``usage`` (filled in by ``_first_fit``)."""
         memo = self._choices
-        if key in memo:
-            return memo[key]
-        if len(memo) >= CHOICE_MEMO_ENTRIES:
-            memo.clear()
-        chosen = memo[key] = hami.choose_gpus(usage, self.shape, ask, self.gpu_policy)
-        return chosen
+        choices = memo.get(usage)
+        if choices is None:
+            if len(memo) >= USAGE_MEMO_ENTRIES:
+                memo.clear()  # cells keep the dicts they hold: still right for their usage
+            choices = memo[usage] = {}
+        return choices
 
     def bind(
         self, entry: Pending, cell: SimCell, gpus: tuple[int, ...], now: float, token: int
@@ -255,12 +270,7 @@ class World:
             self._pending_views = tuple(p.view for p in self.pending.values())
         cells = self._cell_views
         if cells is None:
-            failed = CellState.FAILED
-            views = [
-                c.cached_view or c.view() for c in self.cells.values() if c.state is not failed
-            ]
-            cells = tuple(views)
-            self._cell_views = cells
+            cells = self._cell_views = tuple(self._view_rows.values())
         self._observation = Observation(
             pending=self._pending_views,
             cells=cells,
@@ -283,14 +293,12 @@ class World:
     def utilisation_sum(self) -> tuple[float, int]:
         """(sum of Ready cells' utilisation, number of Ready cells), kept until a change."""
         if self._util_sum is None:
-            shape, ready = self.shape, CellState.READY
-            utils = [
-                c.utilisation(shape) if c.cached_util is None else c.cached_util
-                for c in self.cells.values()
-                if c.state is ready
-            ]
+            utils = self._util_rows.values()
             self._util_sum = sum(utils), len(utils)
         return self._util_sum
+
+    def _ready_utilisation(self, cell: SimCell) -> float | None:
+        return cell.utilisation(self.shape) if cell.state is CellState.READY else None
 
     def demand_asks(self) -> list[GPUAsk]:
         """Asks of every pod running or pending: what the pool must hold right now."""
