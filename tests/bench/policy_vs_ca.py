@@ -91,6 +91,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "hedge-0.75-idle": {"boot_hedge_fraction": 0.75},
     # spares for waves of any size (the default starts them for waves of 3 cells or more)
     "hedge-0.75-min1": {"boot_hedge_fraction": 0.75, "boot_hedge_min_wave": 1},
+    "hedge-0.5-min1": {"boot_hedge_fraction": 0.5, "boot_hedge_min_wave": 1},
     # openb's fractional pods: an empty cell kept, or the forecast's pre-warm, on top
     "hedge-0.75-min1-h1": {
         "boot_hedge_fraction": 0.75,
