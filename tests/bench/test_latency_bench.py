@@ -153,6 +153,7 @@ async def test_pending_pod_to_swiftguest_latency(
     early, late = percentile(desired_to_guest[:half], 0.5), percentile(desired_to_guest[half:], 0.5)
     p95 = percentile(to_guest, 0.95)
     verdict = "meets" if p95 <= TARGET_P95_S else "**misses**"
+    trend = "grows with" if late > 1.1 * early else "hardly moves with"
     write_block(
         "live-latency",
         "## Live operator: pending pod -> cell requested\n\n"
@@ -170,7 +171,7 @@ async def test_pending_pod_to_swiftguest_latency(
         + "\n".join(table)
         + f"\n\nPod created -> SwiftGuest created, per trial (s): {per_trial}.\n\n"
         "Where the time goes: the decision link (pod -> `desiredReplicas`) is flat; the "
-        "provisioner link (`desiredReplicas` -> SwiftGuest) grows with the cells the pool "
+        f"provisioner link (`desiredReplicas` -> SwiftGuest) {trend} the cells the pool "
         f"already has: median {early:.2f} s over trials 1-{half} (0-{half - 1} earlier cells) "
         f"vs {late:.2f} s over trials {half + 1}-{TRIALS}. A reconcile pass reads every "
         "cell's Node with its own GET (`provisioner/cells.py` `_node_status`), one cell "
