@@ -23,29 +23,71 @@ class InjectedCrash(RuntimeError):
 
 
 @dataclass
+class Ticket:
+    """The number of a write under way (it moves up if an earlier one is refused)."""
+
+    number: int
+
+
+@dataclass
 class CrashPlan:
-    """Crash at mutating call number ``crash_at`` (0-based); ``after``: once it was applied."""
+    """Crash at mutating call number ``crash_at`` (0-based); ``after``: once it was applied.
+
+    A call's number is taken when it starts, so writes that overlap (a pass creates a wave's
+    cells concurrently) are numbered in the order they were issued, each exactly once. A write
+    the server refuses (a 409 retried, a 404) gives its number back, and the writes issued
+    after it move up one: the count is of writes that landed, whatever the timing (a crash
+    before a later write that had already started is then missed, and the test that counts
+    its crash points says so). Once the crash happened the process is dead: a write that starts
+    later is refused (also raises ``InjectedCrash``, without a number), while one already under
+    way may still land, as a request in flight when a process dies may or may not reach the
+    server."""
 
     crash_at: int | None = None
     after: bool = False
     calls: int = 0
     log: list[str] = field(default_factory=list)
+    dead: bool = False
+    under_way: list[Ticket] = field(default_factory=list)
 
     @property
     def crashed(self) -> bool:
         return self.crash_at is not None and self.calls > self.crash_at
 
-    def before(self, what: str) -> None:
-        if self.crash_at == self.calls and not self.after:
-            self.calls += 1
-            raise InjectedCrash(f"before {what}")
+    def refuse_if_dead(self, what: str) -> None:
+        if self.dead:
+            raise InjectedCrash(f"{what} after the crash")
 
-    def done(self, what: str) -> None:
-        self.log.append(what)
-        hit = self.crash_at == self.calls and self.after
+    def before(self, what: str) -> Ticket | None:
+        """Number this call (None: a write a subclass does not count); crash now if it is
+        the one and ``after`` is False."""
+        self.refuse_if_dead(what)
+        ticket = Ticket(self.calls)
         self.calls += 1
-        if hit:
+        if self.crash_at == ticket.number and not self.after:
+            self.dead = True
+            raise InjectedCrash(f"before {what}")
+        self.under_way.append(ticket)
+        return ticket
+
+    def done(self, what: str, ticket: Ticket | None) -> None:
+        if ticket is None:
+            return
+        self.under_way.remove(ticket)
+        self.log.append(what)
+        if self.crash_at == ticket.number and self.after:
+            self.dead = True
             raise InjectedCrash(f"after {what}")
+
+    def refused(self, ticket: Ticket | None) -> None:
+        """The write failed: it takes no number."""
+        if ticket is None:
+            return
+        self.under_way.remove(ticket)
+        self.calls -= 1
+        for later in self.under_way:
+            if later.number > ticket.number:
+                later.number -= 1
 
 
 @dataclass
@@ -56,7 +98,11 @@ class FaultyKubeApi(DelegatingKubeApi):
 
     async def _write(self, write: Write, call: Callable[[], Awaitable[T]]) -> T:
         what = write.describe()
-        self.plan.before(what)
-        result = await call()
-        self.plan.done(what)
+        ticket = self.plan.before(what)
+        try:
+            result = await call()
+        except BaseException:
+            self.plan.refused(ticket)
+            raise
+        self.plan.done(what, ticket)
         return result

@@ -23,7 +23,7 @@ from provisioner.fsm.identity import PoolIdentity
 from provisioner.kube import JSON, KINDS, KubeApi, api_from_kubeconfig
 from provisioner.reconciler import PoolKey, Reconciler
 from simulations.harness import ClusterEndpoint
-from simulations.twin.faults import CrashPlan, FaultyKubeApi, InjectedCrash
+from simulations.twin.faults import CrashPlan, FaultyKubeApi, InjectedCrash, Ticket
 from simulations.twin.scenario import (
     Twin,
     clusterapi_pool,
@@ -69,15 +69,16 @@ class CountingCrashPlan(CrashPlan):
     counts: Callable[[str], bool] = every_write
     passed: list[str] = field(default_factory=list)
 
-    def before(self, what: str) -> None:
+    def before(self, what: str) -> Ticket | None:
         if self.counts(what):
-            super().before(what)
+            return super().before(what)
+        self.refuse_if_dead(what)  # a dead process posts no Event either
+        return None
 
-    def done(self, what: str) -> None:
-        if self.counts(what):
-            super().done(what)
-        else:
+    def done(self, what: str, ticket: Ticket | None) -> None:
+        if ticket is None:
             self.passed.append(what)
+        super().done(what, ticket)
 
 
 def doomed_reconciler(infra_api: KubeApi, plan: CrashPlan) -> Reconciler:

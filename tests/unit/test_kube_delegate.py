@@ -8,6 +8,7 @@ forwarded arguments and answers, which calls count as writes, and each write's d
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -145,3 +146,79 @@ async def test_the_crash_wrapper_crashes_at_the_planned_write(after: bool) -> No
         await api.create(POD)
     assert (("create", "p") in inner.seen) is after
     assert plan.log == (["apply Pod/p", "create Pod/p"] if after else ["apply Pod/p"])
+
+
+class HeldApply(Inner):
+    """An ``Inner`` whose applies wait until ``release`` is set (a write in flight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def apply(
+        self, obj: Mapping[str, Any], status: bool = False, field_manager: str | None = None
+    ) -> JSON:
+        self.started.set()
+        await self.release.wait()
+        return await super().apply(obj, status, field_manager)
+
+
+async def test_after_the_crash_no_write_starts_but_one_in_flight_lands() -> None:
+    inner = HeldApply()
+    plan = CrashPlan(crash_at=1)
+    api = FaultyKubeApi(cast(KubeApi, inner), plan)
+    in_flight = asyncio.create_task(api.apply(POD))  # write 0, held by the server
+    await inner.started.wait()  # it took its number and reached the server
+    with pytest.raises(InjectedCrash, match="before create Pod/p"):
+        await api.create(POD)  # write 1: the process dies
+    with pytest.raises(InjectedCrash, match="delete Node/n after the crash"):
+        await api.delete(KINDS["Node"], None, "n")
+    inner.release.set()
+    assert await in_flight == {"applied": True}
+    assert [c[0] for c in inner.seen] == ["apply"]  # neither the create nor the delete
+    assert plan.log == ["apply Pod/p"] and plan.calls == 2
+
+
+class Refusing(Inner):
+    """An ``Inner`` whose creates are refused (a 409 the caller retries, say), once
+    ``answer`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+        self.answer.set()
+
+    async def create(self, obj: Mapping[str, Any]) -> JSON:
+        await self.answer.wait()
+        raise RuntimeError("refused")
+
+
+async def test_a_refused_write_takes_no_number() -> None:
+    plan = CrashPlan(crash_at=1, after=True)
+    api = FaultyKubeApi(cast(KubeApi, Refusing()), plan)
+    await api.apply(POD)  # write 0
+    with pytest.raises(RuntimeError, match="refused"):
+        await api.create(POD)  # refused: not a write that landed
+    with pytest.raises(InjectedCrash, match="after delete Node/n"):
+        await api.delete(KINDS["Node"], None, "n")  # so this one is write 1
+    assert plan.log == ["apply Pod/p", "delete Node/n"] and plan.calls == 2
+
+
+async def test_writes_under_way_move_up_when_an_earlier_one_is_refused() -> None:
+    inner, refusing = HeldApply(), Refusing()
+    refusing.answer.clear()
+    plan = CrashPlan(crash_at=1, after=True)
+    api = FaultyKubeApi(cast(KubeApi, inner), plan)
+    await api.patch(KINDS["Pod"], "ns", "p", {})  # write 0
+    refused = asyncio.create_task(FaultyKubeApi(cast(KubeApi, refusing), plan).create(POD))
+    held = asyncio.create_task(api.apply(POD))  # numbered 2 while the create is under way
+    await inner.started.wait()
+    assert [t.number for t in plan.under_way] == [1, 2]
+    refusing.answer.set()
+    with pytest.raises(RuntimeError, match="refused"):
+        await refused  # gives its number back: the apply becomes write 1
+    inner.release.set()
+    with pytest.raises(InjectedCrash, match="after apply Pod/p"):
+        await held
+    assert plan.log == ["patch Pod/p", "apply Pod/p"] and plan.calls == 2
