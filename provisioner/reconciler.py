@@ -15,7 +15,7 @@ crash left behind are swept. Order of a pass:
    autoscaling swaps or holds its victims in drain back-off (``drain_holds``);
    mark removals/replacements Draining on the outer object;
 5. drive every draining cell one re-checked step at a time (the cells concurrently,
-   ``drainer.drive_drains``); create new cells;
+   ``drainer.drive_drains``); create new cells (concurrently, ``creator``);
 6. sweep orphaned dependents and dead orphan Nodes; write status (rows, counts, conditions,
    physical and HAMi capacity, gathered by ``pass_summary``) through the subresource.
 
@@ -38,29 +38,26 @@ from provisioner.backends.base import CellBackend, CellObjects, mark_draining
 from provisioner.backends.clusterapi import ClusterAPIBackend
 from provisioner.backends.swiftguest import SwiftGuestBackend
 from provisioner.cached_reads import WorkloadReads
-from provisioner.cells import identity, observe_cell, sweep_orphan_nodes
+from provisioner.cells import observe_cell, sweep_orphan_nodes
+from provisioner.creator import create_cells
 from provisioner.drain_holds import hold_scale_down
 from provisioner.drainer import drained_row, drive_drains
 from provisioner.events import EventSink, KubeEventSink, announce_pass
-from provisioner.fsm.bootstrap import RenderError, bootstrap_secret
 from provisioner.fsm.drain import DrainCause
 from provisioner.fsm.identity import POOL_FINALIZER
-from provisioner.fsm.manifests import owner_reference
-from provisioner.fsm.membership import MembershipLimits, MembershipPlan
+from provisioner.fsm.membership import MembershipLimits
 from provisioner.fsm.rollout import template_hash
-from provisioner.fsm.rows import to_time, tombstone
+from provisioner.fsm.rows import tombstone
 from provisioner.inventory import free_physical_gpus, read_capacity
-from provisioner.kube import JSON, KINDS, Conflict, KubeApi, api_from_kubeconfig
+from provisioner.kube import KINDS, Conflict, KubeApi, api_from_kubeconfig
 from provisioner.metrics_port import NO_METRICS, ProvisionerMetrics, ProvisionerRecorder
 from provisioner.outer_drain import HostSource, NodeGets, plan_for_pool
 from provisioner.pass_summary import pass_summary
 from provisioner.planning import (
-    JoinTemplate,
     PlanInput,
     check_pool_plan,
     membership_limits,
     read_join_template,
-    render,
     spend_release_guard,
 )
 from provisioner.planning import plan as plan_cells
@@ -240,7 +237,7 @@ class Reconciler:
         for cell in leaving:  # the drains ran concurrently; rows in the cells' order
             previous = rows.get(cell.name) or prev.get(cell.name)
             rows[cell.name] = drained_row(pool, cell, previous, steps[cell.name], now)
-        created = await self._create(pool, backend, plan, join, current_hash, prev, now)
+        created = await create_cells(pool, backend, plan, join, current_hash, prev, now)
         await spend_release_guard(self.infra, self.events, pool, cells, plan)
         rows.update(created)
         await backend.sweep(pool, set(cells) | set(created))
@@ -321,40 +318,6 @@ class Reconciler:
             cell = cells.get(name)
             if cell is not None:
                 await mark_draining(backend.api, backend.outer_kind, cell, str(cause), now)
-
-    async def _create(
-        self,
-        pool: GPUCellPool,
-        backend: CellBackend,
-        plan: MembershipPlan,
-        join: JoinTemplate,
-        current_hash: str,
-        prev: dict[str, CellStatus],
-        now: float,
-    ) -> dict[str, CellStatus]:
-        created: dict[str, CellStatus] = {}
-        owners = [owner_reference(pool, controller=True)]
-        for new in plan.create:
-            secret: JSON | None = None
-            rendered = render(pool, join, new.index)
-            if isinstance(rendered, RenderError):
-                break
-            if rendered is not None:
-                secret = bootstrap_secret(rendered, identity(pool), new.index, owners)
-            await backend.create(pool, new.index, current_hash, secret)
-            old = prev.get(new.name)
-            created[new.name] = CellStatus(
-                name=new.name,
-                index=new.index,
-                phase=CellPhase.PENDING,
-                reason="GuestNotCreated",
-                message="outer objects created this pass",
-                failure_count=(old.failure_count if old else None),
-                template_hash=current_hash,
-                last_transition_time=to_time(now),
-                creation_time=to_time(now),
-            )
-        return created
 
 
 def sooner(result: ReconcileResult, *waits_s: float | None) -> ReconcileResult:
