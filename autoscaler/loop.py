@@ -6,8 +6,9 @@ wake-up (a watch event on the pool itself, or a workload event routed to the poo
 ``autoscaler.routing``) or its next timed decision (a tick, or, while the last decision holds,
 ``Decision.steady``'s ``until`` capped by a resync: ``loop_state.due``), debounces (a burst of pod
 creations becomes one decision), backs off after a failure, and steps (``Autoscaler._step``):
-builds the ``Observation`` from the caches
-(``autoscaler.observe``), calls ``decide`` and publishes the outcome (``autoscaler.explain``)
+builds the ``Observation`` from the caches (``autoscaler.loop_observe``, a module of its own:
+what a decision sees is a separate job from when it runs), calls ``decide`` and publishes the
+outcome (``autoscaler.explain``)
 through the ``PoolWriter`` port: status, the ScalingActive condition, an Event when the reason
 changes, metrics, and the policy memory. An event that left the decision's inputs unchanged decides
 nothing (``Autoscaler._unchanged``), and status is written only when the outcome changed
@@ -18,15 +19,14 @@ virtually); nothing here imports a Kubernetes client.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from autoscaler.explain import drifted, stored_memory
-from autoscaler.loop_measure import measure, record
+from autoscaler.loop_measure import record
+from autoscaler.loop_observe import PoolObserver
 from autoscaler.loop_ports import (
     ActivitySource,
     Clock,
@@ -36,7 +36,7 @@ from autoscaler.loop_ports import (
     WorkloadSnapshot,
     WorkloadView,
 )
-from autoscaler.loop_publish import Publisher, requested_target, victims_in_force
+from autoscaler.loop_publish import Publisher
 from autoscaler.loop_state import (
     LoopSettings,
     PoolState,
@@ -46,35 +46,11 @@ from autoscaler.loop_state import (
     replayed,
     runner_settings,
 )
-from autoscaler.observe import (
-    CellInputs,
-    cells_for_pool,
-    free_gpus_for_new_cells,
-    nodes_to_read,
-    observation,
-    plan_feedback,
-    refused_victims,
-    with_requested,
-)
-from autoscaler.pod_index import demand_candidates, index_pods
+from autoscaler.observe import plan_feedback
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.decide import decide
-from autoscaler.policy.expander import PoolShare
-from autoscaler.policy.pool_demand import (
-    claim_inputs,
-    counts_as_demand,
-    pending_for_pool,
-    remember_first_seen,
-)
-from autoscaler.policy.types import (
-    CellState,
-    CellView,
-    Decision,
-    GPUUsage,
-    MetricsHealth,
-    Observation,
-)
-from autoscaler.sharing import RivalBoard, share_pending, sharing_facts
+from autoscaler.policy.types import Decision
+from autoscaler.sharing import RivalBoard, sharing_facts
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.runtime.runner import KeyedRunner
 
@@ -82,8 +58,6 @@ __all__ = ["Autoscaler", "LoopSettings", "WorkloadSnapshot"]
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
-# gpucell_capacity_scrape_errors_total's reason for a failed Prometheus usage read.
-DEMAND_READ = "demand"
 
 
 def _key(pool: GPUCellPool) -> tuple[str, str]:
@@ -115,18 +89,19 @@ class Autoscaler:
         owns: Callable[[tuple[str, str]], bool] = lambda _key: True,
         term_left: Callable[[], float] = lambda: math.inf,
     ) -> None:
-        self.activity = activity  # HAMi monitor (measured use): autoscaler.loop_measure
         self.workload = workload
         self.clock = clock
         self.metrics = metrics
-        self.usage = usage
         self.settings = settings or LoopSettings()
         self.is_leader = is_leader
         self.pools: dict[tuple[str, str], PoolState] = {}
         self.publisher = Publisher(
             writer, self.settings, term_left, now=clock.now, stage=self._stage
         )
-        self.rivals = RivalBoard()  # the expander's options, per workload cluster
+        # What each decision sees (usage: Prometheus; activity: the HAMi monitor's measured use).
+        self.observer = PoolObserver(
+            workload, usage, activity, metrics, self.settings.usage_timeout_s, self._leader
+        )
         self.runner: KeyedRunner[tuple[str, str]] = KeyedRunner(
             self._step,
             clock,
@@ -137,6 +112,14 @@ class Autoscaler:
             label="/".join,
             failure_message="decision failed",
         )
+
+    @property
+    def rivals(self) -> RivalBoard:
+        """The expander's options, per workload cluster (the observer shares pending pods)."""
+        return self.observer.rivals
+
+    def _leader(self) -> bool:
+        return self.is_leader()  # late-bound: ``is_leader`` may be replaced after construction
 
     @property
     def writer(self) -> PoolWriter:
@@ -256,7 +239,7 @@ class Autoscaler:
     async def close(self) -> None:
         await self.runner.close()
         self.pools.clear()
-        self.rivals = RivalBoard()
+        self.observer.rivals = RivalBoard()
 
     # -- one decision -----------------------------------------------------------------------
 
@@ -276,7 +259,7 @@ class Autoscaler:
             state.memory = stored_memory(pool)
         snap = self.workload.snapshot(pool)
         state.synced = snap.synced
-        obs = await self._observe(state, snap, now)
+        obs = await self.observer.observe(state, snap, now)
         shape = pool_shape(pool)  # the provisioner's cellDeviceShape, the Ready cells, the spec
         leader = self.is_leader()
         inputs = (obs, state.memory, pool.metadata.generation, leader, state.share, shape)
@@ -322,91 +305,3 @@ class Autoscaler:
             and now < due(state, self.settings)
             and (state.published is not None or not self.is_leader())
         )
-
-    async def _observe(self, state: PoolState, snap: WorkloadSnapshot, now: float) -> Observation:
-        pool = state.pool
-        if not snap.synced:
-            # As below: the cells asked for count before their rows exist, or the hold this
-            # observation leads to would publish the count before our own scale-up.
-            cells = _as_requested(state, cells_for_pool(pool, _empty_inputs(pool), now)[0], now)
-            stale = MetricsHealth(False, 0.0, snap.error or "workload caches not synced")
-            state.share = PoolShare()
-            return observation((), cells, (), stale, False)
-        selection, ns_labels = pool.spec.autoscaling.demand, snap.namespace_labels
-        index = snap.pod_index or index_pods(snap.pods)
-        # The pool's own unbound pods, found once (through the label index when its selection
-        # has matchLabels); everything below looks only at these.
-        mine = [
-            p
-            for p in demand_candidates(index, selection.pod_selector)
-            if counts_as_demand(p, selection, ns_labels.get(_meta(p, "namespace")))
-        ]
-        state.first_seen = remember_first_seen(
-            state.first_seen, [_meta(p, "uid") for p in mine], now
-        )
-        shape = pool_shape(pool).shape
-        claims, claim_use = claim_inputs(pool, snap.claims, snap.slices, shape.gpus)
-        parsed = {u: v for u, v in state.parsed.items() if u in state.first_seen}  # still here
-        state.parsed = parsed
-        pending, bad = pending_for_pool(pool, mine, ns_labels, state.first_seen, claims, parsed)
-        for name, error in bad:
-            log.info("pending pod skipped: %s", error, extra={"pod": name})
-        # One pending pod, one pool: the others of this cluster compute the same answer.
-        rivals = self.rivals.rivals(self.workload.cluster_of(pool), self.workload.identity)
-        state.share = share_pending(pool, pending, mine, ns_labels, rivals)
-        pending = state.share.kept
-        nodes = snap.nodes_by_name
-        if nodes is None:
-            nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
-        names, prom_usage, health = await self._read_usage(pool, nodes, now)
-        asked = frozenset(names) if prom_usage is not None else None
-        inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked, claim_use)
-        cells, unknown = cells_for_pool(pool, inputs, now)
-        cells = _as_requested(state, cells, now)
-        leaving = {c.name for c in cells if c.state is CellState.DRAINING}
-        unknown = [name for name in unknown if name not in leaving]  # going: no need to know
-        timeout_s = self.settings.usage_timeout_s
-        use = await measure(self.activity, pool, names, index.by_node, health, timeout_s)
-        state.measured = use
-        idle = use.idle_for_policy(pool)
-        free = free_gpus_for_new_cells(pool, cells, shape.gpus)  # the plan's physical bound
-        obs = observation(pending, cells, unknown, health, True, free)
-        return replace(obs, idle_cells=idle, protected=refused_victims(pool))
-
-    async def _read_usage(
-        self, pool: GPUCellPool, nodes: Mapping[str, JSON], now: float
-    ) -> tuple[list[str], Mapping[str, tuple[GPUUsage, ...]] | None, MetricsHealth]:
-        """The Nodes asked about, their Prometheus usage (None: pods' annotations only) and its
-        health; a failed read is counted as a scrape error."""
-        if self.usage is None or pool.spec.autoscaling.prometheus is None:
-            return [], None, MetricsHealth(True, 0.0, "HAMi pod annotations")
-        # Only cells HAMi can report: a booting cell has no Node (or no HAMi registration)
-        # yet and a drained cell's Node is gone, so their missing series are expected.
-        grace = pool.spec.autoscaling.prometheus.stale_after.seconds
-        names = nodes_to_read(pool, nodes, now, grace)
-        try:
-            async with asyncio.timeout(self.settings.usage_timeout_s):
-                usage, health = await self.usage.usage(pool, names)
-        except TimeoutError:
-            usage = {}
-            health = MetricsHealth(False, 0.0, "Prometheus read timed out", read_failed=True)
-        if health.read_failed and self.metrics is not None and self.is_leader():
-            self.metrics.pool(*_key(pool)).scrape_error(DEMAND_READ)
-        return names, usage, health
-
-
-def _meta(obj: JSON, field_name: str) -> str:
-    return str((obj.get("metadata") or {}).get(field_name, ""))
-
-
-def _empty_inputs(pool: GPUCellPool) -> CellInputs:
-    return CellInputs(pool_shape(pool).shape, {}, {}, None)
-
-
-def _as_requested(
-    state: PoolState, cells: tuple[CellView, ...], now: float
-) -> tuple[CellView, ...]:
-    """``cells`` with the ones our target asked for (since our last scale-up) counted before
-    their rows exist and the victims in force Draining (``observe.with_requested``)."""
-    since = state.memory.last_scale_up_at if state.memory else None
-    return with_requested(cells, requested_target(state), since or now, victims_in_force(state))
