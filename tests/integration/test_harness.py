@@ -16,7 +16,7 @@ from kubernetes_asyncio import client, config
 
 from simulations.harness import ApiError, ClusterEndpoint, Harness, HarnessError, binaries, versions
 from simulations.harness.binaries import REPO_ROOT, ensure, go_output_name
-from simulations.harness.cluster import CONTROLLERS
+from simulations.harness.flags import CONTROLLERS
 from simulations.harness.procs import HarnessTimeout, pid_alive, port_is_free, wait_for
 
 # (group, version, plural, kind, namespaced, has status subresource)
