@@ -6,9 +6,11 @@ provisioner keeps acting on the previous target), ``status.lastDecision`` (``act
 Shadow), ``status.demand`` and ``demandFreeSince`` (only from a successful read), and the
 ``ScalingActive`` and ``CellShapeKnown`` conditions (transition time kept while the status
 does not change) - is decided here, purely, so it is unit-tested without a server.
-``PolicyMemory`` is serialised to compact JSON in ``status.policyMemory``, written with the
-rest of our status (one write per outcome), so stabilisation windows and cooldowns survive an
-operator restart; the annotation earlier versions wrote is still read when that is absent.
+``lastScaleUpTime`` / ``lastScaleDownTime`` (the original's window anchors) are read from the
+policy memory. ``PolicyMemory`` is serialised to compact JSON in ``status.policyMemory``,
+written with the rest of our status (one write per outcome), so stabilisation windows and
+cooldowns survive an operator restart; the annotation earlier versions wrote is still read
+when that is absent.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ JSON = dict[str, Any]
 MEMORY_ANNOTATION = "autoscaler.cells.kubeswift.io/policy-memory"  # read only: before policyMemory
 MEMORY_FIELD = "policyMemory"
 MEMORY_VERSION = 1
+SCALE_TIME_FIELDS = ("lastScaleUpTime", "lastScaleDownTime")
 
 
 def rfc3339(seconds: float) -> str:
@@ -312,6 +315,17 @@ def status_apply_body(pool: GPUCellPool, out: Outcome, raw_status: JSON, now: fl
         "metadata": {"name": meta.name, "namespace": meta.namespace},
         "status": status,
     }
+
+
+def scale_times(memory: PolicyMemory, act: bool, raw_status: JSON) -> JSON:
+    """``lastScaleUpTime`` / ``lastScaleDownTime``: when the pool last added cells / removed
+    cells that served (hedged spares given up are not a scale-down), read from the policy
+    memory, so a restart keeps them. In Shadow mode nothing scaled: the stored values are
+    re-applied (our ownership of the fields must not lapse and remove them)."""
+    if not act:
+        return {k: raw_status[k] for k in SCALE_TIME_FIELDS if isinstance(raw_status.get(k), str)}
+    times = (memory.last_scale_up_at, memory.last_scale_down_at)
+    return {k: rfc3339(t) for k, t in zip(SCALE_TIME_FIELDS, times, strict=True) if t is not None}
 
 
 def encode_memory(memory: PolicyMemory) -> str:

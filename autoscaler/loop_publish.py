@@ -29,6 +29,7 @@ from autoscaler.explain import (
     note,
     outcome,
     parse_rfc3339,
+    scale_times,
     status_apply_body,
     with_cell_shape,
     with_demand,
@@ -121,6 +122,7 @@ class Publisher:
                 state.event_reason = str((state.raw_status.get("lastDecision") or {}).get("reason"))
             body = status_apply_body(pool, out, state.raw_status, now)
             body["status"][MEMORY_FIELD] = memory_field(decision.memory)
+            body["status"].update(scale_times(decision.memory, out.act, state.raw_status))
             if state.measured is not None:
                 add_to_status(body, pool, state.measured, state.raw_status, now)
                 state.measured_published = published(state.measured)

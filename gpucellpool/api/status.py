@@ -262,9 +262,10 @@ class GPUCellPoolStatus(KubeModel):
     cell_device_shape: CellDeviceShape | None = None
     """Remembered per-GPU shape of this pool's cells (provisioner; never cleared)."""
     last_scale_up_time: Timestamp | None = None
-    """When the pool last scaled up."""
+    """When the pool last scaled up (autoscaler)."""
     last_scale_down_time: Timestamp | None = None
-    """When the pool last scaled down."""
+    """When the pool last removed cells that served (autoscaler; hedged spares given up do not
+    count)."""
     demand_free_since: Timestamp | None = None
     """Since when no pending pod has counted for this pool (autoscaler): set the first pass
     demand reads none, cleared when any reappears. Informational: scale-down follows the

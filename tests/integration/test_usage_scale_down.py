@@ -216,6 +216,8 @@ async def test_usage_mode_drains_an_idle_allocated_cell_under_a_pdb(
             )
             waited = time.monotonic() - started
             assert down["utilization"]["idlePods"] == 1
+            # the original's window anchor: written with the scale-down that removes a served cell
+            assert down.get("lastScaleDownTime", "~") <= decision(down)["time"], down
             assert down["utilization"]["idleCells"] == ["use-0"]
             try:
                 await use_watch.until(lambda s: cell_phases(s).get("use-0") == "Draining", 60)
@@ -242,7 +244,7 @@ async def test_usage_mode_drains_an_idle_allocated_cell_under_a_pdb(
                 lambda s: (s.get("utilization") or {}).get("idleCells") == ["alloc-0"], 30
             )
             assert kept["desiredReplicas"] == 1 and cell_phases(kept) == {"alloc-0": "Ready"}
-            assert decision(kept).get("reason") != "ScaledDown"
+            assert decision(kept).get("reason") != "ScaledDown" and "lastScaleDownTime" not in kept
             text = await scrape_operator(app)
             assert gauge(text, "gpucellpool_metrics_available", namespace, "alloc") == 1
             assert gauge(text, "gpucellpool_idle_cells", namespace, "alloc") == 1
