@@ -6,8 +6,11 @@ and TLS server name of the kubeconfig) and the ``Authorization`` header of the m
 credential can change while the operator runs: a token file (the kubelet rotates a pod's
 service-account token) is re-read each minute as client-go does, keeping the last good token
 when a read fails; an exec plugin's token is fetched again when it expires or after the server
-answered 401. The plugin runs without a terminal, with the kubeconfig's environment and
-``KUBERNETES_EXEC_INFO``. Only this module and ``rest`` use aiohttp's client.
+answered 401. When the plugin hands out a client certificate instead (or as well), the new
+certificate replaces the old one in a new session: requests already running finish on the old
+session, which is closed at the next rotation. The plugin runs without a terminal, with the
+kubeconfig's environment and ``KUBERNETES_EXEC_INFO``. Only this module and ``rest`` use
+aiohttp's client.
 """
 
 from __future__ import annotations
@@ -113,6 +116,8 @@ class Credential:
         self._token = access.token
         self._until = float("inf") if access.token else float("-inf")
         self._lock = asyncio.Lock()
+        self.client_pair: tuple[bytes, bytes] | None = None
+        """The exec plugin's last client certificate and key (PEM), when it gives one."""
 
     async def header(self) -> tuple[str, str]:
         """(the header value or "", the secret to redact); ``CredentialError`` when none."""
@@ -140,6 +145,9 @@ class Credential:
         if self._access.exec_plugin is not None:
             status = await self._run(self._access.exec_plugin)
             self._token = str(status.get("token") or "") or None
+            if status.get("clientCertificateData"):
+                cert, key = status["clientCertificateData"], status["clientKeyData"]
+                self.client_pair = (str(cert).encode(), str(key).encode())
             expiry = _expiry(status)
             self._until = float("inf") if expiry is None else expiry - EXPIRY_SKEW_S
             return
@@ -169,28 +177,53 @@ class Connection:
         self.access = access
         self.host = access.server
         self.credential = credential or Credential(access, SystemClock())
-        tls = tls or tls_context(access)
-        connector = aiohttp.TCPConnector(limit=POOL_LIMIT, ssl=tls)
-        self.session = aiohttp.ClientSession(
-            connector=connector, trust_env=True, read_bufsize=READ_BUFFER
-        )
+        self.session = _session(tls or tls_context(access))
+        self._pair = (access.client_cert_pem, access.client_key_pem)
+        self._retired: aiohttp.ClientSession | None = None
         self._extra: dict[str, Any] = {}
         if access.proxy:
             self._extra["proxy"] = access.proxy
         if access.tls_server_name:
             self._extra["server_hostname"] = access.tls_server_name
 
-    def request(
+    async def request(
         self, method: str, url: str, headers: dict[str, str], data: bytes | None,
-        timeout: aiohttp.ClientTimeout,
-    ) -> Any:  # fmt: skip
-        """The session's request (an awaitable, async-with-able response)."""
-        return self.session.request(
-            method, url, headers=headers, data=data, timeout=timeout, **self._extra
+        bounds: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:  # fmt: skip
+        """The session's response (unread), sent with the credential's current certificate."""
+        await self._rotate()
+        return await self.session.request(
+            method, url, headers=headers, data=data, timeout=bounds, **self._extra
         )
 
+    async def _rotate(self) -> None:
+        """A new session when the exec plugin gave a client certificate other than the one in
+        use; the session retired at the previous rotation is closed now (its requests had a
+        whole certificate lifetime to finish). A pair that does not load is reported and the
+        current session kept: the server's 401 then makes the plugin run again."""
+        pair = self.credential.client_pair
+        if pair is None or pair == self._pair:
+            return
+        self._pair = pair
+        access = self.access.with_client_cert(*pair, self.access.origin)
+        try:
+            session = _session(tls_context(access))
+        except KubeconfigError as exc:
+            log.warning("exec plugin's new client certificate not used: %s", exc)
+            return
+        if self._retired is not None:
+            await self._retired.close()
+        self._retired, self.session, self.access = self.session, session, access
+
     async def close(self) -> None:
+        if self._retired is not None:
+            await self._retired.close()
         await self.session.close()
+
+
+def _session(tls: ssl.SSLContext) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=POOL_LIMIT, ssl=tls)
+    return aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=READ_BUFFER)
 
 
 async def connect(

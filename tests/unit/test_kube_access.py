@@ -278,7 +278,8 @@ if os.environ.get("FAIL"):
 status = {{"token": f"tok-{{n}}", "expirationTimestamp": "2030-01-01T00:00:00Z"}}
 if len(sys.argv) > 2:
     status = {{"clientCertificateData": pathlib.Path(sys.argv[2]).read_text(),
-              "clientKeyData": pathlib.Path(sys.argv[3]).read_text()}}
+              "clientKeyData": pathlib.Path(sys.argv[3]).read_text(),
+              "expirationTimestamp": "2030-01-01T00:00:00Z"}}
 print(json.dumps({{"apiVersion": info["apiVersion"], "kind": "ExecCredential", "status": status}}))
 """
 
@@ -324,6 +325,30 @@ async def test_an_exec_plugin_may_give_a_client_certificate(pki: Pki, tmp_path: 
         user = plugin(tmp_path, str(tmp_path / "u.crt"), str(tmp_path / "u.key"))
         assert await version(await client_from_kubeconfig(kubeconfig(cluster, user)))
     assert seen.clients == ["operator"]
+
+
+async def test_an_exec_plugin_client_certificate_is_replaced_when_it_expires(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """A plugin's certificate expires like its token: the next request after the expiry runs
+    the plugin again and presents the new certificate, on a new session."""
+    (tmp_path / "u.crt").write_bytes(pki.client.cert)
+    (tmp_path / "u.key").write_bytes(pki.client.key)
+    clock = FakeClock(dt.datetime(2029, 12, 31, 23, 0, tzinfo=dt.UTC).timestamp())
+    async with https(pki, tmp_path, client_ca=True) as (url, seen):
+        cluster = {"server": url, "certificate-authority-data": b64(pki.ca.cert)}
+        user = plugin(tmp_path, str(tmp_path / "u.crt"), str(tmp_path / "u.key"))
+        rest = RestClient(await connect(from_kubeconfig(kubeconfig(cluster, user)), clock))
+        await rest.call("GET", "/version")
+        await rest.call("GET", "/version")  # cached until it expires: no second run
+        renewed = issue("operator-renewed", pki.ca, client=True)
+        (tmp_path / "u.crt").write_bytes(renewed.cert)
+        (tmp_path / "u.key").write_bytes(renewed.key)
+        clock.t += 3600  # past 2030-01-01 minus the skew
+        await rest.call("GET", "/version")
+        await rest.close()
+    assert seen.clients == ["operator", "operator", "operator-renewed"]
+    assert (tmp_path / "runs").read_text() == "2"
 
 
 async def test_a_failing_exec_plugin_is_named_when_the_connection_is_made(
