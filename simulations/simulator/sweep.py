@@ -1,8 +1,9 @@
 """``gpucellpool sweep``: try our policy's knobs on traces and seeds; report the Pareto front.
 
 Why this module exists: the right stabilisation window, utilisation threshold, headroom,
-pre-warming and in-flight limit depend on the workload; a user should pick them from measured
-trade-offs (cell-hours vs p95 pod wait) on their own traces, not from our guesses. Every point
+pre-warming, in-flight limit and hedged boots depend on the workload; a user should pick them
+from measured trade-offs (cell-hours vs p95 pod wait) on their own traces, not from our
+guesses. Every point
 is a full simulation of the production ``decide`` with a modified ``PolicyConfig``, repeated
 over several seeds (boot times are random) so each figure is a mean with a 95 % interval and
 every "dominates" is judged on the intervals (simulations/simulator/report/intervals.py).
@@ -69,6 +70,8 @@ KNOBS = {
     "headroom": ("h", str, _field("headroom_cells")),
     "prewarm": ("prewarm", lambda v: "on" if v else "off", _field("prewarm")),
     "in_flight": ("inflight", str, _field("max_cells_in_flight")),
+    "hedge": ("hedge", lambda v: f"{v:g}", _field("boot_hedge_fraction")),
+    "hedge_min_wave": ("minwave", str, _field("boot_hedge_min_wave")),
 }
 
 
@@ -120,6 +123,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prewarm", type=at.comma_list(_bool), help="pre-warming on/off")
     g.add_argument(
         "--in-flight", type=at.comma_list(at.int_at_least(1, 1000)), help="max cells booting"
+    )
+    g.add_argument(
+        "--hedge",
+        type=at.comma_list(at.bounded(0, 10)),
+        help="spare boots per cell a wave waits for (0: off; docs/autoscaling.md, Hedged boots)",
+    )
+    g.add_argument(
+        "--hedge-min-wave",
+        type=at.comma_list(at.int_at_least(1, 1000)),
+        help="smallest wave (cells) that gets hedged spares",
     )
     parser.add_argument(
         "--seeds",

@@ -8,6 +8,7 @@ import json
 import math
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,12 @@ def test_points_label_and_apply_only_the_swept_knobs() -> None:
     assert tuned.prewarm and tuned.max_cells_in_flight == 8
     assert tuned.utilization_threshold == base.utilization_threshold
     assert Point().label() == "gpucellpool (defaults)" and Point().apply(base) == base
+    hedged = Point((("hedge", 0.75), ("hedge_min_wave", 1)))
+    assert hedged.label() == "gpucellpool hedge=0.75 minwave=1"
+    tuned = hedged.apply(base)
+    assert (tuned.boot_hedge_fraction, tuned.boot_hedge_min_wave) == (0.75, 1)
+    fraction, wave = base.boot_hedge_fraction, base.boot_hedge_min_wave
+    assert replace(tuned, boot_hedge_fraction=fraction, boot_hedge_min_wave=wave) == base
 
 
 def _pods(n: int, gap_seconds: float) -> tuple[TracePod, ...]:
@@ -234,6 +241,8 @@ def test_cells_are_in_the_figures_unit() -> None:
         (["--scheduler", "tcp://127.0.0.1:99999"], "port 99999 is out of range"),
         (["--seeds", "0"], "'0' must be between 1 and 1000"),
         (["--in-flight", "0"], "'0' must be between 1 and 1000"),
+        (["--hedge", "0.5,11"], "'11'"),
+        (["--hedge-min-wave", "0"], "'0' must be between 1 and 1000"),
         (["--report-dir", "{file}"], "exists and is not a directory"),
         (["--reference", "gpucellpool"], "invalid choice: 'gpucellpool'"),
     ],
