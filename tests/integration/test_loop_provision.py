@@ -50,8 +50,11 @@ async def test_pending_pod_becomes_a_ready_cell(
             assert [c["name"] for c in status["cells"]] == ["e2e-0"]
             # Settled: the next written decision is no second scale-up and keeps the target
             # (the booting cell's follow-up, "the pod fits", is not written: follows_from).
+            # Looked for after the scale-up only: on a loaded machine the pool's first
+            # decision can hold at 0 before its workload caches synced.
+            up = next(i for i, (_, s) in enumerate(watch.seen) if s.get("desiredReplicas") == 1)
             _, settled = await watch.until(
-                lambda s: decision(s).get("reason") not in (None, "Idle", "ScaledUp"), 30
+                lambda s: decision(s).get("reason") not in (None, "Idle", "ScaledUp"), 30, up + 1
             )
             assert settled["desiredReplicas"] == 1
             guest = await infra_api.get(
