@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,7 +28,7 @@ CONNECT_TIMEOUT_SECONDS = 20.0
 
 
 class ClusterUnavailable(RuntimeError):
-    """Dask is not installed, or its scheduler cannot be reached."""
+    """Dask is not installed, or its scheduler cannot be reached or was lost during a run."""
 
 
 class Executor(Protocol):
@@ -101,6 +101,7 @@ class DaskCluster:
 
     def __init__(self, client: Any, address: str) -> None:
         self._client = client
+        self._address = address
         self.name = f"dask scheduler {address}"
 
     def share(self, value: object) -> object:
@@ -110,7 +111,15 @@ class DaskCluster:
     def run(self, fn: Callable[..., Any], calls: Sequence[tuple[object, ...]]) -> list[Any]:
         # pure=False: every call runs (no result reuse keyed on argument hashes)
         futures = [self._client.submit(fn, *args, pure=False) for args in calls]
-        return list(self._client.gather(futures))
+        try:
+            return list(self._client.gather(futures))
+        except CancelledError as error:  # the client cancels every future when it loses the
+            # scheduler; a run's own exception is re-raised by gather as it is, not caught here
+            done = sum(f.status == "finished" for f in futures)
+            raise ClusterUnavailable(
+                f"lost the Dask scheduler at {self._address} with {done} of {len(futures)} "
+                f"runs finished: {error}".splitlines()[0]
+            ) from error
 
 
 def scheduler_address(text: str) -> str:

@@ -34,7 +34,7 @@ def dask_cli() -> str:
     return found
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group, SIGKILL it if it lingers; always reaped."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -54,7 +54,7 @@ def _spawn(stack: ExitStack, argv: list[str], log: Path) -> subprocess.Popen[byt
     proc = subprocess.Popen(
         argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
     )
-    stack.callback(_stop, proc)
+    stack.callback(stop, proc)
     return proc
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +15,13 @@ import pytest
 
 from autoscaler.policy.types import GPUAsk
 from gpucellpool.cli import main
-from simulations.simulator.distributed import DaskCluster, InProcess
+from simulations.simulator.distributed import ClusterUnavailable, DaskCluster, InProcess
 from simulations.simulator.engine import ProductionPolicy, SimConfig
 from simulations.simulator.engine.sim import BootModel
 from simulations.simulator.report.compare import compare
 from simulations.simulator.sweep import Point, Sweep, run_sweep
 from simulations.simulator.traces import TracePod
-from tests.integration.dask_support import dask_cluster
+from tests.integration.dask_support import dask_cluster, stop
 
 HEADER = "arrival_seconds,duration_seconds,gpu_count,memory_mib,memory_percent,cores_percent"
 
@@ -123,3 +125,28 @@ def test_the_cluster_is_torn_down_when_the_test_fails(tmp_path: Path) -> None:
     for p in processes:
         with pytest.raises(ProcessLookupError):
             os.killpg(p.pid, 0)  # the whole group is gone, not just its leader
+
+
+def test_a_scheduler_lost_during_a_run_is_one_clear_error(tmp_path: Path) -> None:
+    """The scheduler dies while runs are in flight (a starved or restarted scheduler): the
+    sweep fails with one line naming the scheduler and how many runs finished, not a
+    traceback from Dask's internals."""
+    from distributed import Client  # noqa: PLC0415 (optional extra, as in dask_support)
+
+    with dask_cluster(tmp_path, 1) as dask, ThreadPoolExecutor(1) as caller:
+        client = Client(dask.address, timeout=60, set_as_default=False)
+        try:
+            pool = DaskCluster(client, dask.address)
+            running = caller.submit(pool.run, time.sleep, [(120.0,), (120.0,)])
+            deadline = time.monotonic() + 60
+            while not any(dask.client.processing().values()):  # a run started on the worker
+                assert time.monotonic() < deadline, "no run started in 60 s"
+                time.sleep(0.1)  # polling the scheduler's state, with a deadline
+            stop(dask.processes[0])
+            with pytest.raises(ClusterUnavailable) as lost:
+                running.result(timeout=60)
+        finally:
+            client.close()
+    message = str(lost.value)
+    assert message == message.splitlines()[0]
+    assert message.startswith(f"lost the Dask scheduler at {dask.address} with 0 of 2 runs")
