@@ -105,8 +105,11 @@ class DaskCluster:
         self.name = f"dask scheduler {address}"
 
     def share(self, value: object) -> object:
-        # hash=False: two equal traces are still two uploads, never a cross-run cache hit
-        return self._client.scatter(value, broadcast=True, hash=False)
+        # One key for the whole value: scattering a tuple of pods itself would make one key
+        # per pod (thousands per trace window, every one tracked by the scheduler).
+        # hash=False: two equal traces are still two uploads, never a cross-run cache hit.
+        [future] = self._client.scatter([value], broadcast=True, hash=False)
+        return future
 
     def run(self, fn: Callable[..., Any], calls: Sequence[tuple[object, ...]]) -> list[Any]:
         # pure=False: every call runs (no result reuse keyed on argument hashes)

@@ -150,3 +150,16 @@ def test_a_scheduler_lost_during_a_run_is_one_clear_error(tmp_path: Path) -> Non
     message = str(lost.value)
     assert message == message.splitlines()[0]
     assert message.startswith(f"lost the Dask scheduler at {dask.address} with 0 of 2 runs")
+
+
+def test_a_shared_trace_is_one_key_on_the_cluster(cluster: tuple[str, Any], tmp_path: Path) -> None:
+    """A trace window goes to the workers as one object: scattering the tuple of pods itself
+    made one key per pod (11,327 for a helios month), which starved a loaded scheduler."""
+    from simulations.simulator.traces.detect import load_trace  # noqa: PLC0415
+
+    address, client = cluster
+    pods = tuple(load_trace(_trace(tmp_path), "auto").pods)
+    before = set(client.who_has())
+    shared: Any = DaskCluster(client, address).share(pods)
+    assert set(client.who_has()) - before == {shared.key}
+    assert DaskCluster(client, address).run(len, [(shared,), (shared,)]) == [len(pods)] * 2
