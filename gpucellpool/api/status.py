@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from gpucellpool.api.base import NAME_MAX, KubeModel, Timestamp
 from gpucellpool.api.conditions import Condition, find_condition
@@ -20,6 +20,10 @@ MAX_CELLS = 10000
 MAX_PLAN_REJECTIONS = 256  # status.planRejections holds the first ones (a plan can name more)
 MAX_POLICY_MEMORY_CHARS = 262144  # status.policyMemory: the autoscaler trims its samples to fit
 CellName = Annotated[str, Field(max_length=NAME_MAX)]
+ATOMIC = ConfigDict(json_schema_extra={"x-kubernetes-map-type": "atomic"})
+"""For a status object one writer always sends whole: the apiserver then tracks it as one
+managed-fields entry instead of one per field (every write of the pool pays for the size of
+``metadata.managedFields``), and a forced apply replaces it whole."""
 
 
 class CellPhase(StrEnum):
@@ -83,6 +87,8 @@ class Demand(KubeModel):
     """The last demand read by the autoscaler: written only when autoscaling is on and the
     pending pods could be read (a failed read keeps the previous value)."""
 
+    model_config = ATOMIC
+
     pending_requests: int = 0
     """Pending GPU pods counted for this pool (its demand selection), including those no fresh
     cell could host."""
@@ -99,6 +105,8 @@ class CellDeviceShape(KubeModel):
     Ready cell reports another shape (e.g. a guestTemplate with another GPU model). The
     autoscaler packs pending pods into cells of this shape (see the CellShapeKnown condition)."""
 
+    model_config = ATOMIC
+
     model: str | None = None
     """GPU model name, as HAMi reports it."""
     memory_mib: int | None = Field(default=None, alias="memoryMiB")
@@ -111,6 +119,8 @@ class CellDeviceShape(KubeModel):
 
 class PhysicalCapacity(KubeModel):
     """Outer (infrastructure) GPU capacity; written by the provisioner every pass."""
+
+    model_config = ATOMIC
 
     gpus: int = 0
     """PCI devices on this pool's cells."""
@@ -150,6 +160,8 @@ class ModelCapacity(KubeModel):
 class WorkloadCapacity(KubeModel):
     """Inner (HAMi) capacity of the pool's Ready cells; retained unchanged on a failed read."""
 
+    model_config = ATOMIC
+
     provider: str | None = None
     """Capacity provider (HAMi)."""
     mode: str | None = None
@@ -172,6 +184,8 @@ class Utilization(KubeModel):
     """Measured GPU use of the pool's Ready cells (HAMi's monitor via spec.autoscaling.prometheus),
     as opposed to allocation; written by the autoscaler only when the reading is fresh."""
 
+    model_config = ATOMIC
+
     gpu_utilization_percent: int | None = Field(default=None, ge=0, le=100)
     """Mean of hami_host_gpu_utilization_ratio over the GPUs read (0-100, rounded)."""
     gpus: int = Field(default=0, ge=0)
@@ -190,6 +204,8 @@ class Utilization(KubeModel):
 
 class LastDecision(KubeModel):
     """The autoscaler's most recent decision, including "do nothing"."""
+
+    model_config = ATOMIC
 
     reason: str = Field(max_length=128)
     """Machine-readable reason (e.g. ScaledUp, Stabilizing, Idle)."""

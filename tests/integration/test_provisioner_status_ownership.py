@@ -4,7 +4,8 @@ What this proves, on a pool whose status an older provisioner wrote the old way 
 patch on the status subresource as field manager ``gpucellpool``, which the apiserver records
 as an ``Update`` entry): without the managed-fields upgrade, a condition of the provisioner's
 that the new apply no longer sends stays for ever (the old manager still owns it); the cell
-rows do not (``status.cells`` is an atomic list: the forced apply takes the whole list over);
+rows do not (``status.cells`` is an atomic list: the forced apply takes the whole list over),
+nor does a part of ``workloadCapacity`` the new reading lacks (an atomic object, likewise);
 ``write_status`` upgrades the pool once (the old entry's fields move to
 ``gpucellpool-provisioner``'s Apply entry), so the condition is removed, the autoscaler's
 ``ScalingActive`` (even the copy the old patch clobbered) is kept, a second write does not
@@ -60,6 +61,7 @@ async def _written_the_old_way(api: KubeApi, infra: ClusterEndpoint, namespace: 
         "replicas": 2,
         "readyCells": 2,
         "cells": [r.to_api() for r in ROWS],
+        "workloadCapacity": {"provider": "HAMi", "gpuDevices": 2, "gpuCompute": {"total": "200"}},
         "conditions": [
             _cond("Ready", "AllCellsReady"),
             _cond("Degraded", "AdmissionRulesFailed"),
@@ -94,10 +96,13 @@ async def test_without_the_upgrade_a_condition_the_old_writer_owned_would_never_
     assert (FIELD_MANAGER, "Update", "status") in _managers(stored)
     body = _one_row_left(stored)
     body["status"].pop("desiredReplicas")
+    mixed = {"provider": "HAMi", "gpuDevices": 2, "homogeneous": False}  # no gpuCompute
+    body["status"]["workloadCapacity"] = mixed
     await api.apply(body, status=True, field_manager=STATUS_FIELD_MANAGER)  # no upgrade
     after = await api.get(KINDS["GPUCellPool"], namespace, "old")
     assert cond(after, "Degraded")["reason"] == "AdmissionRulesFailed", "still the old one's"
     assert [r["name"] for r in status(after)["cells"]] == ["old-0"], "an atomic list: taken over"
+    assert status(after)["workloadCapacity"] == mixed, "an atomic object: taken over whole"
 
 
 async def test_the_upgrade_moves_our_fields_once_and_keeps_the_autoscalers(
