@@ -51,6 +51,8 @@ from tests.bench.test_scale_bench import (
     free_port,
     head_commit,
     scale_harness,
+    scrape,
+    stage_means,
     usage_of,
     wait_ready,
 )
@@ -132,6 +134,8 @@ class Report:
     """Pools whose decisions both processes counted on /metrics."""
     mixed: list[str] = field(default_factory=list)
     """Pools with Events from both processes."""
+    stages: list[str] = field(default_factory=list)
+    """Per process: ``gpucellpool_decision_stage_seconds`` means over the rounds."""
 
     @property
     def every(self) -> list[float]:
@@ -189,6 +193,11 @@ class Report:
                 f"| process {k}: log lines decision failed / lease round failed | "
                 f"{failed} / {lease} |",
             ]
+            if k < len(self.stages):
+                rows.append(
+                    f"| process {k}: decision stages in the rounds, mean s: wait / decide / "
+                    f"write_slot / write | {self.stages[k]} |"
+                )
         return rows
 
 
@@ -355,6 +364,7 @@ async def test_two_shards_two_hundred_pools(scale_harness: Harness, logs: list[P
         await pools.quiet(3.0, 60)
         before = [usage_of(p.pid) for p in procs]
         events_before = pools.events
+        stages_before = [await scrape(p) for p in ports]
         profilers = [
             profile(p.pid, log.with_suffix(".pyspy")) for p, log in zip(procs, logs, strict=True)
         ]
@@ -385,6 +395,7 @@ async def test_two_shards_two_hundred_pools(scale_harness: Harness, logs: list[P
     report.logs = [log.read_text(errors="replace") for log in logs]
     report.split = [len(s) for s in own]
     report.both, report.mixed = both, mixed
+    report.stages = [stage_means(b, a) for b, a in zip(stages_before, metrics, strict=True)]
     table = report.table()
     print("\n".join(table))
     if POOLS == FULL_POOLS:
