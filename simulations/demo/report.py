@@ -67,7 +67,11 @@ class DemoReport:
 
 
 def cells_of(result: SimResult) -> list[tuple[float, float]]:
-    """A simulator run's billed cells (ready + booting + draining) as a step function."""
+    """A simulator run's billed cells (ready + booting + draining) as a step function: its
+    exact change points (``SimResult.cells``), else (a result built without them) the
+    timeline's samples."""
+    if result.cells:
+        return [(t, float(n)) for t, n in result.cells]
     return [(s.time_seconds, float(s.ready + s.booting + s.draining)) for s in result.timeline]
 
 
@@ -110,6 +114,7 @@ def to_trace_time(result: SimResult, factor: float) -> SimResult:
         end_seconds=result.end_seconds * factor,
         boot_seconds=result.boot_seconds * factor,
         timeline=tuple(replace(s, time_seconds=s.time_seconds * factor) for s in result.timeline),
+        cells=tuple((t * factor, n) for t, n in result.cells),
     )
 
 

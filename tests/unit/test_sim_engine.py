@@ -31,6 +31,7 @@ from simulations.simulator.engine import (
 )
 from simulations.simulator.engine.hami import BINPACK, SPREAD, choose_gpus
 from simulations.simulator.engine.world import World
+from simulations.simulator.fidelity import normalise
 from simulations.simulator.traces import TracePod
 
 WHOLE = GPUAsk(memory_percent=100, cores_percent=100)
@@ -182,6 +183,17 @@ def test_wait_for_idle_timeout_abandons_the_drain_and_keeps_the_cell() -> None:
     assert result.evictions == 0 and result.drains_abandoned == 2
     assert result.scale_down_cells == 3
     assert result.cost_cell_hours * 3600 == pytest.approx(2 * 1050.0)
+
+
+def test_billable_cells_are_recorded_at_each_change_exactly() -> None:
+    # Two cells from 0; cell-0 drained at 200 and gone at 230. The samples (every 20 s here)
+    # show the change only at 240; the change points carry 230 itself, which the fidelity
+    # check against the twin compares.
+    result = run_drain(DrainMode.EVICT, None)
+    changes = normalise(result.cells)  # the instant 0 passes through 0 cells to 2
+    assert changes[:2] == [(0.0, 2), (pytest.approx(230.0), 1)]
+    first_sampled = next(s for s in result.timeline if s.ready + s.booting + s.draining == 1)
+    assert first_sampled.time_seconds == pytest.approx(240.0)
 
 
 def test_react_on_arrival_ticks_within_a_second() -> None:

@@ -65,6 +65,9 @@ class SimResult:
     boot_seconds: float  # the median boot time the run used (for "waited longer than a boot")
     drains_abandoned: int = 0  # WaitForIdle drains that hit their timeout (cell kept)
     gangs: GangStats = GangStats()
+    cells: tuple[tuple[float, int], ...] = ()
+    """Billable cells (Ready + Booting + Draining) at each change: exact, where ``timeline``
+    is sampled (the fidelity check compares this with the twin's cells)."""
 
 
 class Integrals:

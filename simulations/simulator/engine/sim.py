@@ -168,10 +168,10 @@ class Simulation:
             self._place_pending(now)
         if self.dirty:
             self.dirty = False
-            self.timeline.world_changed()
             integ = self.integrals
             integ.util_sum, integ.ready = self.world.utilisation_sum()
             integ.billable = len(self.world.cells)
+            self.timeline.world_changed(now, integ.billable)
 
     # ----- pods ------------------------------------------------------------------------------
 
@@ -386,6 +386,7 @@ class Simulation:
             decisions=counters.decisions,
             reasons=tuple(sorted((counters.reasons or {}).items())),
             timeline=tuple(self.timeline.samples),
+            cells=tuple(self.timeline.cells),
             boot_seconds=self.cfg.boot.median_seconds,
             drains_abandoned=counters.drains_abandoned,
             gangs=self.book.stats(now, self.waits),

@@ -4,6 +4,11 @@ Why this module exists: the report's figures (demand vs capacity over time) need
 the world every ``samples``-th of the trace, and the demand in cells (what the running and
 pending pods pack into) is a packing, too costly to redo at every sample. Keeping the sampling
 here, with its one memo (re-pack only after the world changed), keeps the event loop to events.
+
+The billable cell count is kept exactly as well, one point per change (``cells``): a sample
+every second or more shows a change up to a whole step late, which is what the fidelity check
+against the twin (recorded at every watch event) measured as disagreement at each scale-up and
+scale-down of a compressed run (1 s steps = 20 trace seconds at x20).
 """
 
 from __future__ import annotations
@@ -21,12 +26,16 @@ class Timeline:
         self.shape = shape
         self.every_seconds = every_seconds
         self.samples: list[Sample] = []
+        self.cells: list[tuple[float, int]] = []  # (time, billable cells) at each change
         self._demand_stale = True
         self._demand_cells = 0
 
-    def world_changed(self) -> None:
-        """Pods or cells changed: the next sample packs the demand again."""
+    def world_changed(self, now: float, billable: int) -> None:
+        """Pods or cells changed at ``now``: the next sample packs the demand again, and the
+        billable cell count is recorded if it moved."""
         self._demand_stale = True
+        if not self.cells or self.cells[-1][1] != billable:
+            self.cells.append((now, billable))
 
     def sample(self, world: World, desired: int, now: float) -> None:
         """Record the world as it is at ``now``."""
