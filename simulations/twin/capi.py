@@ -25,12 +25,19 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Kind, KubeApi, kind_of
 from simulations.twin.capi_bootstrap import reconcile_configs
-from simulations.twin.common import PollingController, condition, same_conditions
+from simulations.twin.common import (
+    PollingController,
+    condition,
+    each_bounded,
+    raise_first,
+    same_conditions,
+)
 
 KSM_FINALIZER = "kubeswiftmachine.infrastructure.cluster.x-k8s.io/finalizer"
 KSM_LABEL = "infrastructure.cluster.x-k8s.io/kubeswiftmachine"
@@ -56,13 +63,20 @@ class SimulatedClusterAPI(PollingController):
     clock: Clock
     namespace: str
     poll_s: float = 0.1
+    concurrency: int = 16
 
     async def step(self) -> None:
+        """One pass: the bootstrap provider, then CAPKS over every KubeSwiftMachine, then the
+        Machine controller over every Machine (in this order, so a pass carries a new cell as
+        far as the sequence allows). Within each controller the objects are reconciled
+        concurrently, as CAPI's workers do: a pass costs about one object's requests, not one
+        object's times their number, and one object's failure does not hold up the others."""
         await reconcile_configs(self.infra, self.namespace)
-        for ksm in await self.infra.list(KINDS["KubeSwiftMachine"], self.namespace):
-            await self._ksm(ksm)
-        for machine in await self.infra.list(KINDS["Machine"], self.namespace):
-            await self._machine(machine)
+        ksms = await self.infra.list(KINDS["KubeSwiftMachine"], self.namespace)
+        errors = await each_bounded([partial(self._ksm, k) for k in ksms], self.concurrency)
+        machines = await self.infra.list(KINDS["Machine"], self.namespace)
+        passes = [partial(self._machine, m) for m in machines]
+        raise_first([*errors, *await each_bounded(passes, self.concurrency)])
 
     # --- Machine controller -------------------------------------------------------------
     async def _machine(self, machine: JSON) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +47,32 @@ def same_conditions(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
         )
 
     return strip(a) == strip(b)
+
+
+async def each_bounded(
+    passes: Sequence[Callable[[], Awaitable[None]]], concurrency: int
+) -> list[BaseException]:
+    """Run every pass, at most ``concurrency`` at once, and return the errors they raised.
+
+    A real controller reconciles its objects with several workers, so one object's slow or
+    failed request holds up no other object: a pass over N objects costs about the slowest
+    one's time, not the sum (which, on a loaded machine, grew to 18-50 s per pass of the
+    simulated Cluster API and KubeSwift over a crash suite's 31 pools). Each pass is started
+    only once it holds the gate, so a cancelled caller leaves none half-started."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def bounded(work: Callable[[], Awaitable[None]]) -> None:
+        async with gate:
+            await work()
+
+    results = await asyncio.gather(*(bounded(w) for w in passes), return_exceptions=True)
+    return [r for r in results if isinstance(r, BaseException)]
+
+
+def raise_first(errors: Sequence[BaseException]) -> None:
+    """Raise the first of ``errors`` (the next poll retries, like a controller's requeue)."""
+    if errors:
+        raise errors[0]
 
 
 class PollingController:

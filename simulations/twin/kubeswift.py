@@ -27,14 +27,22 @@ starts over from Scheduling with one more restart counted.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, KubeApi
 from simulations.twin import gpu_ledger
-from simulations.twin.common import PollingController, condition, same_conditions
+from simulations.twin.common import (
+    PollingController,
+    condition,
+    each_bounded,
+    raise_first,
+    same_conditions,
+)
 
 GPU_FINALIZER = "kubeswift.io/gpu-allocation"
 RESTARTS_WHEN_FAILED = 3
@@ -79,6 +87,8 @@ class SimulatedKubeSwift(PollingController):
     _restarts: dict[str, int] = field(default_factory=dict)
     _host_of: dict[str, str] = field(default_factory=dict)
     fault_for: Callable[[str], GuestFault] | None = None
+    concurrency: int = 16
+    _ledger: asyncio.Lock = field(default_factory=asyncio.Lock)  # one ledger write at a time
 
     def _fault(self, name: str) -> GuestFault:
         if self.fault_for is not None:
@@ -86,8 +96,19 @@ class SimulatedKubeSwift(PollingController):
         return self.faults.get(name, GuestFault())
 
     async def step(self) -> None:
-        for guest in await self.api.list(KINDS["SwiftGuest"], self.namespace):
-            await self._reconcile(guest)
+        """One pass over every guest, reconciled concurrently (KubeSwift's workers): a pass
+        costs about one guest's requests, not their sum, and one guest's failure holds up no
+        other. Launcher slots (host round-robin, devices, address) are handed out first, in
+        list order, as one guest after another took them."""
+        guests = await self.api.list(KINDS["SwiftGuest"], self.namespace)
+        now = self.clock.now()
+        for guest in guests:
+            uid = str(guest["metadata"]["uid"])
+            due = now - self._first_seen.get(uid, now) >= self.timings.allocate_s
+            if guest["metadata"].get("deletionTimestamp") is None and due:
+                self._slot(uid)
+        passes = [partial(self._reconcile, g) for g in guests]
+        raise_first(await each_bounded(passes, self.concurrency))
 
     async def _reconcile(self, guest: JSON) -> None:
         meta = guest["metadata"]
@@ -110,7 +131,8 @@ class SimulatedKubeSwift(PollingController):
         seed_ok = await self._seed_exists(guest)
         no_capacity = False
         if (guest.get("spec") or {}).get("gpuProfileRef"):  # Native: take a GPU from the ledger
-            no_capacity = await gpu_ledger.hold(self.api, uid) is False
+            async with self._ledger:
+                no_capacity = await gpu_ledger.hold(self.api, uid) is False
         if uid not in self._host_of and now - first >= self.timings.allocate_s:
             host = await self._place(self._slot(uid))
             if host is not None:
@@ -286,7 +308,8 @@ class SimulatedKubeSwift(PollingController):
 
     async def _release(self, guest: JSON) -> None:
         meta = guest["metadata"]
-        await gpu_ledger.release(self.api, str(meta["uid"]))
+        async with self._ledger:
+            await gpu_ledger.release(self.api, str(meta["uid"]))
         finalizers = list(meta.get("finalizers") or [])
         if GPU_FINALIZER in finalizers:
             patch = {

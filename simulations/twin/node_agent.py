@@ -25,13 +25,11 @@ Failure knobs per cell: never registers, GPU never advertised, NotReady after a 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import functools
 import json
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +37,13 @@ import yaml
 
 from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi
-from simulations.twin.common import PollingController, micro_time, rfc3339
+from simulations.twin.common import (
+    PollingController,
+    each_bounded,
+    micro_time,
+    raise_first,
+    rfc3339,
+)
 from simulations.twin.hami_dra import hami_slice
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -128,31 +132,18 @@ class SimulatedNodeAgent(PollingController):
             booted = self._booted_at.setdefault(uid, now)
             if uid not in self._nodes and now - booted >= self.join_s:
                 joining.append(guest)
-        await self._each([functools.partial(self._register, g, now) for g in joining])
+        passes = [functools.partial(self._register, g, now) for g in joining]
+        errors = await each_bounded(passes, self.concurrency)
         tending = [(uid, reg) for uid, reg in list(self._nodes.items()) if not reg.gone]
         for uid, reg in tending:
             reg.vm_off = reg.vm_off or uid not in live
-        await self._each([functools.partial(self._kubelet, reg, now) for _, reg in tending])
+        passes = [functools.partial(self._kubelet, reg, now) for _, reg in tending]
+        raise_first([*errors, *await each_bounded(passes, self.concurrency)])
 
     async def _kubelet(self, reg: _Registered, now: float) -> None:
         await self._tend(reg, now)
         if not (reg.gone or reg.vm_off):
             await self._kubelet_pods(reg, now)
-
-    async def _each(self, passes: list[Callable[[], Awaitable[None]]]) -> None:
-        """Run one pass per VM, at most ``concurrency`` at once; the first error is raised
-        after all have finished (the next poll retries, like a kubelet's next sync). Each
-        pass is started only once it holds the gate, so a cancelled step leaves none unrun."""
-        gate = asyncio.Semaphore(self.concurrency)
-
-        async def bounded(work: Callable[[], Awaitable[None]]) -> None:
-            async with gate:
-                await work()
-
-        results = await asyncio.gather(*(bounded(w) for w in passes), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
 
     async def _kubelet_pods(self, reg: _Registered, now: float) -> None:
         selector = f"spec.nodeName={reg.node}"
