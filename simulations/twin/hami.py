@@ -77,7 +77,7 @@ from simulations.twin.hami_placement import (
     node_state,
     place,
 )
-from simulations.twin.pod_lifecycle import parse_rfc3339
+from simulations.twin.pod_lifecycle import BOUND_AT_ANNOTATION, parse_rfc3339
 
 log = logging.getLogger("simulations.twin.hami")
 BINDING = kind_of("Binding", "v1")
@@ -304,6 +304,7 @@ class SimulatedHAMi(PollingController):
                     ALLOCATED: plan,
                     BIND_PHASE: "allocating",
                     BIND_TIME: stamp,
+                    BOUND_AT_ANNOTATION: f"{self.clock.now():.3f}",  # the twin's, sub-second
                 },
             }
         }
