@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import math
+import pickle
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -64,6 +66,22 @@ def test_missing_file_and_directory_are_trace_errors(tmp_path: Path) -> None:
         load_trace(tmp_path / "nope.csv")
     with pytest.raises(TraceError, match="is a directory"):
         load_trace(tmp_path)
+
+
+def test_a_trace_error_in_a_worker_process_reaches_the_parent_as_itself(tmp_path: Path) -> None:
+    # A trace loaded in a pool worker (policy_vs_ca, ``simulate --jobs``) crosses the process
+    # boundary pickled; rebuilt from its message alone it raised TypeError in the pool's reader
+    # thread and the parent saw only BrokenProcessPool.
+    missing = tmp_path / "nope.csv"
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(load_trace, missing)
+        with pytest.raises(TraceError, match="no such file") as caught:
+            future.result(timeout=120)
+    assert caught.value.path == str(missing)
+    assert caught.value.line is None
+    at_line = pickle.loads(pickle.dumps(TraceError(missing, "bad row", 7)))
+    assert (at_line.path, at_line.reason, at_line.line) == (str(missing), "bad row", 7)
+    assert str(at_line) == f"{missing}:7: bad row"
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,12 @@ class TraceError(ValueError):
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {reason}")
 
+    def __reduce__(self) -> tuple[type[TraceError], tuple[str, str, int | None]]:
+        # rebuilt from its fields: a trace loaded in a worker process (``simulate --jobs``,
+        # a Dask worker, tests/bench/policy_vs_ca.py) must fail with this message in the
+        # parent, not with a TypeError that breaks the process pool
+        return (TraceError, (self.path, self.reason, self.line))
+
 
 def check_times(arrival_seconds: float, duration_seconds: float) -> None:
     """ValueError unless both times are finite and the pod ends within ``HORIZON_SECONDS``."""
