@@ -104,6 +104,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "prewarm": True,
     },
     "hedge-0-h1": {"boot_hedge_fraction": 0.0, "headroom_cells": 1},
+    # only empty cells are scale-down candidates (Cluster Autoscaler's view of a 1-GPU cell
+    # running a fractional HAMi pod: a whole used GPU)
+    "hedge-0.75-min1-t0": {
+        "boot_hedge_fraction": 0.75,
+        "boot_hedge_min_wave": 1,
+        "utilization_threshold": 0.01,
+    },
 }
 IDLE_BETS = frozenset({"hedge-0.75-idle"})
 
