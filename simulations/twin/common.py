@@ -84,11 +84,17 @@ class PollingController:
         raise NotImplementedError
 
     async def run(self) -> None:
+        """Passes until cancelled. A failed pass is retried at the next poll: an apiserver
+        error quietly, anything else logged with its traceback - a controller that died
+        silently on one malformed object would leave a test waiting for its deadline with no
+        word of why."""
         while True:
             try:
                 await self.step()
             except KubeError as exc:
                 log.debug("%s pass failed: %s", type(self).__name__, exc)
+            except Exception:
+                log.exception("%s pass failed; retrying at the next poll", type(self).__name__)
             await asyncio.sleep(self.poll_s)
 
 
