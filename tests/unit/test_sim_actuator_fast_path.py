@@ -105,3 +105,45 @@ def test_the_actuator_builds_no_cell_facts_for_a_plan_accepted_as_is(
     assert actions(plan(1), cells, CONFIG, None, 0.0).drain == ("cell-1",)
     with pytest.raises(AssertionError, match="read the cells"):
         actions(plan(1, "cell-0"), cells, CONFIG, None, 0.0)  # a victim: the full check
+
+
+def test_a_decision_the_engine_skips_as_unchanged_is_one_actions_does_nothing_for() -> None:
+    configs = (
+        CONFIG,
+        PolicyConfig(min_replicas=2, max_replicas=4, shape=CONFIG.shape),
+        PolicyConfig(min_replicas=3, max_replicas=1, shape=CONFIG.shape),  # floor above ceiling
+    )
+    states = (*STATES, CellState.FAILED)
+    skipped = kept_count = 0
+    for config, size, physical in itertools.product(configs, range(4), (None, 2, 40)):
+        for cell_states in itertools.product(states, repeat=size):
+            w = world(*cell_states)
+            cells = list(w.cells.values())
+            assert w.live == sum(c.state in LIVE for c in cells)
+            for target, victims in itertools.product(range(6), ((), ("cell-0",), ("cell-9",))):
+                decision = plan(target, *victims)
+                todo = actions(decision, cells, config, physical, 0.0)
+                if actuator.unchanged(decision, w.live, config, physical):
+                    skipped += 1
+                    assert (todo.create, todo.drain) == (0, ()), (cell_states, decision)
+                kept_count += target == w.live
+    assert skipped > 50
+    assert kept_count > skipped  # victims, a physical limit or the bounds stop the shortcut
+
+
+def test_the_worlds_live_count_follows_every_change_of_state() -> None:
+    w = world(CellState.READY, CellState.BOOTING, CellState.DRAINING)
+    steps = [
+        ("cell-1", CellState.READY),
+        ("cell-0", CellState.DRAINING),
+        ("cell-2", CellState.READY),
+        ("cell-1", CellState.FAILED),
+        ("cell-2", CellState.BOOTING),
+    ]
+    for name, state in steps:
+        w.set_state(w.cells[name], state, 1.0)
+        assert w.live == sum(c.state in LIVE for c in w.cells.values()), (name, state)
+    for name in ("cell-2", "cell-0", "missing", "cell-1"):
+        w.remove_cell(name)
+        assert w.live == sum(c.state in LIVE for c in w.cells.values()), name
+    assert w.live == 0

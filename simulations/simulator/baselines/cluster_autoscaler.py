@@ -124,7 +124,8 @@ class ClusterAutoscalerStyle:
     ) -> Decision:
         unneeded = self._unneeded(observation.cells, config)
         since = {c.name: memory.idle_since.get(c.name, now) for c in unneeded}
-        mem = replace(memory, idle_since=since)
+        # the same cells unneeded since the same times: the memory as it was (no copy)
+        mem = memory if since == memory.idle_since else replace(memory, idle_since=since)
         if memory.last_scale_up_at is not None and now - memory.last_scale_up_at < (
             DELAY_AFTER_ADD_SECONDS
         ):

@@ -78,6 +78,24 @@ def actions(
     return Actions(0, removals(checked, in_service), checked)
 
 
+def unchanged(
+    decision: Decision, live: int, config: PolicyConfig, physical_gpus: int | None
+) -> bool:
+    """Whether ``actions`` would create and drain nothing for ``decision`` on a world with
+    ``live`` Booting or Ready cells, known without reading the cells: a plan naming no victim,
+    with no physical limit and its target within the spec's bounds, is accepted as it stands
+    (``plan_check.accepted_as_is``), and a target equal to the live count creates nothing
+    and removes nothing. Most non-repeated decisions of a replay keep the count
+    (tests/unit/test_sim_actuator_fast_path.py compares this with ``actions``)."""
+    target = decision.desired_replicas
+    return (
+        target == live
+        and not decision.victims
+        and physical_gpus is None
+        and config.min_replicas <= target <= max(config.max_replicas, config.min_replicas)
+    )
+
+
 def _facts(cells: Sequence[SimCell]) -> list[CellFact]:
     """The plan check's view of the simulated cells."""
     return [CellFact(c.name, live=c.state in LIVE) for c in cells]

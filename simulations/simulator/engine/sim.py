@@ -25,7 +25,7 @@ from typing import Any
 
 from autoscaler.policy.types import CellState, Decision
 from simulations.simulator.engine import gc_pause, hami
-from simulations.simulator.engine.actuator import actions
+from simulations.simulator.engine.actuator import actions, unchanged
 from simulations.simulator.engine.clock import VirtualClock
 from simulations.simulator.engine.config import BootModel, DrainMode, SimConfig
 from simulations.simulator.engine.decider import Decider
@@ -351,6 +351,8 @@ class Simulation:
 
     def _execute(self, decision: Decision, now: float) -> None:
         cells, config = self.world.cells, self.cfg.policy_config
+        if unchanged(decision, self.world.live, config, self.cfg.physical_gpus):
+            return  # the count kept, no victim: nothing to do (engine.actuator.unchanged)
         todo = actions(decision, cells.values(), config, self.cfg.physical_gpus, now)
         if todo.create:
             self._create_cells(todo.create, now)

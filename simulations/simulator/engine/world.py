@@ -27,6 +27,10 @@ from simulations.simulator.traces.model import TracePod
 
 _UNKNOWN = object()  # a cell's GPU choice for an ask not computed yet
 USAGE_MEMO_ENTRIES = 1 << 14  # bound on the usages whose GPU choices are kept
+# the simulated metrics are always fresh: one immutable value shared by every observation (no
+# new object per observation, and equal observations compare it by identity)
+FRESH = MetricsHealth()
+LIVE = (CellState.BOOTING, CellState.READY)
 Choices = dict[int, tuple[int, ...] | None]  # HAMi's GPU choice per ask number on one usage
 
 
@@ -132,6 +136,7 @@ class World:
         self.cells: dict[str, SimCell] = {}
         self.pending: dict[str, Pending] = {}
         self.next_index = 0
+        self.live = 0  # cells Booting or Ready (kept as cells come, go and change state)
         self._pending_views: tuple[PendingPod, ...] | None = None
         self._observation: Observation | None = None
         # Ready cells in HAMi's node order (best score first, then index)
@@ -160,16 +165,19 @@ class World:
         if state is CellState.READY:
             cell.ready_at = now
         self.cells[cell.name] = cell
+        self.live += state in LIVE
         self._changed(cell)
         return cell
 
     def remove_cell(self, name: str) -> SimCell | None:
         cell = self.cells.pop(name, None)
         if cell is not None:
+            self.live -= cell.state in LIVE
             self._changed(cell, present=False)
         return cell
 
     def set_state(self, cell: SimCell, state: CellState, now: float) -> None:
+        self.live += (state in LIVE) - (cell.state in LIVE)
         cell.state = state
         if state is CellState.READY:
             cell.ready_at = now
@@ -274,7 +282,7 @@ class World:
         self._observation = Observation(
             pending=self._pending_views,
             cells=cells,
-            metrics=MetricsHealth(),
+            metrics=FRESH,
             free_physical_gpus=free_physical_gpus,
         )
         return self._observation
