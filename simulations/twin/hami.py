@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from autoscaler.policy.demand import constraints_from_pod, container_ask
@@ -49,7 +50,12 @@ from autoscaler.policy.types import GPUAsk, PlacementConstraints
 from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound, kind_of
 from simulations.simulator.engine.hami import allocate
-from simulations.twin.common import PollingController, mark_unschedulable
+from simulations.twin.common import (
+    PollingController,
+    each_bounded,
+    mark_unschedulable,
+    raise_first,
+)
 from simulations.twin.hami_codec import (
     ALLOCATED,
     BIND_PHASE,
@@ -84,6 +90,7 @@ BINDING = kind_of("Binding", "v1")
 _TERMINAL = ("Succeeded", "Failed")
 NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
 GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"  # binpack | spread simulated
+UNSCHEDULABLE_WRITES = 16  # a pass's Unschedulable verdicts written at once
 LIST_COST_FACTOR = 4.0  # the placed-pod list takes at most about a quarter of the time
 
 
@@ -216,6 +223,7 @@ class SimulatedHAMi(PollingController):
     _placed: list[JSON] = field(default_factory=list)  # the last list plus bookings since
     _listed_at: float | None = None
     _list_cost_s: float = 0.0  # what the last list of placed pods took (the clock's seconds)
+    _verdicts: list[tuple[JSON, str, float]] = field(default_factory=list)  # this pass's
 
     def allocations(self) -> dict[str, NodeAllocation]:
         """Per node (HAMi's cache after the last pass): devices, usage, container allocations."""
@@ -250,9 +258,16 @@ class SimulatedHAMi(PollingController):
         try:
             if fresh:  # the cached copies' bind-phase is stale; only a fresh list is acted on
                 await self._finish_allocations(self._placed, states)
+            self._verdicts = []
             for pod in sorted(pending, key=_age_key):
                 if _meta(pod).get("deletionTimestamp") is None:
                     await self._schedule(pod, states, now)
+            # Placements take turns (each books capacity the next one sees); the verdicts on
+            # the pods that did not fit change nothing the others read, so they are written
+            # together: one after another, a burst of N pending pods reached the autoscaler
+            # spread over N writes (1-2 s wall at load ~15), its scale-up with them.
+            writes = [partial(mark_unschedulable, self.workload, *v) for v in self._verdicts]
+            raise_first(await each_bounded(writes, UNSCHEDULABLE_WRITES))
         finally:
             self._snapshot = {
                 name: states[name].snapshot()
@@ -348,7 +363,9 @@ class SimulatedHAMi(PollingController):
             return
 
     async def _unschedulable(self, pod: JSON, message: str, now: float) -> None:
-        await mark_unschedulable(self.workload, pod, message, now)
+        """The pass's verdict on a pod that fits nowhere, written once the pass has placed
+        every pod it could (``step``)."""
+        self._verdicts.append((pod, message, now))
 
 
 def _age_key(pod: Mapping[str, Any]) -> tuple[str, tuple[object, ...]]:
