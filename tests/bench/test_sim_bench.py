@@ -109,7 +109,13 @@ THROUGHPUT_NOTE = (
     "that changed (`engine.cell_rows`), and a trace's pods are judged hostable once per "
     "(ask, node selector): 5 synthetic days, min CPU s of 3 interleaved runs (load 8-15), "
     "gpucellpool 7.5 -> 6.6, CA 5.7 -> 5.2, HPA 5.8 -> 4.7, original 4.7 -> 3.8; same "
-    "SimResult for 6 policies on 7 scenarios (tests/unit/test_sim_cell_rows.py).\n\n"
+    "SimResult for 6 policies on 7 scenarios (tests/unit/test_sim_cell_rows.py). Then "
+    "(3480579) a decision that keeps the live count and names no victim is applied without "
+    "the plan check (`engine.actuator.unchanged`, the world counts its live cells), every "
+    "observation shares one MetricsHealth and CA keeps its memory object while its unneeded "
+    "cells are unchanged: 5 synthetic days, base and new started together (3 pairs, load "
+    "11-19), CPU new/base CA 0.91, gpucellpool 0.96, HPA 0.90, original 0.95; same SimResult "
+    "for 6 policies on 7 scenarios (tests/unit/test_sim_actuator_fast_path.py).\n\n"
 )
 LARGE_POOL_NOTE = (
     "### Throughput: a month of a ~400-cell pool, 8-GPU cells\n\n"
