@@ -126,7 +126,8 @@ LARGE_POOL_NOTE = (
     "not finished after 13 min wall; at 7c64bd4, 289 CPU s and 904 s wall one after another "
     "(gpucellpool 186 CPU s). The speed work changes no result here either; gpucellpool's "
     "events and cell-hours moved since the run before this one with the policy (hedged boots "
-    "off by default, 30d2896). The engine speed work of ce48eaa (above) applies here too.\n\n"
+    "off by default, 30d2896). The engine speed work of ce48eaa (above) applies here too; "
+    "3480579's (above) does not move this run's CPU measurably (75 vs 76 CPU s).\n\n"
 )
 ROW_HEAD = [
     "| policy | wall s | CPU s | events | events/CPU s | pod events/CPU s | decide calls | "
