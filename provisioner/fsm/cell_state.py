@@ -266,7 +266,16 @@ def _capacity_step(obs: CellObservation) -> _Step | None:
     )
 
 
-def _frozen(prev: CellRow) -> _Step:
+def _frozen(prev: CellRow, node: NodeStatus) -> _Step:
+    """Doubt holds the phase, except that a Node last seen as someone else's is never Ready."""
+    if prev.phase is CellPhase.READY and node.exists and not node.owned:
+        return _Step(
+            CellPhase.JOINING,
+            CellReason.UNREACHABLE,
+            "workload cluster unreachable; the Node last seen with this name belongs to "
+            "someone else, so the cell is not counted as Ready",
+            frozen=True,
+        )
     return _Step(
         prev.phase,
         CellReason.UNREACHABLE,
@@ -297,7 +306,7 @@ def _evaluate(prev: CellRow, obs: CellObservation) -> _Step:
     if step is not None:
         return step
     if not obs.workload_reachable:
-        return _frozen(prev)
+        return _frozen(prev, obs.node)
     step = _node_step(obs)
     if step is not None and step.phase is not CellPhase.READY:
         return step

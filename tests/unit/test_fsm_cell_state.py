@@ -68,6 +68,7 @@ LAYERS = [
     ("outer-deleting", P.READY, obs(replace(UP, deleting=True), NODE_READY), P.DRAINING, R.CELL_DRAINING),
     ("foreign-node", P.BOOTING, obs(UP, replace(NODE_READY, owned=False)), P.JOINING, R.FOREIGN_NODE),
     ("unreachable-freezes-ready", P.READY, obs(UP, NO_NODE, reachable=False), P.READY, R.UNREACHABLE),
+    ("unreachable-never-keeps-a-foreign-node-ready", P.READY, obs(UP, replace(NODE_READY, owned=False), reachable=False), P.JOINING, R.UNREACHABLE),
     ("unreachable-freezes-joining", P.JOINING, obs(UP, reachable=False), P.JOINING, R.UNREACHABLE),
     ("unreachable-outer-still-progresses", P.ALLOCATING_GPU, obs(BOOTING, reachable=False), P.BOOTING, R.WAITING_FOR_ADDRESS),
     ("unreachable-terminal-failure-wins", P.READY, obs(replace(UP, failed=True), reachable=False), P.FAILED, R.GUEST_FAILED),
