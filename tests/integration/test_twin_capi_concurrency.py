@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from gpucellpool.runtime.clock import SystemClock
@@ -32,6 +31,7 @@ from tests.integration.provisioner_support import (
     ready_with,
     setup_pool,
 )
+from tests.integration.twin_support import running
 
 RENDEZVOUS_S = 20.0  # how long the first Machine waits for the others (the contrast's cost)
 WORKERS = 16  # SimulatedClusterAPI.concurrency's default
@@ -64,25 +64,15 @@ class Rendezvous(DelegatingKubeApi):
         return await self.inner.get(kind, namespace, name)
 
 
-@contextlib.asynccontextmanager
-async def twin(
+def twin(
     infra: KubeApi, workload: KubeApi, namespace: str, capi: SimulatedClusterAPI
-) -> AsyncIterator[None]:
+) -> contextlib.AbstractAsyncContextManager[None]:
     clock = SystemClock()
-    controllers = [
+    return running(
         SimulatedKubeSwift(infra, clock, namespace),
         SimulatedNodeAgent(infra, workload, clock, namespace),
         capi,
-    ]
-    tasks = [asyncio.create_task(c.run()) for c in controllers]
-    try:
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    )
 
 
 async def _pools(
