@@ -203,6 +203,21 @@ def test_react_on_arrival_ticks_within_a_second() -> None:
     assert policy.calls[:3] == [0.0, 4.0, 100.0]
 
 
+@pytest.mark.parametrize("failure_probability", [0.0, 1.0])
+def test_react_also_follows_a_finished_boot(failure_probability: float) -> None:
+    # the live loop wakes on the Node's change (Ready, or the boot failed), not at its next
+    # requeue: a policy that reacts sees a cell that finished booting within a second
+    boot = BootModel(median_seconds=55.0, sigma=0.0, failure_probability=failure_probability)
+    cfg = config(boot=boot, tail_seconds=150.0, warm_start=False)
+    reacting = Scripted([(0.0, 1, ())], tick_seconds=100.0, react_on_arrival=True)
+    pods = (TracePod("a", 0.0, 300.0, WHOLE),)  # pending at the first tick: a react at 1 s
+    simulate(pods, reacting, cfg)
+    assert reacting.calls[:4] == [0.0, 1.0, 56.0, 100.0]
+    ticking = Scripted([(0.0, 1, ())], tick_seconds=100.0)
+    simulate(pods, ticking, cfg)
+    assert ticking.calls[:2] == [0.0, 100.0]
+
+
 def test_shadow_decisions_create_nothing() -> None:
     policy = Scripted([(0.0, 3, ())], act=False)
     pods = (TracePod("a", 5.0, 5.0, WHOLE),)

@@ -4,9 +4,10 @@ Why this module exists: the production policy and every peer baseline must be in
 in the engine, and the production one must be driven *unchanged*. ``ProductionPolicy`` is a
 two-line adapter that calls ``autoscaler.policy.decide.decide`` exactly as the live loop does.
 A policy may also carry ``tick_seconds`` (how often its loop runs) and ``react_on_arrival``
-(whether a pending pod triggers a decision within ~1 s, like our watch-driven loop); the engine
-reads them with defaults from ``SimConfig``. ``gang_scale_up`` (``per-pod`` or ``atomic``) says how
-it scales for gangs (``simulations.simulator.engine.gangs``); peers have none and scale per pod.
+(whether a pending pod, or a cell that finished booting, triggers a decision within ~1 s, like
+our watch-driven loop, which wakes on Pod and Node events); the engine reads them with defaults
+from ``SimConfig``. ``gang_scale_up`` (``per-pod`` or ``atomic``) says how it scales for gangs
+(``simulations.simulator.engine.gangs``); peers have none and scale per pod.
 """
 
 from __future__ import annotations

@@ -246,6 +246,8 @@ class Simulation:
             self.world.set_state(cell, CellState.READY, now)
             self.capacity_up = True
         self.dirty = True
+        if self.react:  # the live loop wakes on the Node's change, not at its next requeue
+            self._schedule_react(now)
 
     def _drain_done(self, name: str) -> None:
         if self.world.remove_cell(name) is not None:
