@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -76,6 +77,10 @@ class Recorder:
     drains: list[float] = field(default_factory=list)  # Draining seen -> guest gone
     first_guest: float | None = None
     first_request: float | None = None  # the first scale-up decision seen in status
+    # Per scale-up decision: from the first pod it answered (created since the decision before,
+    # still pending) to the decision; the first one also waits for the caches to fill.
+    reactions: list[float] = field(default_factory=list)
+    _changed_at: float = 0.0  # when desiredReplicas last changed
     # One entry per cell a decision asked for (desiredReplicas raised by n: n entries), taken
     # in order by the guests that follow: a cell's boot counts from the decision, as a user
     # measures "scale-up to Ready" on their cluster (the provisioner's work is part of it).
@@ -119,6 +124,7 @@ class Recorder:
         self.booting = {k: v - shift for k, v in self.booting.items()}
         self._asked = collections.deque(t - shift for t in self._asked)
         self._lowered = collections.deque(t - shift for t in self._lowered)
+        self._changed_at -= shift
         self._guest_seen = {k: v - shift for k, v in self._guest_seen.items()}
         self.t0 += shift
         self.samples.clear()
@@ -159,6 +165,7 @@ class Recorder:
         now = self.now()
         desired = int(self._status.get("desiredReplicas") or 0)
         if desired > self._desired:
+            self._reacted(now)
             self._asked.extend([now] * (desired - self._desired))
             self._lowered.clear()  # a scale-down not carried out yet is no longer asked for
             self.first_request = now if self.first_request is None else self.first_request
@@ -167,6 +174,8 @@ class Recorder:
             for _ in range(unasked):
                 self._asked.pop()
             self._lowered.extend([now] * (self._desired - desired - unasked))
+        if desired != self._desired:
+            self._changed_at = now
         self._desired = desired
         last = self._status.get("lastDecision") or {}
         outcome = (str(last.get("reason", "")), int(last.get("desiredReplicas") or 0))
@@ -198,6 +207,23 @@ class Recorder:
         if ended and times.ended is None:
             times.ended = now
         self.sample()
+
+    def _reacted(self, now: float) -> None:
+        waited = [
+            p.created
+            for p in self.pods.values()
+            if p.bound is None and p.ended is None and p.created >= self._changed_at
+        ]
+        if waited:
+            self.reactions.append(now - min(waited))
+
+    @property
+    def reaction(self) -> float | None:
+        """Pending pod -> scale-up decision, the median over the decisions that answered new
+        pods (the first alone, where none did). The first decision of a run also waits for the
+        operator's caches to fill: at x20 it took 8-12 trace seconds where the later ones took
+        3-7, so the first alone gave the simulator a reaction the operator did not have."""
+        return statistics.median(self.reactions) if self.reactions else self.first_request
 
     @property
     def boots(self) -> list[float]:

@@ -126,7 +126,7 @@ def _clip(result: SimResult, end: float) -> SimResult:
 def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
     """The twin's timings; with ``lag`` the provisioner's execution lag apart from the boots."""
     rec = run.recorder
-    timings = WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.first_request)
+    timings = WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.reaction)
     return timings.with_lag(rec.guest_boots, rec.lags) if lag else timings
 
 
@@ -233,7 +233,7 @@ def markdown_report(report: DemoReport) -> str:
             "## Fidelity: twin vs `gpucellpool simulate` (same trace, same pool spec)",
             "",
             "Simulator given the twin's measured world (each cell's boot time in creation "
-            "order, the median drain, the first reaction, the median execution lag), as a user "
+            "order, the median drain, the median reaction, the median execution lag), as a user "
             "passes the boot time measured on their cluster:",
             "",
             *_fidelity_lines(report.fidelity, k),

@@ -95,6 +95,27 @@ async def test_spread_policy_takes_the_emptier_node(api: KubeApi, namespace: str
     assert (c["spec"]["nodeName"], d["spec"]["nodeName"]) == (first, first)
 
 
+async def test_a_pass_places_its_pods_in_turn_then_binds_them_together(
+    api: KubeApi, namespace: str
+) -> None:
+    # kube-scheduler's scheduling cycle is one pod at a time, its binding cycle asynchronous:
+    # every pod of the pass is annotated (placed) before the first Binding is written
+    node = await register_node(api, namespace, "0")
+    recording = RecordingKubeApi(api)
+    hami = new_hami(cast(KubeApi, recording), namespace)
+    names = ["a", "b", "c", "d"]
+    for name in names:
+        await api.create(hami_pod(namespace, name, 2 * GIB, cores=10))
+    await hami.step()
+    pods = [await get_pod(api, namespace, n) for n in names]
+    assert [p["spec"].get("nodeName") for p in pods] == [node] * 4
+    assert all(p["metadata"]["annotations"]["hami.io/bind-phase"] == "success" for p in pods)
+    order = [(c.verb, c.kind, c.name) for c in recording.calls if c.outcome == "ok"]
+    placed = [order.index(("patch", "Pod", n)) for n in names]  # the first patch: /filter's
+    bindings = [i for i, (verb, kind, _) in enumerate(order) if kind == "Binding"]
+    assert len(bindings) == 4 and max(placed) < min(bindings), order
+
+
 async def test_pod_that_fits_nowhere_is_unschedulable_with_hami_reasons_written_once(
     workload: ClusterEndpoint, api: KubeApi, namespace: str
 ) -> None:

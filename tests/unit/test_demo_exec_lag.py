@@ -84,3 +84,31 @@ def test_the_simulator_gets_the_median_lag_and_boots_from_the_guest() -> None:
     assert sim_config(SPEC, timings).exec_lag_seconds == 3.5
     assert measured.with_lag([], []) is measured  # nothing measured: the decision-timed boots
     assert sim_config(SPEC, measured).exec_lag_seconds == 0.0
+
+
+def pending_pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {}, "status": {"phase": "Pending"}}
+
+
+def test_the_reaction_is_the_median_from_a_new_pending_pod_to_its_scale_up() -> None:
+    rec, clock = recorder()
+    assert rec.reaction is None  # nothing seen: the spec's nominal reaction applies
+    clock.t = 1.0
+    rec._pod("ADDED", pending_pod("a"))
+    clock.t = 12.0  # the first decision also waited for the operator's caches
+    rec._pool("MODIFIED", pool(1, {}))
+    clock.t = 100.0
+    rec._pod("ADDED", pending_pod("b"))
+    clock.t = 102.0
+    rec._pod("ADDED", pending_pod("c"))  # joins b's decision
+    clock.t = 104.0
+    rec._pool("MODIFIED", pool(3, {}))
+    clock.t = 150.0
+    rec._pool("MODIFIED", pool(4, {}))  # no new pending pod (a spare, a forecast): no reaction
+    clock.t = 200.0
+    rec._pod("ADDED", pending_pod("d"))
+    clock.t = 206.0
+    rec._pool("MODIFIED", pool(5, {}))
+    assert rec.reactions == [11.0, 4.0, 6.0]
+    assert rec.first_request == 12.0
+    assert rec.reaction == 6.0  # the median, not the first
