@@ -73,7 +73,8 @@ class Recorder:
     # Cell names are reused after a scale-down, so these follow one incarnation at a time.
     booting: dict[str, float] = field(default_factory=dict)  # name -> guest first seen
     draining: dict[str, float] = field(default_factory=dict)  # name -> Draining first seen
-    ready_after: list[tuple[float, float]] = field(default_factory=list)  # (created, boot)
+    # (asked for, guest created, boot): a wave's cells share the first, the guest orders them
+    ready_after: list[tuple[float, float, float]] = field(default_factory=list)
     drains: list[float] = field(default_factory=list)  # Draining seen -> guest gone
     first_guest: float | None = None
     first_request: float | None = None  # the first scale-up decision seen in status
@@ -92,7 +93,7 @@ class Recorder:
     # a cell seen Draining (the provisioner's lag; the simulator holds its decisions this long).
     lags: list[float] = field(default_factory=list)
     _guest_seen: dict[str, float] = field(default_factory=dict)  # name -> guest created
-    ready_from_guest: list[tuple[float, float]] = field(default_factory=list)  # (created, boot)
+    ready_from_guest: list[tuple[float, float, float]] = field(default_factory=list)  # as above
     _desired: int = 0
     decisions: list[tuple[float, str, int]] = field(default_factory=list)  # on change
     _live: set[str] = field(default_factory=set)
@@ -185,9 +186,9 @@ class Recorder:
             name = str(cell.get("name"))
             if cell.get("phase") == "Ready" and name in self.booting:
                 created = self.booting.pop(name)
-                self.ready_after.append((created, now - created))
                 guest = self._guest_seen.pop(name, created)
-                self.ready_from_guest.append((created, now - guest))
+                self.ready_after.append((created, guest, now - created))
+                self.ready_from_guest.append((created, guest, now - guest))
             elif cell.get("phase") in ("Draining", "Deleting") and name in self._live:
                 if name not in self.draining and self._lowered:
                     self.lags.append(now - self._lowered.popleft())
@@ -228,13 +229,17 @@ class Recorder:
     @property
     def boots(self) -> list[float]:
         """Cell asked for (or, without a decision to match, guest seen) to cell Ready, in the
-        order the guests were created."""
-        return [boot for _, boot in sorted(self.ready_after)]
+        order the guests were created. A wave's cells share the decision's time: they are
+        ordered by their guests' creation, not by how long they booted (sorted on the boot, the
+        simulator's first cell of a wave, which it creates first, got the wave's shortest boot
+        and became Ready first every time, where the twin's first guest is Ready first only by
+        chance; HAMi's ties between equal cells then went to different cells in the two worlds)."""
+        return [boot for _, _, boot in sorted(self.ready_after)]
 
     @property
     def guest_boots(self) -> list[float]:
         """Guest created to cell Ready, in the same order: the boot once the lag is apart."""
-        return [boot for _, boot in sorted(self.ready_from_guest)]
+        return [boot for _, _, boot in sorted(self.ready_from_guest)]
 
     def _emptied(self, node: str, drain_start: float) -> float:
         """When a draining cell's last pod ended (its drain start if it was empty)."""

@@ -112,3 +112,20 @@ def test_the_reaction_is_the_median_from_a_new_pending_pod_to_its_scale_up() -> 
     assert rec.reactions == [11.0, 4.0, 6.0]
     assert rec.first_request == 12.0
     assert rec.reaction == 6.0  # the median, not the first
+
+
+def test_a_waves_boots_are_in_its_guests_creation_order_not_by_length() -> None:
+    rec, clock = recorder()
+    rec._pool("MODIFIED", pool(3, {}))  # one wave of three cells asked for at 0
+    for at, name in ((2.0, "c0"), (3.0, "c1"), (4.0, "c2")):
+        clock.t = at
+        rec._guest("ADDED", guest(name))
+    clock.t = 30.0  # the last guest created is Ready first, the first one last
+    rec._pool("MODIFIED", pool(3, {"c2": "Ready"}))
+    clock.t = 35.0
+    rec._pool("MODIFIED", pool(3, {"c2": "Ready", "c1": "Ready"}))
+    clock.t = 40.0
+    rec._pool("MODIFIED", pool(3, {"c2": "Ready", "c1": "Ready", "c0": "Ready"}))
+    # the simulator gives its first cell of the wave the first boot: c0's, the longest
+    assert rec.boots == [40.0, 35.0, 30.0]
+    assert rec.guest_boots == [38.0, 32.0, 26.0]
