@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,7 @@ class WorldTimings:
     source: str = "nominal"
     boots: tuple[float, ...] = ()  # per cell in creation order, when measured
     exec_lag_seconds: float = 0.0  # decision to execution (0: boots count from the decision)
+    cancel_seconds: float = 0.0  # a cancelled boot's cell, from its execution to its guest gone
 
     @classmethod
     def nominal(cls, spec: DemoSpec) -> WorldTimings:
@@ -187,18 +189,29 @@ class WorldTimings:
             boots=tuple(boots),
         )
 
-    def with_lag(self, guest_boots: list[float], lags: list[float]) -> WorldTimings:
+    def with_lag(
+        self, guest_boots: list[float], lags: list[float], cancels: Sequence[float] = ()
+    ) -> WorldTimings:
         """These timings with the measured execution lag (its median) apart from the boots,
-        which then count from the guest's creation; unchanged when no lag was measured."""
+        which then count from the guest's creation; unchanged when no lag was measured.
+
+        ``cancels`` (decision -> a cancelled boot's guest gone): what the median takes beyond
+        the execution lag is how long a cancelled cell stays (``cancel_seconds``). Removed at
+        the execution, the simulator's cancelled spares left 10-20 trace seconds before the
+        twin's (the provisioner deletes the guest in its pass; the guest is gone once KubeSwift
+        has released its GPU), and a cancel moves 2-3 cells at once."""
         if not lags or not guest_boots:
             return self
         median, sigma = _spread(guest_boots)
+        lag = statistics.median(lags)
+        cancel = max(0.0, statistics.median(cancels) - lag) if cancels else 0.0
         return replace(
             self,
             boot_seconds=median,
             boot_sigma=sigma,
             boots=tuple(guest_boots),
-            exec_lag_seconds=statistics.median(lags),
+            exec_lag_seconds=lag,
+            cancel_seconds=cancel,
         )
 
     def boot_model(self) -> BootModel:
@@ -219,6 +232,7 @@ def sim_config(spec: DemoSpec, timings: WorldTimings | None = None) -> SimConfig
         boot=t.boot_model(),
         drain_seconds=t.drain_seconds,
         exec_lag_seconds=t.exec_lag_seconds,
+        cancel_seconds=t.cancel_seconds,
         warm_start=False,  # the twin's pool starts empty too
         tail_seconds=spec.horizon_seconds,
         samples=4000,

@@ -92,6 +92,10 @@ class Recorder:
     # Decision -> execution, per cell: desiredReplicas raised -> its guest created, lowered ->
     # a cell seen Draining (the provisioner's lag; the simulator holds its decisions this long).
     lags: list[float] = field(default_factory=list)
+    # A cancelled boot (a cell seen Draining before it was Ready), per cell: desiredReplicas
+    # lowered -> its guest gone; ``_cancelling`` holds the decision's time until then.
+    cancels: list[float] = field(default_factory=list)
+    _cancelling: dict[str, float] = field(default_factory=dict)
     _guest_seen: dict[str, float] = field(default_factory=dict)  # name -> guest created
     ready_from_guest: list[tuple[float, float, float]] = field(default_factory=list)  # as above
     _desired: int = 0
@@ -127,6 +131,7 @@ class Recorder:
         self._lowered = collections.deque(t - shift for t in self._lowered)
         self._changed_at -= shift
         self._guest_seen = {k: v - shift for k, v in self._guest_seen.items()}
+        self._cancelling = {k: v - shift for k, v in self._cancelling.items()}
         self.t0 += shift
         self.samples.clear()
         self.sample()
@@ -156,6 +161,8 @@ class Recorder:
             self._live.discard(name)
             self.booting.pop(name, None)
             self._guest_seen.pop(name, None)
+            if name in self._cancelling:
+                self.cancels.append(now - self._cancelling.pop(name))
             if name in self.draining:
                 self.drains.append(now - self._emptied(name, self.draining.pop(name)))
         self.sample()
@@ -191,7 +198,10 @@ class Recorder:
                 self.ready_from_guest.append((created, guest, now - guest))
             elif cell.get("phase") in ("Draining", "Deleting") and name in self._live:
                 if name not in self.draining and self._lowered:
-                    self.lags.append(now - self._lowered.popleft())
+                    lowered = self._lowered.popleft()
+                    self.lags.append(now - lowered)
+                    if name in self.booting:  # never Ready: a cancelled boot
+                        self._cancelling[name] = lowered
                 self.draining.setdefault(name, now)
         self.sample()
 
@@ -317,6 +327,7 @@ class Recorder:
             "pods_never_bound": sum(1 for p in self.pods.values() if p.bound is None),
             "boot_seconds": list(self.boots),
             "drain_seconds": list(self.drains),
+            "cancel_seconds": list(self.cancels),
             "first_scale_up_seconds": self.first_request,
             "first_guest_seconds": self.first_guest,
         }

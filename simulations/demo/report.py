@@ -127,7 +127,7 @@ def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
     """The twin's timings; with ``lag`` the provisioner's execution lag apart from the boots."""
     rec = run.recorder
     timings = WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.reaction)
-    return timings.with_lag(rec.guest_boots, rec.lags) if lag else timings
+    return timings.with_lag(rec.guest_boots, rec.lags, rec.cancels) if lag else timings
 
 
 def _simulate(run: TwinResult, timings: WorldTimings, name: str) -> tuple[SimResult, Fidelity]:
@@ -198,7 +198,8 @@ def _timings_line(t: WorldTimings, factor: float) -> str:
     return (
         f"boot median {t.boot_seconds * factor:.0f} s (sigma {t.boot_sigma:.2f}), drain "
         f"{t.drain_seconds * factor:.0f} s, reaction {t.react_seconds * factor:.0f} s, "
-        f"execution lag {t.exec_lag_seconds * factor:.0f} s"
+        f"execution lag {t.exec_lag_seconds * factor:.0f} s, a cancelled boot's cell "
+        f"{t.cancel_seconds * factor:.0f} s more"
     )
 
 
@@ -233,7 +234,8 @@ def markdown_report(report: DemoReport) -> str:
             "## Fidelity: twin vs `gpucellpool simulate` (same trace, same pool spec)",
             "",
             "Simulator given the twin's measured world (each cell's boot time in creation "
-            "order, the median drain, the median reaction, the median execution lag), as a user "
+            "order, the median drain, the median reaction, the median execution lag and a "
+            "cancelled boot's time to its guest gone), as a user "
             "passes the boot time measured on their cluster:",
             "",
             *_fidelity_lines(report.fidelity, k),

@@ -122,6 +122,9 @@ def _controllers(world: TwinWorld, spec: DemoSpec) -> list[Any]:
     cells_only = _cell_selector(world)
     address = max(0.0, spec.wall(spec.boot_seconds) - BOOT_OVERHEAD_S)
     timings = GuestTimings(allocate_s=0.2, run_s=0.3, address_s=address)
+    hami = SimulatedHAMi(
+        world.twin_workload, clock, ns, poll_s=TWIN_POLL_S, node_label_selector=cells_only
+    )
     return [
         SimulatedKubeSwift(world.twin_infra, clock, ns, timings=timings, poll_s=TWIN_POLL_S),
         SimulatedNodeAgent(
@@ -137,10 +140,15 @@ def _controllers(world: TwinWorld, spec: DemoSpec) -> list[Any]:
             poll_s=TWIN_POLL_S,
             run_pods=True,
         ),
-        SimulatedHAMi(
-            world.twin_workload, clock, ns, poll_s=TWIN_POLL_S, node_label_selector=cells_only
+        hami,
+        PodLifecycle(
+            world.twin_workload,
+            clock,
+            ns,
+            poll_s=TWIN_POLL_S,
+            start_pods=False,
+            on_finished=hami.release,
         ),
-        PodLifecycle(world.twin_workload, clock, ns, poll_s=TWIN_POLL_S, start_pods=False),
     ]
 
 

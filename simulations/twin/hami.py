@@ -16,9 +16,12 @@ Every ``poll_s`` this controller:
   pods on a loaded 2-core box one list took 1.5 s: listing each pass made a pass last that
   long and kept the apiserver at a full core); in between, the last list plus this
   controller's own bookings stand in. Usage
-  only grows through bookings, so the stand-in never under-counts: no double allocation, and a
-  GPU freed by a finished pod is seen (placed on, and dropped from the metrics) at the next
-  refresh. A restarted twin starts from a fresh list;
+  grows only through bookings, so the stand-in never under-counts: no double allocation. A pod
+  ended by the twin's kubelet (``twin.pod_lifecycle``, wired to ``release``) leaves the stand-in
+  at once, as the real scheduler's pod informer drops a pod on its update to a terminal phase:
+  its GPU is free for the next pass, as the simulator frees it at the pod's end (waiting for the
+  next refresh held it up to ``refresh_s`` longer, 20 trace seconds at x20). A pod ended by
+  anything else is seen at the next refresh. A restarted twin starts from a fresh list;
 * places each unbound ``hami-scheduler`` pod of ``namespace`` (oldest first) with the
   simulator's own placement (``twin.hami_placement``): node ``binpack`` (default) or
   ``spread``, GPU ``spread`` (a pod's ``hami.io/node-scheduler-policy`` and
@@ -231,6 +234,20 @@ class SimulatedHAMi(PollingController):
     _list_cost_s: float = 0.0  # what the last list of placed pods took (the clock's seconds)
     _verdicts: list[tuple[JSON, str, float]] = field(default_factory=list)  # this pass's
     _binds: list[tuple[JSON, str]] = field(default_factory=list)  # this pass's (pod, node)
+    _released: dict[str, float] = field(default_factory=dict)  # pod uid -> when (``release``)
+
+    def release(self, pod: Mapping[str, Any]) -> None:
+        """``pod`` ended: its allocation leaves HAMi's cache now (the informer's update to a
+        terminal phase), not at the next refresh of the placed-pod list."""
+        uid = str(_meta(pod).get("uid"))
+        self._released[uid] = self.clock.now()
+        self._placed = [p for p in self._placed if str(_meta(p).get("uid")) != uid]
+
+    def _refreshed(self, listed: Sequence[JSON], asked: float) -> list[JSON]:
+        """A fresh list of placed pods without those released since it was asked for (it may
+        still show them running); releases before that are in the list as it is."""
+        self._released = {u: t for u, t in self._released.items() if t >= asked}
+        return [p for p in listed if str(_meta(p).get("uid")) not in self._released]
 
     def allocations(self) -> dict[str, NodeAllocation]:
         """Per node (HAMi's cache after the last pass): devices, usage, container allocations."""
@@ -257,7 +274,8 @@ class SimulatedHAMi(PollingController):
         fresh = self._listed_at is None or now - self._listed_at >= every
         if fresh:
             asked = self.clock.now()
-            self._placed = await self.workload.list(KINDS["Pod"], None, label_selector=VGPU_NODE)
+            listed = await self.workload.list(KINDS["Pod"], None, label_selector=VGPU_NODE)
+            self._placed = self._refreshed(listed, asked)
             self._listed_at, self._list_cost_s = now, self.clock.now() - asked
         selector = f"spec.nodeName=,spec.schedulerName={self.scheduler_name}"
         pending = await self.workload.list(KINDS["Pod"], self.namespace, field_selector=selector)

@@ -9,7 +9,9 @@ seconds); this controller plays the kubelet for those pods and only those:
 * once a pod has been Running for its duration it is marked ``Succeeded`` through the status
   subresource (HAMi drops terminal pods from its allocation, so the simulated HAMi frees its
   GPUs on its next pass) and, with ``delete_finished``, deleted right after (a terminal pod is
-  removed at once, no grace period).
+  removed at once, no grace period). ``on_finished`` is told of each pod it ended, once its
+  phase is written: the twin wires it to the simulated HAMi's ``release``, which plays HAMi's
+  pod informer seeing the pod end.
 
 A pod's duration counts from the instant the simulated HAMi bound it (``BOUND_AT_ANNOTATION``,
 written with the bind's own annotations): from then on its GPU is allocated, as the simulator
@@ -25,7 +27,7 @@ pod's writes do not hold up another's end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -79,6 +81,7 @@ class PodLifecycle(PollingController):
     start_pods: bool = True
     delete_finished: bool = True
     concurrency: int = 16
+    on_finished: Callable[[JSON], None] | None = None  # told of each pod this controller ended
     _started: dict[str, float] = field(default_factory=dict)
     _since: float | None = None  # the first pass: pods Running before it were started earlier
 
@@ -146,6 +149,8 @@ class PodLifecycle(PollingController):
             await self.workload.patch(
                 KINDS["Pod"], meta["namespace"], meta["name"], {"status": status}, status=True
             )
+            if self.on_finished is not None:
+                self.on_finished(pod)
             if self.delete_finished:
                 await self.workload.delete(KINDS["Pod"], meta["namespace"], meta["name"], 0)
         except NotFound:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import aiohttp
@@ -423,4 +425,69 @@ async def test_bound_pods_are_listed_once_per_refresh_and_never_double_booked(
     await hami.step()
     assert (await get_pod(api, namespace, "b"))["spec"]["nodeName"] == node
     assert counting.bound_lists == 2
+    assert [c.pod for c in hami.allocations()[node].containers] == ["b"]
+
+
+async def test_a_pod_the_twins_kubelet_ends_frees_its_gpu_before_the_next_refresh(
+    api: KubeApi, namespace: str
+) -> None:
+    """HAMi's informer drops a pod on its update to a terminal phase: a pod the pod lifecycle
+    ends leaves the cache at once (``release``), so the next pass places on its GPU without a
+    new list of every placed pod, as the simulator frees a GPU at its pod's end."""
+    node = await register_node(api, namespace, "0", memory_mib=24 * GIB)
+    counting, clock = ListCountingKubeApi(api), VirtualClock(1000.0)
+    hami = new_hami(counting, namespace, clock=clock, refresh_s=3600.0)
+    lifecycle = PodLifecycle(api, clock, namespace, on_finished=hami.release)
+    await api.create(hami_pod(namespace, "a", 16 * GIB, duration_s=10))
+    await hami.step()
+    await lifecycle.step()  # started: Running since its bind at t=1000
+    await api.create(hami_pod(namespace, "b", 16 * GIB))
+    clock.t += 0.5
+    await hami.step()
+    assert not (await get_pod(api, namespace, "b"))["spec"].get("nodeName")
+    clock.t += 10.0
+    await lifecycle.step()  # a ran its 10 s: Succeeded, released, deleted
+    assert await api.get(KINDS["Pod"], namespace, "a") is None
+    await hami.step()
+    assert (await get_pod(api, namespace, "b"))["spec"]["nodeName"] == node
+    assert counting.bound_lists == 1  # the cache alone: no refresh happened
+    assert [c.pod for c in hami.allocations()[node].containers] == ["b"]
+
+
+@dataclass
+class ReleasingDuringListKubeApi(RecordingKubeApi):
+    """Runs ``during`` between the apiserver's answer to the placed-pod list and its return:
+    an event that arrives while that list is in flight."""
+
+    during: Callable[[], None] | None = None
+
+    async def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[JSON]:
+        listed = await super().list(kind, namespace, label_selector, field_selector)
+        if kind.kind == "Pod" and label_selector == "hami.io/vgpu-node" and self.during:
+            self.during()
+        return listed
+
+
+async def test_a_refresh_in_flight_during_a_release_does_not_bring_the_pod_back(
+    api: KubeApi, namespace: str
+) -> None:
+    """A list of placed pods in flight when a pod was released may still show it running; the
+    release stands until a list asked for after it."""
+    node = await register_node(api, namespace, "0", memory_mib=24 * GIB)
+    wrapped, clock = ReleasingDuringListKubeApi(api), VirtualClock(1000.0)
+    hami = new_hami(wrapped, namespace, clock=clock, refresh_s=1.0)
+    await api.create(hami_pod(namespace, "a", 16 * GIB))
+    await hami.step()
+    a = await get_pod(api, namespace, "a")
+    await api.create(hami_pod(namespace, "b", 16 * GIB))
+    wrapped.during = partial(hami.release, a)  # a ends while the next refresh is in flight
+    clock.t += 1.0
+    await hami.step()  # the list still shows a running; released, it books nothing
+    assert (await get_pod(api, namespace, "b"))["spec"]["nodeName"] == node
     assert [c.pod for c in hami.allocations()[node].containers] == ["b"]

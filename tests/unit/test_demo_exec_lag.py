@@ -129,3 +129,32 @@ def test_a_waves_boots_are_in_its_guests_creation_order_not_by_length() -> None:
     # the simulator gives its first cell of the wave the first boot: c0's, the longest
     assert rec.boots == [40.0, 35.0, 30.0]
     assert rec.guest_boots == [38.0, 32.0, 26.0]
+
+
+def test_a_cancelled_boot_is_timed_from_its_decision_to_its_guest_gone() -> None:
+    rec, clock = recorder()
+    rec._pool("MODIFIED", pool(2, {}))
+    clock.t = 2.0
+    rec._guest("ADDED", guest("c0"))
+    rec._guest("ADDED", guest("c1"))
+    clock.t = 20.0
+    rec._pool("MODIFIED", pool(2, {"c0": "Ready", "c1": "Booting"}))
+    clock.t = 21.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready", "c1": "Booting"}))  # c1's boot cancelled
+    clock.t = 24.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready", "c1": "Draining"}))
+    clock.t = 33.0
+    rec._guest("DELETED", guest("c1"))
+    assert rec.cancels == [12.0]  # 21 -> 33
+    assert rec.lags == [2.0, 2.0, 3.0]
+    clock.t = 40.0
+    rec._pool("MODIFIED", pool(0, {"c0": "Ready"}))  # a Ready cell's scale-down: no cancel
+    clock.t = 41.0
+    rec._pool("MODIFIED", pool(0, {"c0": "Draining"}))
+    clock.t = 50.0
+    rec._guest("DELETED", guest("c0"))
+    assert rec.cancels == [12.0]
+    timings = WorldTimings.nominal(SPEC).with_lag(rec.guest_boots, rec.lags, rec.cancels)
+    assert timings.exec_lag_seconds == 2.0 and timings.cancel_seconds == 10.0  # 12 - 2
+    assert sim_config(SPEC, timings).cancel_seconds == 10.0
+    assert WorldTimings.nominal(SPEC).with_lag([17.0], [2.0]).cancel_seconds == 0.0  # none seen

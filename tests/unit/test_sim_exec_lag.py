@@ -96,3 +96,25 @@ def test_the_cli_passes_the_lag_and_refuses_a_negative_one() -> None:
     assert sim_config(parser.parse_args([]), PolicyConfig()).exec_lag_seconds == 0.0
     with pytest.raises(SystemExit):
         parser.parse_args(["--exec-lag-seconds", "-1"])
+
+
+def test_a_cancelled_boot_keeps_its_cell_draining_for_cancel_seconds() -> None:
+    """The twin's provisioner deletes a cancelled boot's guest, which is gone once KubeSwift
+    released its GPU: ``cancel_seconds`` keeps the cell billable (Draining) that long, and its
+    boot finishing meanwhile does not bring it back."""
+    pods = (TracePod("p", 0.0, 600.0, WHOLE),)
+    steps = [(0.0, 2, ()), (20.0, 1, ("cell-1",))]
+    at_once = simulate(pods, Watching(list(steps)), lagged(0.0))
+    policy = Watching(list(steps))
+    kept = simulate(pods, policy, lagged(0.0, cancel_seconds=15.0))
+    assert (20.0, 1) in at_once.cells  # removed at the cancel
+    assert (20.0, 1) not in kept.cells and (35.0, 1) in kept.cells  # gone at 20 + 15
+    at = dict(policy.seen)
+    assert ("cell-1", CellState.DRAINING) in at[30.0]  # cancelled, not gone yet
+    assert all("cell-1" not in dict(cells) for t, cells in policy.seen if t >= 40.0)  # booted at 50
+    assert kept.cost_cell_hours == pytest.approx(at_once.cost_cell_hours + 15.0 / 3600)
+
+
+def test_a_negative_cancel_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="cancel_seconds"):
+        SimConfig(cancel_seconds=-1.0)

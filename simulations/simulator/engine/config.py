@@ -68,3 +68,10 @@ class SimConfig:
     # Decision to execution (a guest created, a drain started): each acted decision is carried
     # out this long after it was made (engine.exec_lag); 0 applies it at once.
     exec_lag_seconds: float = 0.0
+    # A cancelled boot (a Booting victim) keeps its cell, Draining, this long after the cancel
+    # is carried out (the guest deleted, then gone, its GPU released); 0 removes it at once.
+    cancel_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.cancel_seconds < 0:
+            raise ValueError(f"cancel_seconds must be >= 0, got {self.cancel_seconds}")

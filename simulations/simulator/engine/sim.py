@@ -283,8 +283,12 @@ class Simulation:
     def _start_drain(self, cell: SimCell, now: float) -> None:
         self.counters.scale_down_cells += 1
         self.dirty = True
-        if cell.state is CellState.BOOTING:
-            self.world.remove_cell(cell.name)
+        if cell.state is CellState.BOOTING:  # a cancelled boot (its BOOT event is dropped)
+            if self.cfg.cancel_seconds > 0:
+                self.world.set_state(cell, CellState.DRAINING, now)
+                self.push(now + self.cfg.cancel_seconds, DRAIN, cell.name)
+            else:
+                self.world.remove_cell(cell.name)
             return
         self.world.set_state(cell, CellState.DRAINING, now)
         if cell.pods and self.cfg.drain_mode is DrainMode.EVICT:
