@@ -199,17 +199,28 @@ class WorldTimings:
         the execution lag is how long a cancelled cell stays (``cancel_seconds``). Removed at
         the execution, the simulator's cancelled spares left 10-20 trace seconds before the
         twin's (the provisioner deletes the guest in its pass; the guest is gone once KubeSwift
-        has released its GPU), and a cancel moves 2-3 cells at once."""
+        has released its GPU), and a cancel moves 2-3 cells at once.
+
+        Each cell's boot is its decision-timed boot less the median lag, so the simulator's
+        cells of a wave, created together, become Ready at the instants (after the decision)
+        the twin's did. The twin's guests of a wave are created one after another over a few
+        seconds and a status update can report several Ready at once: given each guest's own
+        boot instead, the wave's last guest had the shortest and the simulator's last cell was
+        Ready first, so a wave's pods went to its cells in the reverse order and HAMi's ties
+        between two equally used cells went to different neighbours in the two worlds (one
+        emptied, one did not; a later whole-GPU pod found room in one world only). The median
+        and spread still describe the guest-timed boots (the fallback for cells beyond them)."""
         if not lags or not guest_boots:
             return self
         median, sigma = _spread(guest_boots)
         lag = statistics.median(lags)
         cancel = max(0.0, statistics.median(cancels) - lag) if cancels else 0.0
+        boots = [max(0.0, b - lag) for b in self.boots] if self.boots else guest_boots
         return replace(
             self,
             boot_seconds=median,
             boot_sigma=sigma,
-            boots=tuple(guest_boots),
+            boots=tuple(boots),
             exec_lag_seconds=lag,
             cancel_seconds=cancel,
         )

@@ -80,7 +80,9 @@ def test_the_simulator_gets_the_median_lag_and_boots_from_the_guest() -> None:
     measured = WorldTimings.measured(SPEC, [12.0, 20.0, 14.0], [2.0], 1.0)
     timings = measured.with_lag([10.0, 16.0, 11.0], [2.0, 4.0, 3.0, 9.0])
     assert (timings.exec_lag_seconds, timings.boot_seconds) == (3.5, 11.0)
-    assert timings.boots == (10.0, 16.0, 11.0) and timings.drain_seconds == 2.0
+    # each cell Ready when the twin's was, after the decision: its decision-timed boot less
+    # the lag (the simulator creates a wave's cells together)
+    assert timings.boots == (8.5, 16.5, 10.5) and timings.drain_seconds == 2.0
     assert sim_config(SPEC, timings).exec_lag_seconds == 3.5
     assert measured.with_lag([], []) is measured  # nothing measured: the decision-timed boots
     assert sim_config(SPEC, measured).exec_lag_seconds == 0.0
@@ -158,3 +160,17 @@ def test_a_cancelled_boot_is_timed_from_its_decision_to_its_guest_gone() -> None
     assert timings.exec_lag_seconds == 2.0 and timings.cancel_seconds == 10.0  # 12 - 2
     assert sim_config(SPEC, timings).cancel_seconds == 10.0
     assert WorldTimings.nominal(SPEC).with_lag([17.0], [2.0]).cancel_seconds == 0.0  # none seen
+
+
+def test_a_waves_cells_reported_ready_together_are_ready_together_in_the_simulator() -> None:
+    rec, clock = recorder()
+    rec._pool("MODIFIED", pool(3, {}))  # a wave of three at 0
+    for i, at in enumerate((1.0, 2.0, 3.0)):  # the guests one after another
+        clock.t = at
+        rec._guest("ADDED", guest(f"c{i}"))
+    clock.t = 20.0
+    rec._pool("MODIFIED", pool(3, {"c0": "Ready", "c1": "Ready", "c2": "Ready"}))  # one update
+    assert rec.guest_boots == [19.0, 18.0, 17.0]  # the last guest's boot is the shortest
+    timings = WorldTimings.measured(SPEC, rec.boots, [], None).with_lag(rec.guest_boots, rec.lags)
+    assert timings.exec_lag_seconds == 2.0
+    assert timings.boots == (18.0, 18.0, 18.0)  # created together at 2, Ready together at 20
