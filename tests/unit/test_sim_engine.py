@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -18,6 +18,7 @@ from autoscaler.policy.types import (
     PolicyConfig,
     PolicyMemory,
     Reason,
+    Steady,
 )
 from simulations.simulator.baselines import PEERS, oracle
 from simulations.simulator.engine import (
@@ -274,3 +275,61 @@ def test_oracle_is_below_every_policy() -> None:
     for factory in [ProductionPolicy, *PEERS.values()]:
         result = simulate(pods, factory(), cfg)
         assert bound.cost_cell_hours <= result.cost_cell_hours, result.policy
+
+
+@dataclass
+class CountingPods(Scripted):
+    """Scripted, and records the pods on each cell at every call: (time, ((name, pods), ...))."""
+
+    seen: list[tuple[float, tuple[tuple[str, int], ...]]] = field(default_factory=list)
+
+    def decide(
+        self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
+    ) -> Decision:
+        self.seen.append((now, tuple((c.name, c.pods) for c in observation.cells)))
+        return super().decide(observation, memory, config, now)
+
+
+def test_pods_freed_at_one_instant_are_placed_once_after_all_of_them() -> None:
+    """Two pods end at the same instant on two cells; the pending pod goes where HAMi's binpack
+    puts it seeing both (the fuller cell), not on the cell whose pod's end came first."""
+    quarter = GPUAsk(memory_percent=25, cores_percent=25)
+    pods = (
+        TracePod("x", 0.0, 100.0, HALF),  # cell-0, ends first in the event order
+        TracePod("y", 0.0, 1000.0, quarter),  # cell-0: 25 % left after x
+        TracePod("z", 0.0, 100.0, HALF),  # cell-1
+        TracePod("w", 0.0, 1000.0, HALF),  # cell-1: 50 % left after z
+        TracePod("p", 50.0, 500.0, HALF),  # fits nowhere until x and z end
+    )
+    policy = CountingPods([(0.0, 2, ())])
+    result = simulate(pods, policy, SimConfig(samples=50, boot=BootModel(50.0, sigma=0.0)))
+    assert result.waits_seconds[-1] == 50.0 and result.scale_up_cells == 0
+    at = dict(policy.seen)
+    assert at[40.0] == (("cell-0", 2), ("cell-1", 2))
+    assert at[110.0] == (("cell-0", 1), ("cell-1", 2))  # p next to w, the fuller cell
+
+
+@dataclass
+class Promising(Scripted):
+    """Scripted, and every decision promises to hold ``hold_s`` (``Decision.steady``)."""
+
+    hold_s: float = 30.0
+
+    def decide(
+        self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
+    ) -> Decision:
+        decision = super().decide(observation, memory, config, now)
+        return replace(decision, steady=Steady(until=now + self.hold_s))
+
+
+def test_a_reacting_policy_also_decides_when_its_promise_ends_before_the_next_tick() -> None:
+    """The live loop sleeps until ``steady.until`` (a window or delay running out, a pending
+    pod becoming stuck), not to its next tick: so does the simulator for a reacting policy."""
+    cfg = config(tail_seconds=250.0, warm_start=False)
+    reacting = Promising([(0.0, 0, ())], tick_seconds=100.0, react_on_arrival=True)
+    simulate((TracePod("a", 500.0, 5.0, WHOLE),), reacting, cfg)
+    # each promise's end (the tick at 100 s, inside a promise, repeats the decision)
+    assert reacting.calls[:6] == [0.0, 30.0, 60.0, 90.0, 120.0, 150.0]
+    ticking = Promising([(0.0, 0, ())], tick_seconds=100.0)
+    simulate((TracePod("a", 500.0, 5.0, WHOLE),), ticking, cfg)
+    assert ticking.calls[:2] == [0.0, 100.0]

@@ -76,6 +76,7 @@ class Simulation:
         self.lag = ExecLag(config.exec_lag_seconds)
         self.desired = 0
         self.react_at: float | None = None
+        self.next_tick = 0.0  # when the next TICK is due
         self.integrals = Integrals()
         self.counters = Counters()
         self.capacity_up = False
@@ -113,7 +114,8 @@ class Simulation:
             self.integrals.advance(now)
             self.counters.events += 1
             self._handle(kind, payload, now)
-            self._settle(now)
+            if not self._more_capacity_now(now):
+                self._settle(now)
             if self._finished():
                 break
             if progress is not None and self.counters.events % PROGRESS_EVERY_EVENTS == 0:
@@ -162,6 +164,14 @@ class Simulation:
         else:
             self._execute(self.lag.release(), now)
 
+    def _more_capacity_now(self, now: float) -> bool:
+        """Whether the next event is at this instant and may free or add capacity: pending
+        pods are then placed once, after all of them, as one HAMi pass sees every cell that
+        changed by then (placed after each, a pod took the first freed cell rather than the
+        one HAMi's node policy picks among all of them)."""
+        heap = self.heap
+        return bool(heap) and heap[0][0] == now and heap[0][1] < ARRIVAL
+
     def _settle(self, now: float) -> None:
         if self.capacity_up:
             self.capacity_up = False
@@ -192,7 +202,13 @@ class Simulation:
             self._schedule_react(now)
 
     def _schedule_react(self, now: float) -> None:
-        at = now + self.cfg.react_delay_seconds
+        self._schedule_decision(now + self.cfg.react_delay_seconds)
+
+    def _schedule_decision(self, at: float) -> None:
+        """A decision at ``at`` (unless one comes sooner): after an event, as the live loop
+        wakes on it, or when the last decision's promise ends (``Decision.steady.until``: a
+        window or delay running out, a pending pod becoming stuck) before the next tick, as
+        the live loop sleeps until that instant rather than to its next tick."""
         if self.react_at is None or self.react_at > at:
             self.react_at = at
             self.push(at, REACT)
@@ -315,7 +331,8 @@ class Simulation:
 
     def _tick(self, kind: int, now: float) -> None:
         if kind == TICK:
-            self.push(now + self.tick_seconds, TICK)
+            self.next_tick = now + self.tick_seconds
+            self.push(self.next_tick, TICK)
         else:
             self.react_at = None
         if self.book.waiting:
@@ -326,6 +343,9 @@ class Simulation:
         decision, repeated = self.decider.decide(observation, now)
         self.counters.decisions += 1
         self.counters.reason(str(decision.reason))
+        steady = decision.steady
+        if self.react and steady is not None and now < steady.until < self.next_tick:
+            self._schedule_decision(steady.until)
         if repeated:  # applied before to this very world without changing it: a no-op again
             self.desired = decision.desired_replicas
             return
