@@ -52,6 +52,17 @@ def _rules_errors(name: str, rules: ScalingRules) -> list[str]:
     return errors
 
 
+def _hedge_errors(config: PolicyConfig) -> list[str]:
+    errors = []
+    if not 0.0 <= config.boot_hedge_fraction <= 10.0:
+        errors.append("boot_hedge_fraction must be within [0, 10]")
+    if config.boot_hedge_min_wave < 1:
+        errors.append("boot_hedge_min_wave must be at least 1")
+    if not 0.0 <= config.boot_hedge_delay_boots <= 1.0:
+        errors.append("boot_hedge_delay_boots must be within [0, 1]")
+    return errors
+
+
 def validate_config(config: PolicyConfig) -> tuple[str, ...]:
     """Every reason ``config`` cannot be honoured as written; empty when it is valid."""
     errors: list[str] = []
@@ -68,10 +79,7 @@ def validate_config(config: PolicyConfig) -> tuple[str, ...]:
         errors.append("max_cells_in_flight and disruption_budget must be >= 0")
     if config.headroom_cells < 0:
         errors.append("headroom_cells must be >= 0")
-    if not 0.0 <= config.boot_hedge_fraction <= 10.0:
-        errors.append("boot_hedge_fraction must be within [0, 10]")
-    if config.boot_hedge_min_wave < 1:
-        errors.append("boot_hedge_min_wave must be at least 1")
+    errors.extend(_hedge_errors(config))
     if config.boot_seconds < 0 or config.forecast_window_seconds <= 0:
         errors.append("boot_seconds must be >= 0 and forecast_window_seconds > 0")
     if config.packing_heuristic not in HEURISTICS:

@@ -42,6 +42,7 @@ from autoscaler.policy.hedge import (
     cancel_boots,
     cancellable,
     hedge,
+    hedge_delay_over,
     still_unused,
 )
 from autoscaler.policy.packing import PackingResult, pack_bins
@@ -190,7 +191,11 @@ def _inputs(
 
 
 def _hedge(
-    observation: Observation, memory: PolicyMemory, inp: Inputs, config: PolicyConfig
+    observation: Observation,
+    memory: PolicyMemory,
+    inp: Inputs,
+    config: PolicyConfig,
+    now: float,
 ) -> Hedge:
     """Spare boots for the cells pending pods wait for (``policy.hedge``); none when what is
     pending cannot be trusted, spares could not be cancelled (scale-down off), or boots are
@@ -204,7 +209,11 @@ def _hedge(
     usage, new = inp.packing.usage, inp.packing.new_cells
     unused = memory.never_used
     fraction, smallest = config.boot_hedge_fraction, config.boot_hedge_min_wave
-    return hedge(observation.cells, usage, new, fraction, unused, smallest)
+    hedged = hedge(observation.cells, usage, new, fraction, unused, smallest)
+    delay = config.boot_hedge_delay_boots * config.boot_seconds
+    if hedged.missing and not hedge_delay_over(inp.fitting, delay, now):
+        return replace(hedged, due=False)
+    return hedged
 
 
 def _raw(inp: Inputs, config: PolicyConfig, reachable: bool, spares: int = 0) -> int:
@@ -266,7 +275,7 @@ def decide(
 ) -> Decision:
     """The target cell count for one pool, why, and the memory to hand back next time."""
     inp = _inputs(observation, memory, config, now)
-    hedged = _hedge(observation, memory, inp, config)
+    hedged = _hedge(observation, memory, inp, config, now)
     raw = _raw(inp, config, observation.workload_cluster_reachable, hedged.missing)
     unused = _never_used(observation, memory, config, inp)
     mem = _remember(memory, config, inp, now, raw, unused)

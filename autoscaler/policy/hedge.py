@@ -16,6 +16,10 @@ The rule, over one observation (pure, no clock):
 * ``hedge`` = ``ceil(fraction x waiting)`` spare cells are wanted; empty Booting cells count as
   spares, so the wave adds only the missing ones, and only a wave of ``MIN_WAVE_CELLS`` or
   more starts spares (a wave's last pods keep the spares it started);
+* with ``PolicyConfig.boot_hedge_delay_boots``, spares start only once a pending pod has
+  waited that share of the expected boot: a pod that finds room within seconds starts none
+  (between two worlds, whether a pod waits a few seconds at a decision at all is a race, and
+  with a spare it decides two cells);
 * empty Booting cells beyond the hedge are surplus: cancelled at once, newest first (they have
   booted least), never below the floor, the forecast or the headroom the policy keeps;
 * a cell that has never run a pod (``unused``: Booting, or Ready and empty ever since) is still
@@ -37,6 +41,7 @@ from autoscaler.policy.types import (
     CellView,
     Decision,
     GPUUsage,
+    PendingPod,
     PolicyConfig,
     PolicyMemory,
     Reason,
@@ -60,6 +65,9 @@ class Hedge:
     unused: tuple[str, ...] = ()
     # the smallest wave that starts spares (``PolicyConfig.boot_hedge_min_wave``)
     min_wave: int = MIN_WAVE_CELLS
+    # whether a pending pod has waited long enough to start spares
+    # (``PolicyConfig.boot_hedge_delay_boots``, ``hedge_delay_over``)
+    due: bool = True
 
     @property
     def victims(self) -> tuple[str, ...]:
@@ -71,10 +79,26 @@ class Hedge:
     def missing(self) -> int:
         """Spare cells to add on top of what the backlog needs: only for a wave of at least
         ``min_wave`` cells (a wave's last pods keep the spares it started)."""
-        return max(0, self.wanted - self.spares) if self.waiting >= self.min_wave else 0
+        if not self.due or self.waiting < self.min_wave:
+            return 0
+        return max(0, self.wanted - self.spares)
 
 
 NO_HEDGE = Hedge(0, 0, 0, ())
+
+
+def hedge_delay_over(pending: Sequence[PendingPod], delay_seconds: float, now: float) -> bool:
+    """Whether some pending pod has waited ``delay_seconds`` (spares may start)."""
+    return delay_seconds <= 0 or any(now - p.first_seen >= delay_seconds for p in pending)
+
+
+def hedge_delay_clocks(
+    pending: Sequence[PendingPod], delay_seconds: float, now: float
+) -> list[float]:
+    """When pending pods reach the hedge's delay (``decide`` may then start spares)."""
+    if delay_seconds <= 0:
+        return []
+    return [p.first_seen + delay_seconds for p in pending if p.first_seen + delay_seconds > now]
 
 
 def _holds_anything(gpus: Sequence[GPUUsage]) -> bool:

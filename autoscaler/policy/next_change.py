@@ -3,7 +3,8 @@
 Why this module exists: with nothing new observed, ``decide`` keeps returning the same count,
 reason and victims until a clock inside the policy runs out: a stabilisation window forgetting
 a different recommendation, a cooldown or post-scale-up delay ending, a rate-policy period
-passing, a cell becoming idle for the whole window, a pending pod becoming "stuck". Computing
+passing, a cell becoming idle for the whole window, a pending pod becoming "stuck"
+or waiting long enough to start hedged spares. Computing
 that instant once per decision lets the simulator skip the identical calls in between (a month
 of 10 s ticks is 259,200 calls, most of them idle) and lets the live loop requeue for it. The
 skip must be exact, so ``advance`` replays what each skipped call would have written to memory.
@@ -24,6 +25,7 @@ from dataclasses import replace
 
 from autoscaler.policy import limits
 from autoscaler.policy.cell_index import state_count
+from autoscaler.policy.hedge import hedge_delay_clocks
 from autoscaler.policy.types import (
     CellState,
     Decision,
@@ -128,6 +130,9 @@ def steady(
     stuck = config.stuck_pending_seconds
     if stuck > 0 and observation.workload_cluster_reachable:
         clocks += [p.first_seen + stuck for p in observation.pending]
+    if config.boot_hedge_fraction > 0 and observation.workload_cluster_reachable:
+        delay = config.boot_hedge_delay_boots * config.boot_seconds
+        clocks += hedge_delay_clocks(observation.pending, delay, now)
     return Steady(
         until=_later(clocks, now),
         raw=raw,

@@ -312,6 +312,11 @@ class PolicyConfig:
     # With the hedge: spares are started only for waves of at least this many cells (the
     # cells pending pods wait for). Not an API field.
     boot_hedge_min_wave: int = 3
+    # With the hedge: spares are started only once a pending pod has waited this fraction of
+    # the expected boot (``boot_seconds``): a pod that finds room within seconds (another pod
+    # ending, a bind in flight) starts no spare. In boots so it scales with the pool's boot
+    # (and with the demo's compressed time). 0 starts them with the wave. Not an API field.
+    boot_hedge_delay_boots: float = 0.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -72,6 +72,7 @@ KNOBS = {
     "in_flight": ("inflight", str, _field("max_cells_in_flight")),
     "hedge": ("hedge", lambda v: f"{v:g}", _field("boot_hedge_fraction")),
     "hedge_min_wave": ("minwave", str, _field("boot_hedge_min_wave")),
+    "hedge_delay": ("hdelay", lambda v: f"{v:g}", _field("boot_hedge_delay_boots")),
 }
 
 
@@ -133,6 +134,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hedge-min-wave",
         type=at.comma_list(at.int_at_least(1, 1000)),
         help="smallest wave (cells) that gets hedged spares",
+    )
+    g.add_argument(
+        "--hedge-delay",
+        type=at.comma_list(at.bounded(0, 1)),
+        help="start spares once a pending pod has waited this share of a boot",
     )
     parser.add_argument(
         "--seeds",

@@ -180,3 +180,31 @@ def test_the_smallest_wave_is_validated_by_name(min_wave: int, ok: bool) -> None
     errors = validate_config(replace(CONFIG, boot_hedge_min_wave=min_wave))
     assert (errors == ()) is ok
     assert ok or any("boot_hedge_min_wave" in e for e in errors)
+
+
+def _pods_waiting(n: int, waited_s: float) -> tuple[PendingPod, ...]:
+    return tuple(PendingPod(f"ns/p{i}", GPUAsk(1, 24576, 100), NOW - waited_s) for i in range(n))
+
+
+def test_with_a_delay_spares_start_once_a_pod_has_waited_that_share_of_a_boot() -> None:
+    """Delay 0.05 of a 300 s boot: pods pending 5 s get exactly their cells, no spare; at 15 s
+    the spares start; the decision promises no hold past that instant (``steady.until``)."""
+    config = replace(CONFIG, boot_hedge_delay_boots=0.05)
+    cells = tuple(_ready(i) for i in range(10))
+    young = decide(Observation(_pods_waiting(40, 5.0), cells), PROVEN, config, NOW)
+    assert young.desired_replicas == 50  # the 40 cells pods wait for, no spare yet
+    booting = (*cells, *(_booting(10 + i, age_s=5.0) for i in range(40)))
+    later = Observation(_pods_waiting(40, 15.0), booting)
+    due = decide(later, PROVEN, config, NOW)
+    assert due.desired_replicas == 70  # then ceil(0.5 x 40) spares
+    waiting = Observation(_pods_waiting(40, 5.0), booting)
+    held = decide(waiting, PROVEN, config, NOW)
+    assert held.desired_replicas == 50
+    assert held.steady is not None and held.steady.until <= NOW + 10.0  # when p0 reaches 15 s
+    assert decide(later, PROVEN, CONFIG, NOW).desired_replicas == 70  # no delay: as before
+
+
+@pytest.mark.parametrize(("delay", "ok"), [(0.0, True), (0.5, True), (1.0, True), (-0.1, False)])
+def test_the_hedge_delay_is_validated_by_name(delay: float, ok: bool) -> None:
+    errors = validate_config(replace(CONFIG, boot_hedge_delay_boots=delay))
+    assert ok == (not errors) and (ok or any("boot_hedge_delay_boots" in e for e in errors))
