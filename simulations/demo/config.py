@@ -163,6 +163,7 @@ class WorldTimings:
     boots: tuple[float, ...] = ()  # per cell in creation order, when measured
     exec_lag_seconds: float = 0.0  # decision to execution (0: boots count from the decision)
     cancel_seconds: float = 0.0  # a cancelled boot's cell, from its execution to its guest gone
+    boot_react_seconds: float | None = None  # a cell Ready -> the decision it prompts (None: react)
 
     @classmethod
     def nominal(cls, spec: DemoSpec) -> WorldTimings:
@@ -175,9 +176,15 @@ class WorldTimings:
 
     @classmethod
     def measured(
-        cls, spec: DemoSpec, boots: list[float], drains: list[float], react: float | None
+        cls,
+        spec: DemoSpec,
+        boots: list[float],
+        drains: list[float],
+        react: float | None,
+        boot_react: float | None = None,
     ) -> WorldTimings:
-        """Median and log-sd of the twin's boots, median drain; nominal where none was seen."""
+        """Median and log-sd of the twin's boots, median drain; nominal where none was seen.
+        ``boot_react``: a cell Ready -> the decision it prompted (None: as ``react``)."""
         base = cls.nominal(spec)
         median, sigma = _spread(boots) if boots else (base.boot_seconds, 0.0)
         return cls(
@@ -187,6 +194,7 @@ class WorldTimings:
             react_seconds=react if react is not None else base.react_seconds,
             source="measured on the twin",
             boots=tuple(boots),
+            boot_react_seconds=boot_react,
         )
 
     def with_lag(
@@ -244,6 +252,7 @@ def sim_config(spec: DemoSpec, timings: WorldTimings | None = None) -> SimConfig
         drain_seconds=t.drain_seconds,
         exec_lag_seconds=t.exec_lag_seconds,
         cancel_seconds=t.cancel_seconds,
+        boot_react_delay_seconds=t.boot_react_seconds,
         warm_start=False,  # the twin's pool starts empty too
         tail_seconds=spec.horizon_seconds,
         samples=4000,

@@ -81,6 +81,11 @@ class Recorder:
     # Per scale-up decision: from the first pod it answered (created since the decision before,
     # still pending) to the decision; the first one also waits for the caches to fill.
     reactions: list[float] = field(default_factory=list)
+    # Per change of desiredReplicas that answered no new pod, after a cell turned Ready since
+    # the change before: from that Ready (the newest) to the change. The operator hears of a
+    # Ready cell through its Node and the pool's status, later than of a pending pod.
+    boot_reactions: list[float] = field(default_factory=list)
+    _ready_at: float | None = None  # a cell last turned Ready since the last change
     _changed_at: float = 0.0  # when desiredReplicas last changed
     # One entry per cell a decision asked for (desiredReplicas raised by n: n entries), taken
     # in order by the guests that follow: a cell's boot counts from the decision, as a user
@@ -130,6 +135,7 @@ class Recorder:
         self._asked = collections.deque(t - shift for t in self._asked)
         self._lowered = collections.deque(t - shift for t in self._lowered)
         self._changed_at -= shift
+        self._ready_at = None if self._ready_at is None else self._ready_at - shift
         self._guest_seen = {k: v - shift for k, v in self._guest_seen.items()}
         self._cancelling = {k: v - shift for k, v in self._cancelling.items()}
         self.t0 += shift
@@ -172,8 +178,9 @@ class Recorder:
         self._status = obj.get("status") or {}
         now = self.now()
         desired = int(self._status.get("desiredReplicas") or 0)
+        answered = False
         if desired > self._desired:
-            self._reacted(now)
+            answered = self._reacted(now)
             self._asked.extend([now] * (desired - self._desired))
             self._lowered.clear()  # a scale-down not carried out yet is no longer asked for
             self.first_request = now if self.first_request is None else self.first_request
@@ -183,7 +190,9 @@ class Recorder:
                 self._asked.pop()
             self._lowered.extend([now] * (self._desired - desired - unasked))
         if desired != self._desired:
-            self._changed_at = now
+            if not answered and self._ready_at is not None:
+                self.boot_reactions.append(now - self._ready_at)
+            self._changed_at, self._ready_at = now, None
         self._desired = desired
         last = self._status.get("lastDecision") or {}
         outcome = (str(last.get("reason", "")), int(last.get("desiredReplicas") or 0))
@@ -196,6 +205,7 @@ class Recorder:
                 guest = self._guest_seen.pop(name, created)
                 self.ready_after.append((created, guest, now - created))
                 self.ready_from_guest.append((created, guest, now - guest))
+                self._ready_at = now
             elif cell.get("phase") in ("Draining", "Deleting") and name in self._live:
                 if name not in self.draining and self._lowered:
                     lowered = self._lowered.popleft()
@@ -219,7 +229,9 @@ class Recorder:
             times.ended = now
         self.sample()
 
-    def _reacted(self, now: float) -> None:
+    def _reacted(self, now: float) -> bool:
+        """Record the reaction of a scale-up to the pods created since the last change;
+        whether there were any."""
         waited = [
             p.created
             for p in self.pods.values()
@@ -227,6 +239,14 @@ class Recorder:
         ]
         if waited:
             self.reactions.append(now - min(waited))
+        return bool(waited)
+
+    @property
+    def boot_reaction(self) -> float | None:
+        """Cell seen Ready -> the decision that followed it, the median over the changes of
+        ``desiredReplicas`` that answered no new pod (the next wave once boots are proven,
+        spares cancelled once their pods found the new cell), or None."""
+        return statistics.median(self.boot_reactions) if self.boot_reactions else None
 
     @property
     def reaction(self) -> float | None:

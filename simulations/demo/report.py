@@ -126,7 +126,9 @@ def _clip(result: SimResult, end: float) -> SimResult:
 def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
     """The twin's timings; with ``lag`` the provisioner's execution lag apart from the boots."""
     rec = run.recorder
-    timings = WorldTimings.measured(run.spec, rec.boots, rec.drains, rec.reaction)
+    timings = WorldTimings.measured(
+        run.spec, rec.boots, rec.drains, rec.reaction, rec.boot_reaction
+    )
     return timings.with_lag(rec.guest_boots, rec.lags, rec.cancels) if lag else timings
 
 
@@ -197,10 +199,16 @@ def _fidelity_lines(f: Fidelity, factor: float) -> list[str]:
 def _timings_line(t: WorldTimings, factor: float) -> str:
     return (
         f"boot median {t.boot_seconds * factor:.0f} s (sigma {t.boot_sigma:.2f}), drain "
-        f"{t.drain_seconds * factor:.0f} s, reaction {t.react_seconds * factor:.0f} s, "
+        f"{t.drain_seconds * factor:.0f} s, reaction {t.react_seconds * factor:.0f} s "
+        f"({_boot_react(t, factor)} after a boot), "
         f"execution lag {t.exec_lag_seconds * factor:.0f} s, a cancelled boot's cell "
         f"{t.cancel_seconds * factor:.0f} s more"
     )
+
+
+def _boot_react(t: WorldTimings, factor: float) -> str:
+    after = t.react_seconds if t.boot_react_seconds is None else t.boot_react_seconds
+    return f"{after * factor:.0f} s"
 
 
 def _lag_free_lines(report: DemoReport) -> list[str]:

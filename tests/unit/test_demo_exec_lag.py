@@ -174,3 +174,23 @@ def test_a_waves_cells_reported_ready_together_are_ready_together_in_the_simulat
     timings = WorldTimings.measured(SPEC, rec.boots, [], None).with_lag(rec.guest_boots, rec.lags)
     assert timings.exec_lag_seconds == 2.0
     assert timings.boots == (18.0, 18.0, 18.0)  # created together at 2, Ready together at 20
+
+
+def test_the_reaction_to_a_ready_cell_is_timed_from_it_to_the_change_it_prompted() -> None:
+    rec, clock = recorder()
+    rec._pod("ADDED", pending_pod("p0"))
+    clock.t = 2.0
+    rec._pool("MODIFIED", pool(1, {}))  # a reaction to p0: not a boot reaction
+    clock.t = 3.0
+    rec._guest("ADDED", guest("c0"))
+    clock.t = 20.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready"}))
+    clock.t = 31.0
+    rec._pool("MODIFIED", pool(3, {"c0": "Ready"}))  # the next wave, no new pod: 20 -> 31
+    assert rec.boot_reactions == [11.0] and rec.reactions == [2.0]
+    clock.t = 40.0
+    rec._pool("MODIFIED", pool(2, {"c0": "Ready"}))  # no cell Ready since the last change
+    assert rec.boot_reaction == 11.0
+    timings = WorldTimings.measured(SPEC, [17.0], [], rec.reaction, rec.boot_reaction)
+    assert sim_config(SPEC, timings).boot_react_delay_seconds == 11.0
+    assert sim_config(SPEC, timings).react_delay_seconds == 2.0

@@ -333,3 +333,11 @@ def test_a_reacting_policy_also_decides_when_its_promise_ends_before_the_next_ti
     ticking = Promising([(0.0, 0, ())], tick_seconds=100.0)
     simulate((TracePod("a", 500.0, 5.0, WHOLE),), ticking, cfg)
     assert ticking.calls[:2] == [0.0, 100.0]
+
+
+def test_a_finished_boot_can_have_its_own_reaction_delay() -> None:
+    boot = BootModel(median_seconds=55.0, sigma=0.0)
+    cfg = config(boot=boot, tail_seconds=150.0, warm_start=False, boot_react_delay_seconds=7.0)
+    reacting = Scripted([(0.0, 1, ())], tick_seconds=100.0, react_on_arrival=True)
+    simulate((TracePod("a", 0.0, 300.0, WHOLE),), reacting, cfg)
+    assert reacting.calls[:4] == [0.0, 1.0, 62.0, 100.0]  # Ready at 56, decided 7 s later

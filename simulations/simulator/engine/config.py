@@ -46,6 +46,10 @@ class SimConfig:
     tick_seconds: float = 10.0
     react_on_arrival: bool = False
     react_delay_seconds: float = 1.0
+    # After a cell finishes booting (Ready or failed): the reacting policy's delay, when it
+    # differs from the pending pod's (the live loop hears of a Ready cell through its Node and
+    # the pool's status); None: react_delay_seconds.
+    boot_react_delay_seconds: float | None = None
     boot: BootModel = field(default_factory=BootModel)
     drain_mode: DrainMode = DrainMode.WAIT_FOR_IDLE
     # WaitForIdle only: a drain not finished in time is abandoned, the cell uncordoned and kept

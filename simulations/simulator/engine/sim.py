@@ -263,7 +263,9 @@ class Simulation:
             self.capacity_up = True
         self.dirty = True
         if self.react:  # the live loop wakes on the Node's change, not at its next requeue
-            self._schedule_react(now)
+            after = self.cfg.boot_react_delay_seconds
+            delay = self.cfg.react_delay_seconds if after is None else after
+            self._schedule_decision(now + delay)
 
     def _drain_done(self, name: str) -> None:
         if self.world.remove_cell(name) is not None:
