@@ -130,7 +130,8 @@ def steady(
     stuck = config.stuck_pending_seconds
     if stuck > 0 and observation.workload_cluster_reachable:
         clocks += [p.first_seen + stuck for p in observation.pending]
-    if config.boot_hedge_fraction > 0 and observation.workload_cluster_reachable:
+    hedging = config.boot_hedge_fraction > 0 and decision.memory.boots_proven
+    if hedging and observation.workload_cluster_reachable:  # no spare before boots are proven
         delay = config.boot_hedge_delay_boots * config.boot_seconds
         clocks += hedge_delay_clocks(observation.pending, delay, now)
     return Steady(

@@ -208,3 +208,13 @@ def test_with_a_delay_spares_start_once_a_pod_has_waited_that_share_of_a_boot() 
 def test_the_hedge_delay_is_validated_by_name(delay: float, ok: bool) -> None:
     errors = validate_config(replace(CONFIG, boot_hedge_delay_boots=delay))
     assert ok == (not errors) and (ok or any("boot_hedge_delay_boots" in e for e in errors))
+
+
+def test_the_hedge_delay_makes_no_promise_end_before_boots_are_proven() -> None:
+    config = replace(CONFIG, boot_hedge_delay_boots=0.05)
+    cells = tuple(_booting(i, age_s=5.0) for i in range(4))  # no cell has been Ready yet
+    observation = Observation(_pods_waiting(4, 5.0), cells)
+    proven = decide(observation, PROVEN, config, NOW)
+    unproven = decide(observation, PolicyMemory(), config, NOW)
+    assert proven.steady is not None and proven.steady.until == NOW + 10.0  # at 15 s waited
+    assert unproven.steady is None or unproven.steady.until > NOW + 10.0  # no spare to start
