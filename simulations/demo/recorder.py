@@ -27,10 +27,12 @@ from gpucellpool.kube.rest import RestClient
 from simulations.demo.config import SHAPE
 from simulations.simulator.engine import Sample
 from simulations.simulator.engine import hami as sim_hami
+from simulations.twin.hami_placement import node_state
 
 POOLS = "/apis/cells.kubeswift.io/v1alpha1/namespaces/{ns}/gpucellpools"
 GUESTS = "/apis/swift.kubeswift.io/v1alpha1/namespaces/{ns}/swiftguests"
 PODS = "/api/v1/namespaces/{ns}/pods"
+NODES = "/api/v1/nodes"
 
 
 @dataclass
@@ -107,6 +109,13 @@ class Recorder:
     decisions: list[tuple[float, str, int]] = field(default_factory=list)  # on change
     _live: set[str] = field(default_factory=set)
     _status: JSON = field(default_factory=dict)
+    # With ``node_selector`` (the pool's cell Nodes in the workload cluster), a cell's boot ends
+    # when HAMi could first place on its Node (registered, Ready, schedulable), not when the
+    # pool's status shows it Ready: that status write came up to 12 trace s (x20) before or
+    # after it, so the simulator's wave became Ready in another order than HAMi saw the twin's.
+    node_selector: str | None = None
+    _placeable: dict[str, float] = field(default_factory=dict)  # name -> its Node placeable
+    _status_ready: set[str] = field(default_factory=set)  # Ready in status, Node not yet
     _caches: list[WatchCache] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -114,7 +123,8 @@ class Recorder:
         return time.monotonic() - self.t0
 
     async def start(self) -> None:
-        """Start the three watches and wait until they listed once."""
+        """Start the watches (guests, the pool, pods, and with ``node_selector`` the cells'
+        Nodes) and wait until they listed once."""
         ns = self.namespace
         self._caches = [
             WatchCache(self.infra, Query(GUESTS.format(ns=ns)), self._guest),
@@ -125,6 +135,9 @@ class Recorder:
             ),
             WatchCache(self.workload, Query(PODS.format(ns=ns)), self._pod),
         ]
+        if self.node_selector is not None:
+            nodes = Query(NODES, label_selector=self.node_selector)
+            self._caches.append(WatchCache(self.workload, nodes, self._node))
         self._tasks = [asyncio.create_task(c.run(), name="demo:recorder") for c in self._caches]
         await asyncio.wait_for(asyncio.gather(*(c.synced.wait() for c in self._caches)), 30)
 
@@ -137,6 +150,7 @@ class Recorder:
         self._changed_at -= shift
         self._ready_at = None if self._ready_at is None else self._ready_at - shift
         self._guest_seen = {k: v - shift for k, v in self._guest_seen.items()}
+        self._placeable = {k: v - shift for k, v in self._placeable.items()}
         self._cancelling = {k: v - shift for k, v in self._cancelling.items()}
         self.t0 += shift
         self.samples.clear()
@@ -167,6 +181,8 @@ class Recorder:
             self._live.discard(name)
             self.booting.pop(name, None)
             self._guest_seen.pop(name, None)
+            self._placeable.pop(name, None)
+            self._status_ready.discard(name)
             if name in self._cancelling:
                 self.cancels.append(now - self._cancelling.pop(name))
             if name in self.draining:
@@ -201,11 +217,8 @@ class Recorder:
         for cell in self._status.get("cells") or []:
             name = str(cell.get("name"))
             if cell.get("phase") == "Ready" and name in self.booting:
-                created = self.booting.pop(name)
-                guest = self._guest_seen.pop(name, created)
-                self.ready_after.append((created, guest, now - created))
-                self.ready_from_guest.append((created, guest, now - guest))
-                self._ready_at = now
+                self._status_ready.add(name)
+                self._booted(name, now)
             elif cell.get("phase") in ("Draining", "Deleting") and name in self._live:
                 if name not in self.draining and self._lowered:
                     lowered = self._lowered.popleft()
@@ -214,6 +227,29 @@ class Recorder:
                         self._cancelling[name] = lowered
                 self.draining.setdefault(name, now)
         self.sample()
+
+    def _node(self, kind: str, obj: JSON) -> None:
+        name = str(obj["metadata"]["name"])
+        if kind == "DELETED" or name not in self.booting or name in self._placeable:
+            return
+        if node_state(obj).blocked is None:
+            self._placeable[name] = self.now()
+            self._booted(name, self.now())
+
+    def _booted(self, name: str, now: float) -> None:
+        """A booting cell is Ready once the status says so and, with the Node watch, HAMi
+        could place on its Node: its boot ends at the latter."""
+        if name not in self._status_ready:
+            return
+        if self.node_selector is not None and name not in self._placeable:
+            return
+        self._status_ready.discard(name)
+        ready = self._placeable.pop(name, now)
+        created = self.booting.pop(name)
+        guest = self._guest_seen.pop(name, created)
+        self.ready_after.append((created, guest, ready - created))
+        self.ready_from_guest.append((created, guest, ready - guest))
+        self._ready_at = ready
 
     def _pod(self, kind: str, obj: JSON) -> None:
         name, now = str(obj["metadata"]["name"]), self.now()

@@ -209,7 +209,9 @@ async def _start(world: TwinWorld, harness: Harness, spec: DemoSpec) -> None:
     await world.infra.create(
         f"/apis/cells.kubeswift.io/v1alpha1/namespaces/{world.namespace}/gpucellpools", manifest
     )
-    world.recorder = Recorder(world.infra, world.workload, world.namespace, POOL)
+    world.recorder = Recorder(
+        world.infra, world.workload, world.namespace, POOL, node_selector=_cell_selector(world)
+    )
     await world.recorder.start()
     await _first_decision(world.recorder)
 

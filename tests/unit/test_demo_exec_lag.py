@@ -10,6 +10,7 @@ from typing import Any
 
 from simulations.demo.config import DemoSpec, WorldTimings, sim_config
 from simulations.demo.recorder import Recorder
+from tests.unit.test_twin_hami_placement import manifest
 
 SPEC = replace(DemoSpec(), hours=0.5, multiplier=0.4, compression=20.0)
 
@@ -194,3 +195,22 @@ def test_the_reaction_to_a_ready_cell_is_timed_from_it_to_the_change_it_prompted
     timings = WorldTimings.measured(SPEC, [17.0], [], rec.reaction, rec.boot_reaction)
     assert sim_config(SPEC, timings).boot_react_delay_seconds == 11.0
     assert sim_config(SPEC, timings).react_delay_seconds == 2.0
+
+
+def test_with_the_node_watch_a_boot_ends_when_hami_could_place_on_the_node() -> None:
+    rec, clock = recorder()
+    rec.node_selector = "pool=x"
+    rec._pool("MODIFIED", pool(2, {}))
+    clock.t = 2.0
+    rec._guest("ADDED", guest("c0"))
+    rec._guest("ADDED", guest("c1"))
+    clock.t = 10.0
+    rec._node("ADDED", manifest("c0", allocatable="0"))  # joined, not registered with HAMi yet
+    clock.t = 14.0
+    rec._node("MODIFIED", manifest("c0"))  # placeable
+    clock.t = 20.0
+    rec._pool("MODIFIED", pool(2, {"c0": "Ready", "c1": "Ready"}))  # c1's Node not yet
+    assert rec.boots == [14.0]
+    clock.t = 23.0
+    rec._node("MODIFIED", manifest("c1"))  # after the status said Ready
+    assert rec.boots == [14.0, 23.0] and rec.guest_boots == [12.0, 21.0]
