@@ -164,6 +164,7 @@ class WorldTimings:
     exec_lag_seconds: float = 0.0  # decision to execution (0: boots count from the decision)
     cancel_seconds: float = 0.0  # a cancelled boot's cell, from its execution to its guest gone
     boot_react_seconds: float | None = None  # a cell Ready -> the decision it prompts (None: react)
+    first_react_seconds: float | None = None  # the run's first pod -> first scale-up (None: react)
 
     @classmethod
     def nominal(cls, spec: DemoSpec) -> WorldTimings:
@@ -182,9 +183,11 @@ class WorldTimings:
         drains: list[float],
         react: float | None,
         boot_react: float | None = None,
+        first_react: float | None = None,
     ) -> WorldTimings:
         """Median and log-sd of the twin's boots, median drain; nominal where none was seen.
-        ``boot_react``: a cell Ready -> the decision it prompted (None: as ``react``)."""
+        ``boot_react``: a cell Ready -> the decision it prompted; ``first_react``: the run's
+        first pod -> its first scale-up (None: as ``react``)."""
         base = cls.nominal(spec)
         median, sigma = _spread(boots) if boots else (base.boot_seconds, 0.0)
         return cls(
@@ -195,6 +198,7 @@ class WorldTimings:
             source="measured on the twin",
             boots=tuple(boots),
             boot_react_seconds=boot_react,
+            first_react_seconds=first_react,
         )
 
     def with_lag(
@@ -253,6 +257,7 @@ def sim_config(spec: DemoSpec, timings: WorldTimings | None = None) -> SimConfig
         exec_lag_seconds=t.exec_lag_seconds,
         cancel_seconds=t.cancel_seconds,
         boot_react_delay_seconds=t.boot_react_seconds,
+        first_react_delay_seconds=t.first_react_seconds,
         warm_start=False,  # the twin's pool starts empty too
         tail_seconds=spec.horizon_seconds,
         samples=4000,

@@ -127,7 +127,7 @@ def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
     """The twin's timings; with ``lag`` the provisioner's execution lag apart from the boots."""
     rec = run.recorder
     timings = WorldTimings.measured(
-        run.spec, rec.boots, rec.drains, rec.reaction, rec.boot_reaction
+        run.spec, rec.boots, rec.drains, rec.reaction, rec.boot_reaction, rec.first_reaction
     )
     return timings.with_lag(rec.guest_boots, rec.lags, rec.cancels) if lag else timings
 

@@ -117,7 +117,7 @@ def test_the_reaction_is_the_median_from_a_new_pending_pod_to_its_scale_up() -> 
     assert rec.reaction == 6.0  # the median, not the first
 
 
-def test_a_waves_boots_are_in_its_guests_creation_order_not_by_length() -> None:
+def test_a_waves_boots_are_in_its_cells_order_not_by_length() -> None:
     rec, clock = recorder()
     rec._pool("MODIFIED", pool(3, {}))  # one wave of three cells asked for at 0
     for at, name in ((2.0, "c0"), (3.0, "c1"), (4.0, "c2")):
@@ -214,3 +214,28 @@ def test_with_the_node_watch_a_boot_ends_when_hami_could_place_on_the_node() -> 
     clock.t = 23.0
     rec._node("MODIFIED", manifest("c1"))  # after the status said Ready
     assert rec.boots == [14.0, 23.0] and rec.guest_boots == [12.0, 21.0]
+
+
+def test_a_waves_boots_follow_its_cells_names_not_which_create_finished_first() -> None:
+    rec, clock = recorder()
+    rec._pool("MODIFIED", pool(3, {}))
+    for at, name in ((2.0, "pool-2"), (2.1, "pool-0"), (2.2, "pool-1")):  # concurrent creates
+        clock.t = at
+        rec._guest("ADDED", guest(name))
+    for at, name in ((30.0, "pool-0"), (31.0, "pool-1"), (32.0, "pool-2")):
+        clock.t = at
+        rec._pool("MODIFIED", pool(3, {name: "Ready"}))
+    # the simulator's lowest cell of the wave stands for the twin's lowest name
+    assert rec.boots == [30.0, 31.0, 32.0]
+
+
+def test_the_first_reaction_is_from_the_runs_first_pod_to_its_first_scale_up() -> None:
+    rec, clock = recorder()
+    clock.t = 0.5
+    rec._pod("ADDED", pending_pod("p0"))
+    clock.t = 7.0
+    rec._pool("MODIFIED", pool(1, {}))
+    assert rec.first_reaction == 6.5
+    timings = WorldTimings.measured(SPEC, [17.0], [], 3.0, None, rec.first_reaction)
+    assert sim_config(SPEC, timings).first_react_delay_seconds == 6.5
+    assert recorder()[0].first_reaction is None  # no scale-up yet

@@ -341,3 +341,11 @@ def test_a_finished_boot_can_have_its_own_reaction_delay() -> None:
     reacting = Scripted([(0.0, 1, ())], tick_seconds=100.0, react_on_arrival=True)
     simulate((TracePod("a", 0.0, 300.0, WHOLE),), reacting, cfg)
     assert reacting.calls[:4] == [0.0, 1.0, 62.0, 100.0]  # Ready at 56, decided 7 s later
+
+
+def test_the_first_reaction_of_a_run_can_have_its_own_delay() -> None:
+    cfg = config(tail_seconds=150.0, warm_start=False, first_react_delay_seconds=6.0)
+    policy = Scripted([(0.0, 0, ())], tick_seconds=100.0, react_on_arrival=True)
+    pods = (TracePod("a", 3.0, 5.0, WHOLE), TracePod("b", 30.0, 5.0, WHOLE))
+    simulate(pods, policy, cfg)
+    assert policy.calls[:4] == [0.0, 9.0, 31.0, 100.0]  # 6 s after the first pod, then 1 s

@@ -50,6 +50,9 @@ class SimConfig:
     # differs from the pending pod's (the live loop hears of a Ready cell through its Node and
     # the pool's status); None: react_delay_seconds.
     boot_react_delay_seconds: float | None = None
+    # The first reaction of a run, when it differs (the live operator's first decision also
+    # waits for its caches to fill); None: react_delay_seconds.
+    first_react_delay_seconds: float | None = None
     boot: BootModel = field(default_factory=BootModel)
     drain_mode: DrainMode = DrainMode.WAIT_FOR_IDLE
     # WaitForIdle only: a drain not finished in time is abandoned, the cell uncordoned and kept

@@ -77,6 +77,7 @@ class Simulation:
         self.desired = 0
         self.react_at: float | None = None
         self.next_tick = 0.0  # when the next TICK is due
+        self.reacted = False  # whether a REACT has run (the first may have its own delay)
         self.integrals = Integrals()
         self.counters = Counters()
         self.capacity_up = False
@@ -202,7 +203,9 @@ class Simulation:
             self._schedule_react(now)
 
     def _schedule_react(self, now: float) -> None:
-        self._schedule_decision(now + self.cfg.react_delay_seconds)
+        first = self.cfg.first_react_delay_seconds
+        delay = self.cfg.react_delay_seconds if first is None or self.reacted else first
+        self._schedule_decision(now + delay)
 
     def _schedule_decision(self, at: float) -> None:
         """A decision at ``at`` (unless one comes sooner): after an event, as the live loop
@@ -336,7 +339,7 @@ class Simulation:
             self.next_tick = now + self.tick_seconds
             self.push(self.next_tick, TICK)
         else:
-            self.react_at = None
+            self.react_at, self.reacted = None, True
         if self.book.waiting:
             self._admit_gangs(now)
         observation = self.decider.observe(self.world, self._free_physical(), now)
