@@ -28,7 +28,10 @@ from autoscaler.policy.types import (
 )
 
 NOW = 10_000.0
-CONFIG = PolicyConfig(max_replicas=100, shape=CellShape(gpus=1), boot_hedge_fraction=0.5)
+# the hedge's own rules: spares start with the wave (the delay has its own tests)
+CONFIG = PolicyConfig(
+    max_replicas=100, shape=CellShape(gpus=1), boot_hedge_fraction=0.5, boot_hedge_delay_boots=0.0
+)
 PROVEN = PolicyMemory(boots_proven=True)
 ONE_GPU = (GPUUsage(24576, 100, 1),)
 
