@@ -385,9 +385,12 @@ async def test_player_resumes_after_a_restart_without_creating_twice(
 
 @dataclass
 class ListCountingKubeApi(RecordingKubeApi):
-    """Also counts the lists of bound HAMi pods (the expensive one: every pod HAMi placed)."""
+    """Also counts the lists of bound HAMi pods (the expensive one: every pod HAMi placed), and
+    runs ``during`` between the apiserver's answer to such a list and its return (an event
+    that arrives while the list is in flight)."""
 
     bound_lists: int = 0
+    during: Callable[[], None] | None = None
 
     async def list(
         self,
@@ -396,8 +399,12 @@ class ListCountingKubeApi(RecordingKubeApi):
         label_selector: str = "",
         field_selector: str = "",
     ) -> list[JSON]:
-        self.bound_lists += kind.kind == "Pod" and label_selector == "hami.io/vgpu-node"
-        return await super().list(kind, namespace, label_selector, field_selector)
+        placed = kind.kind == "Pod" and label_selector == "hami.io/vgpu-node"
+        self.bound_lists += placed
+        listed = await super().list(kind, namespace, label_selector, field_selector)
+        if placed and self.during is not None:
+            self.during()
+        return listed
 
 
 async def test_bound_pods_are_listed_once_per_refresh_and_never_double_booked(
@@ -454,33 +461,13 @@ async def test_a_pod_the_twins_kubelet_ends_frees_its_gpu_before_the_next_refres
     assert [c.pod for c in hami.allocations()[node].containers] == ["b"]
 
 
-@dataclass
-class ReleasingDuringListKubeApi(RecordingKubeApi):
-    """Runs ``during`` between the apiserver's answer to the placed-pod list and its return:
-    an event that arrives while that list is in flight."""
-
-    during: Callable[[], None] | None = None
-
-    async def list(
-        self,
-        kind: Kind,
-        namespace: str | None = None,
-        label_selector: str = "",
-        field_selector: str = "",
-    ) -> list[JSON]:
-        listed = await super().list(kind, namespace, label_selector, field_selector)
-        if kind.kind == "Pod" and label_selector == "hami.io/vgpu-node" and self.during:
-            self.during()
-        return listed
-
-
 async def test_a_refresh_in_flight_during_a_release_does_not_bring_the_pod_back(
     api: KubeApi, namespace: str
 ) -> None:
     """A list of placed pods in flight when a pod was released may still show it running; the
     release stands until a list asked for after it."""
     node = await register_node(api, namespace, "0", memory_mib=24 * GIB)
-    wrapped, clock = ReleasingDuringListKubeApi(api), VirtualClock(1000.0)
+    wrapped, clock = ListCountingKubeApi(api), VirtualClock(1000.0)
     hami = new_hami(wrapped, namespace, clock=clock, refresh_s=1.0)
     await api.create(hami_pod(namespace, "a", 16 * GIB))
     await hami.step()

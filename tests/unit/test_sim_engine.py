@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 
 from autoscaler.policy.types import (
     CellShape,
     CellState,
+    CellView,
     Decision,
     GPUAsk,
     GPUUsage,
@@ -278,15 +281,17 @@ def test_oracle_is_below_every_policy() -> None:
 
 
 @dataclass
-class CountingPods(Scripted):
-    """Scripted, and records the pods on each cell at every call: (time, ((name, pods), ...))."""
+class Seeing(Scripted):
+    """Scripted, and records what ``view`` reads of each cell at every call:
+    (time, (view(cell), ...)); by default each cell's name and state."""
 
-    seen: list[tuple[float, tuple[tuple[str, int], ...]]] = field(default_factory=list)
+    view: Callable[[CellView], object] = lambda cell: (cell.name, cell.state)
+    seen: list[tuple[float, tuple[Any, ...]]] = field(default_factory=list)
 
     def decide(
         self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
     ) -> Decision:
-        self.seen.append((now, tuple((c.name, c.pods) for c in observation.cells)))
+        self.seen.append((now, tuple(self.view(c) for c in observation.cells)))
         return super().decide(observation, memory, config, now)
 
 
@@ -301,7 +306,7 @@ def test_pods_freed_at_one_instant_are_placed_once_after_all_of_them() -> None:
         TracePod("w", 0.0, 1000.0, HALF),  # cell-1: 50 % left after z
         TracePod("p", 50.0, 500.0, HALF),  # fits nowhere until x and z end
     )
-    policy = CountingPods([(0.0, 2, ())])
+    policy = Seeing([(0.0, 2, ())], view=lambda cell: (cell.name, cell.pods))
     result = simulate(pods, policy, SimConfig(samples=50, boot=BootModel(50.0, sigma=0.0)))
     assert result.waits_seconds[-1] == 50.0 and result.scale_up_cells == 0
     at = dict(policy.seen)

@@ -5,37 +5,23 @@ sees the cells as the provisioner will have them; at 0 the engine applies decisi
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 
 import pytest
 
 from autoscaler.policy.types import (
     CellState,
-    Decision,
-    Observation,
     PolicyConfig,
-    PolicyMemory,
 )
 from simulations.simulator.cli import add_world_arguments, sim_config
 from simulations.simulator.engine import BootModel, ProductionPolicy, SimConfig, simulate
 from simulations.simulator.engine.exec_lag import ExecLag
 from simulations.simulator.traces import TracePod
-from tests.unit.test_sim_engine import WHOLE, Scripted, random_trace
+from tests.unit.test_sim_engine import WHOLE, Scripted, Seeing, random_trace
 
 FIXED_BOOT = BootModel(median_seconds=50.0, sigma=0.0)
 
 
-@dataclass
-class Watching(Scripted):
-    """Scripted, and records the cells each call saw: (time, name, state)."""
-
-    seen: list[tuple[float, tuple[tuple[str, CellState], ...]]] = field(default_factory=list)
-
-    def decide(
-        self, observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
-    ) -> Decision:
-        self.seen.append((now, tuple((c.name, c.state) for c in observation.cells)))
-        return super().decide(observation, memory, config, now)
+Watching = Seeing  # records (time, ((name, state), ...)) at every call
 
 
 def lagged(seconds: float, **kwargs: object) -> SimConfig:
