@@ -34,6 +34,7 @@ from simulations.simulator.engine.gangs import GangBook, GangScaleUp, hostable_g
 from simulations.simulator.engine.hostable import hostable_pods
 from simulations.simulator.engine.metrics import Counters, Integrals, SimResult
 from simulations.simulator.engine.policy import ScalingPolicy
+from simulations.simulator.engine.reactions import Reactions
 from simulations.simulator.engine.timeline import Timeline
 from simulations.simulator.engine.world import Pending, Running, SimCell, World, busy_until
 from simulations.simulator.traces.model import TracePod
@@ -75,9 +76,12 @@ class Simulation:
         self.decider = Decider(policy, config)
         self.lag = ExecLag(config.exec_lag_seconds)
         self.desired = 0
-        self.react_at: float | None = None
-        self.next_tick = 0.0  # when the next TICK is due
-        self.reacted = False  # whether a REACT has run (the first may have its own delay)
+        self.reactions = Reactions(
+            self.react,
+            config.react_delay_seconds,
+            config.boot_react_delay_seconds,
+            config.first_react_delay_seconds,
+        )
         self.integrals = Integrals()
         self.counters = Counters()
         self.capacity_up = False
@@ -194,26 +198,17 @@ class Simulation:
         if key != pod.key:
             pod = replace(pod, key=key)
         if pod.gang and self.book.arrive(pod, now):  # atomic: held until its gang is admitted
-            if self.book.waiting and self.react:
-                self._schedule_react(now)
+            if self.book.waiting:
+                self._react(self.reactions.after_pod(now))
             return
         self.world.enqueue(pod, now, pod.duration_seconds)
         self.dirty = True
-        if not self._try_place(self.world.pending[key], now) and self.react:
-            self._schedule_react(now)
+        if not self._try_place(self.world.pending[key], now):
+            self._react(self.reactions.after_pod(now))
 
-    def _schedule_react(self, now: float) -> None:
-        first = self.cfg.first_react_delay_seconds
-        delay = self.cfg.react_delay_seconds if first is None or self.reacted else first
-        self._schedule_decision(now + delay)
-
-    def _schedule_decision(self, at: float) -> None:
-        """A decision at ``at`` (unless one comes sooner): after an event, as the live loop
-        wakes on it, or when the last decision's promise ends (``Decision.steady.until``: a
-        window or delay running out, a pending pod becoming stuck) before the next tick, as
-        the live loop sleeps until that instant rather than to its next tick."""
-        if self.react_at is None or self.react_at > at:
-            self.react_at = at
+    def _react(self, at: float | None) -> None:
+        """A REACT at ``at`` (``engine.reactions``; None: none, or one comes sooner)."""
+        if at is not None:
             self.push(at, REACT)
 
     def _try_place(self, entry: Pending, now: float) -> bool:
@@ -265,10 +260,7 @@ class Simulation:
             self.world.set_state(cell, CellState.READY, now)
             self.capacity_up = True
         self.dirty = True
-        if self.react:  # the live loop wakes on the Node's change, not at its next requeue
-            after = self.cfg.boot_react_delay_seconds
-            delay = self.cfg.react_delay_seconds if after is None else after
-            self._schedule_decision(now + delay)
+        self._react(self.reactions.after_boot(now))
 
     def _drain_done(self, name: str) -> None:
         if self.world.remove_cell(name) is not None:
@@ -298,8 +290,7 @@ class Simulation:
                     continue  # its work was done: an idle pod evicted is not re-run
                 self.world.enqueue(member.pod, now, remaining)
         self.capacity_up = self.dirty = True
-        if self.react:
-            self._schedule_react(now)
+        self._react(self.reactions.after_pod(now))
 
     def _start_drain(self, cell: SimCell, now: float) -> None:
         self.counters.scale_down_cells += 1
@@ -336,10 +327,10 @@ class Simulation:
 
     def _tick(self, kind: int, now: float) -> None:
         if kind == TICK:
-            self.next_tick = now + self.tick_seconds
-            self.push(self.next_tick, TICK)
+            self.reactions.next_tick = now + self.tick_seconds
+            self.push(self.reactions.next_tick, TICK)
         else:
-            self.react_at, self.reacted = None, True
+            self.reactions.ran()
         if self.book.waiting:
             self._admit_gangs(now)
         observation = self.decider.observe(self.world, self._free_physical(), now)
@@ -348,9 +339,7 @@ class Simulation:
         decision, repeated = self.decider.decide(observation, now)
         self.counters.decisions += 1
         self.counters.reason(str(decision.reason))
-        steady = decision.steady
-        if self.react and steady is not None and now < steady.until < self.next_tick:
-            self._schedule_decision(steady.until)
+        self._react(self.reactions.after_decision(now, decision.steady))
         if repeated:  # applied before to this very world without changing it: a no-op again
             self.desired = decision.desired_replicas
             return
