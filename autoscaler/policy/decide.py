@@ -43,6 +43,7 @@ from autoscaler.policy.hedge import (
     cancellable,
     hedge,
     hedge_delay_over,
+    hedge_delay_seconds,
     still_unused,
 )
 from autoscaler.policy.packing import PackingResult, pack_bins
@@ -210,8 +211,7 @@ def _hedge(
     unused = memory.never_used
     fraction, smallest = config.boot_hedge_fraction, config.boot_hedge_min_wave
     hedged = hedge(observation.cells, usage, new, fraction, unused, smallest)
-    delay = config.boot_hedge_delay_boots * config.boot_seconds
-    if hedged.missing and not hedge_delay_over(inp.fitting, delay, now):
+    if hedged.missing and not hedge_delay_over(inp.fitting, hedge_delay_seconds(config), now):
         return replace(hedged, due=False)
     return hedged
 

@@ -87,6 +87,12 @@ class Hedge:
 NO_HEDGE = Hedge(0, 0, 0, ())
 
 
+def hedge_delay_seconds(config: PolicyConfig) -> float:
+    """How long a pending pod waits before spares may start (``boot_hedge_delay_boots`` of
+    the expected boot)."""
+    return config.boot_hedge_delay_boots * config.boot_seconds
+
+
 def hedge_delay_over(pending: Sequence[PendingPod], delay_seconds: float, now: float) -> bool:
     """Whether some pending pod has waited ``delay_seconds`` (spares may start)."""
     return delay_seconds <= 0 or any(now - p.first_seen >= delay_seconds for p in pending)

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from autoscaler.policy import limits
 from autoscaler.policy.cell_index import state_count
-from autoscaler.policy.hedge import hedge_delay_clocks
+from autoscaler.policy.hedge import hedge_delay_clocks, hedge_delay_seconds
 from autoscaler.policy.types import (
     CellState,
     Decision,
@@ -132,8 +132,7 @@ def steady(
         clocks += [p.first_seen + stuck for p in observation.pending]
     hedging = config.boot_hedge_fraction > 0 and decision.memory.boots_proven
     if hedging and observation.workload_cluster_reachable:  # no spare before boots are proven
-        delay = config.boot_hedge_delay_boots * config.boot_seconds
-        clocks += hedge_delay_clocks(observation.pending, delay, now)
+        clocks += hedge_delay_clocks(observation.pending, hedge_delay_seconds(config), now)
     return Steady(
         until=_later(clocks, now),
         raw=raw,

@@ -151,8 +151,9 @@ class WorldTimings:
     HAMi and provisioner add; the simulator creates a cell at its decision, so the provisioning
     time belongs in the boot), drain = cell empty to guest gone, react = first pending pod to
     the first decision asking for cells. ``with_lag`` moves the provisioner's part out of the
-    boot: execution lag = decision to guest created (or drain started), boot = guest created to
-    Ready, as the simulator's engine models them (``engine.exec_lag``).
+    boot: execution lag = decision to guest created (or drain started), each cell's boot = its
+    decision-timed boot less that lag, as the simulator's engine models them
+    (``engine.exec_lag``).
     """
 
     boot_seconds: float
@@ -160,7 +161,7 @@ class WorldTimings:
     drain_seconds: float
     react_seconds: float
     source: str = "nominal"
-    boots: tuple[float, ...] = ()  # per cell in creation order, when measured
+    boots: tuple[float, ...] = ()  # per cell, a wave's in its cells' name order, when measured
     exec_lag_seconds: float = 0.0  # decision to execution (0: boots count from the decision)
     cancel_seconds: float = 0.0  # a cancelled boot's cell, from its execution to its guest gone
     boot_react_seconds: float | None = None  # a cell Ready -> the decision it prompts (None: react)
@@ -204,8 +205,8 @@ class WorldTimings:
     def with_lag(
         self, guest_boots: list[float], lags: list[float], cancels: Sequence[float] = ()
     ) -> WorldTimings:
-        """These timings with the measured execution lag (its median) apart from the boots,
-        which then count from the guest's creation; unchanged when no lag was measured.
+        """These timings with the measured execution lag (its median) apart from the boots;
+        unchanged when no lag was measured.
 
         ``cancels`` (decision -> a cancelled boot's guest gone): what the median takes beyond
         the execution lag is how long a cancelled cell stays (``cancel_seconds``). Removed at

@@ -241,10 +241,10 @@ def markdown_report(report: DemoReport) -> str:
             markdown(report.summaries),
             "## Fidelity: twin vs `gpucellpool simulate` (same trace, same pool spec)",
             "",
-            "Simulator given the twin's measured world (each cell's boot time in creation "
-            "order, the median drain, the median reaction, the median execution lag and a "
-            "cancelled boot's time to its guest gone), as a user "
-            "passes the boot time measured on their cluster:",
+            "Simulator given the twin's measured world (each cell's boot time, a wave's in its "
+            "cells' name order, the median drain, the median reaction, the median execution "
+            "lag and a cancelled boot's time to its guest gone), as a user passes the boot "
+            "time measured on their cluster:",
             "",
             *_fidelity_lines(report.fidelity, k),
             "",
