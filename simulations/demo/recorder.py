@@ -93,6 +93,9 @@ class Recorder:
     # the change before: from that Ready (the newest) to the change. The operator hears of a
     # Ready cell through its Node and the pool's status, later than of a pending pod.
     boot_reactions: list[float] = field(default_factory=list)
+    # A change later than this after the Ready was prompted by something else (a window
+    # running out, a tick): not a reaction to the boot. None: no bound.
+    boot_reaction_max_s: float | None = None
     _ready_at: float | None = None  # a cell last turned Ready since the last change
     _changed_at: float = 0.0  # when desiredReplicas last changed
     # One entry per cell a decision asked for (desiredReplicas raised by n: n entries), taken
@@ -213,7 +216,7 @@ class Recorder:
             self._lowered.extend([now] * (self._desired - desired - unasked))
         if desired != self._desired:
             if not answered and self._ready_at is not None:
-                self.boot_reactions.append(now - self._ready_at)
+                self._boot_reacted(now - self._ready_at)
             self._changed_at, self._ready_at = now, None
         self._desired = desired
         last = self._status.get("lastDecision") or {}
@@ -271,6 +274,11 @@ class Recorder:
         if ended and times.ended is None:
             times.ended = now
         self.sample()
+
+    def _boot_reacted(self, seconds: float) -> None:
+        bound = self.boot_reaction_max_s
+        if bound is None or seconds <= bound:
+            self.boot_reactions.append(seconds)
 
     def _reacted(self, now: float) -> bool:
         """Record the reaction of a scale-up to the pods created since the last change;

@@ -210,7 +210,14 @@ async def _start(world: TwinWorld, harness: Harness, spec: DemoSpec) -> None:
         f"/apis/cells.kubeswift.io/v1alpha1/namespaces/{world.namespace}/gpucellpools", manifest
     )
     world.recorder = Recorder(
-        world.infra, world.workload, world.namespace, POOL, node_selector=_cell_selector(world)
+        world.infra,
+        world.workload,
+        world.namespace,
+        POOL,
+        node_selector=_cell_selector(world),
+        # a decision change more than two ticks after a cell turned Ready answered a window
+        # or a tick, not the boot (a 1 h demo measured 530 trace s from a scale-down)
+        boot_reaction_max_s=2 * spec.wall(spec.tick_seconds),
     )
     await world.recorder.start()
     await _first_decision(world.recorder)

@@ -239,3 +239,16 @@ def test_the_first_reaction_is_from_the_runs_first_pod_to_its_first_scale_up() -
     timings = WorldTimings.measured(SPEC, [17.0], [], 3.0, None, rec.first_reaction)
     assert sim_config(SPEC, timings).first_react_delay_seconds == 6.5
     assert recorder()[0].first_reaction is None  # no scale-up yet
+
+
+def test_a_change_long_after_a_ready_cell_is_not_a_reaction_to_it() -> None:
+    rec, clock = recorder()
+    rec.boot_reaction_max_s = 20.0
+    rec._pool("MODIFIED", pool(1, {}))
+    clock.t = 3.0
+    rec._guest("ADDED", guest("c0"))
+    clock.t = 20.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready"}))
+    clock.t = 550.0
+    rec._pool("MODIFIED", pool(0, {"c0": "Ready"}))  # a scale-down after its window
+    assert rec.boot_reactions == [] and rec.boot_reaction is None
