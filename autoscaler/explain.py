@@ -340,6 +340,7 @@ def encode_memory(memory: PolicyMemory) -> str:
             "ev": [list(e) for e in memory.scale_events],
             "bp": memory.boots_proven,
             **({"nu": sorted(memory.never_used)} if memory.never_used else {}),
+            **({"ups": [list(u) for u in memory.scale_ups]} if memory.scale_ups else {}),
         },
         separators=(",", ":"),
     )
@@ -384,6 +385,12 @@ def decode_memory(text: str | None) -> PolicyMemory:
             scale_events=tuple((float(t), int(n)) for t, n in data.get("ev") or ()),
             boots_proven=data.get("bp") is True,
             never_used=frozenset(str(n) for n in data.get("nu") or ()),
+            scale_ups=tuple(_scale_up(u) for u in data.get("ups") or ()),
         )
     except (ValueError, TypeError, AttributeError):
         return PolicyMemory()
+
+
+def _scale_up(stored: Any) -> tuple[float, int, float | None]:
+    at, before, previous = stored
+    return float(at), int(before), None if previous is None else float(previous)

@@ -142,7 +142,10 @@ def scale_up(
     msg = f"{why}; wanted +{wanted}, scaling {inp.current} -> {desired}"
     if increase > 0:
         events = (*mem.scale_events, (now, increase))
-        mem = replace(mem, last_scale_up_at=now, scale_events=events)
+        ups = mem.scale_ups
+        if config.boot_hedge_fraction > 0:  # only a hedging pool takes scale-ups back
+            ups = (*ups, (now, inp.current, mem.last_scale_up_at))
+        mem = replace(mem, last_scale_up_at=now, scale_events=events, scale_ups=ups)
     return _decision(desired, reason, msg, mem)
 
 
@@ -245,7 +248,7 @@ def scale_down(
         return _decision(inp.current, Reason.NO_IDLE_CELL, msg, mem)
     n = len(choice.victims)
     events = (*mem.scale_events, (now, -n))
-    mem = replace(mem, last_scale_down_at=now, scale_events=events)
+    mem = replace(mem, last_scale_down_at=now, scale_events=events, scale_ups=())
     msg = f"{n} cell(s) idle for {window:g}s and drainable; scaling {inp.current} -> "
     msg += str(inp.current - n)
     return _decision(inp.current - n, Reason.SCALED_DOWN, msg, mem, choice.victims)

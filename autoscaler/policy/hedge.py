@@ -185,6 +185,7 @@ def cancel_boots(
     victims = hedged.victims[:count]
     boots = min(count, len(hedged.surplus))
     mem = replace(memory, scale_events=(*memory.scale_events, (now, -count)))
+    mem = forget_cancelled(mem, current - count, now)
     parts = [f"cancelling {boots} surplus booting cell(s)"] if boots else []
     if count > boots:
         parts.append(f"retiring {count - boots} Ready cell(s) that never ran a pod")
@@ -193,3 +194,25 @@ def cancel_boots(
         f"boot(s) hedge them; {' and '.join(parts)}, scaling {current} -> {current - count}"
     )
     return Decision(current - count, Reason.SPARES_CANCELLED, message, mem, victims)
+
+
+def forget_cancelled(memory: PolicyMemory, count: int, now: float) -> PolicyMemory:
+    """``memory`` without the scale-ups that cancelled bets have taken back to ``count`` cells:
+    a scale-up whose cells all went before running a pod restarts no
+    ``scaleDownDelayAfterScaleUp`` and leaves no recommendation above ``count`` in the
+    stabilisation windows (the one made ``now`` stays). Without it, a pod that waited seconds
+    for a GPU another pod was freeing (in one world and not the other, a race of seconds)
+    held a pool's idle cell for the whole ten-minute window after its spares were cancelled.
+    Memory whose last scale-up is not its newest record (stored by an earlier version) is
+    kept as it is."""
+    ups = list(memory.scale_ups)
+    if not ups or ups[-1][0] != memory.last_scale_up_at:
+        return memory
+    undone: list[tuple[float, int, float | None]] = []
+    while ups and ups[-1][1] >= count:
+        undone.append(ups.pop())
+    if not undone:
+        return memory
+    first, _, before = undone[-1]
+    recs = tuple((t, r) for t, r in memory.recommendations if t < first or t >= now or r <= count)
+    return replace(memory, last_scale_up_at=before, scale_ups=tuple(ups), recommendations=recs)

@@ -224,6 +224,10 @@ class PolicyMemory:
     # With hedged boots: the cells that have never run a pod (Booting, or Ready and empty ever
     # since). Such a Ready cell is a bet that lost and retires at once (policy.hedge)
     never_used: frozenset[str] = frozenset()
+    # With hedged boots: the recent scale-ups, oldest first, as (time, Ready + Booting cells
+    # before it, ``last_scale_up_at`` before it). When cancelled bets bring the count back to
+    # where a scale-up started, that scale-up is forgotten (``policy.hedge.forget_cancelled``).
+    scale_ups: tuple[tuple[float, int, float | None], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
