@@ -94,7 +94,10 @@ class PoolObserver:
             nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
         names, prom_usage, health = await self._read_usage(pool, nodes, now)
         asked = frozenset(names) if prom_usage is not None else None
-        inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked, claim_use)
+        state.pod_changes.see(index.by_node, names, now)
+        state.pod_changes.forget_except(names)
+        superseded = state.pod_changes.superseded(names, now, health.age_seconds)
+        inputs = CellInputs(shape, nodes, index.by_node, prom_usage, asked, claim_use, superseded)
         cells, unknown = cells_for_pool(pool, inputs, now)
         cells = _as_requested(state, cells, now)
         leaving = {c.name for c in cells if c.state is CellState.DRAINING}

@@ -30,6 +30,7 @@ from autoscaler.policy.types import (
     Reason,
     Steady,
 )
+from autoscaler.usage_freshness import PodChanges
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.runtime.runner import RunnerSettings
 
@@ -101,6 +102,8 @@ class PoolState:
     parsed: ParseMemo = field(default_factory=dict)
     """The pending pods' parsed asks by UID (``pool_demand.pending_for_pool``'s memo), kept
     for the pods still counted."""
+    pod_changes: PodChanges = field(default_factory=PodChanges)
+    """When the pods of each Node the pool reads last changed (``autoscaler.usage_freshness``)."""
 
 
 def runner_settings(settings: LoopSettings) -> RunnerSettings:

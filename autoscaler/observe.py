@@ -108,6 +108,9 @@ class CellInputs:
     claim_usage: Mapping[str, tuple[GPUUsage, ...]] | None = None
     """HAMi DRA mode: per Node, what its allocated ResourceClaims hold (``claim_inputs``), read
     instead of the pods' allocation annotations; None: device-plugin mode."""
+    superseded: frozenset[str] = frozenset()
+    """Nodes whose pods changed after Prometheus's oldest sample (``usage_freshness``): their
+    annotations alone are the allocation."""
 
 
 def _state(phase: CellPhase) -> CellState:
@@ -206,6 +209,8 @@ def ready_cell_usage(
         return reported or (), reported is not None
     if reported is None:
         return annotated, not asked
+    if node_name in inputs.superseded:  # Prometheus has not sampled the pods' change yet
+        return annotated, True
     return raised(annotated, reported), True
 
 
