@@ -259,9 +259,7 @@ def _remember(
         samples = limits.add_sample(samples, now, used, config.forecast_window_seconds)
     events = limits.trim(memory.scale_events, now, limits.event_horizon(config))
     evidence = limits.boot_evidence(inp.ready, inp.failed, memory.boots_proven)
-    horizon = max(
-        config.scale_down_delay_after_scale_up_seconds, limits.recommendation_horizon(config)
-    )
+    horizon = limits.scale_up_horizon(config)
     ups = tuple(u for u in memory.scale_ups if now - u[0] < horizon)
     return replace(
         memory,
@@ -285,10 +283,11 @@ def decide(
     unused = _never_used(observation, memory, config, inp)
     keep = max(config.min_replicas, inp.forecast_target)
     cancel = cancellable(hedged, inp.current, keep, inp.empty_cells, config.headroom_cells)
-    if cancel and raw <= inp.current:  # the surplus boots going now are not needed either
+    cancelling = bool(cancel) and raw <= inp.current
+    if cancelling:  # the surplus boots going now are not needed either
         raw = max(keep, raw - min(cancel, len(hedged.surplus)))
     mem = _remember(memory, config, inp, now, raw, unused)
-    if cancel and raw <= inp.current:
+    if cancelling:
         decision = cancel_boots(hedged, cancel, inp.current, mem, now)
     elif raw > inp.current:
         decision = scale_up(observation, mem, config, now, inp, raw)

@@ -27,7 +27,10 @@ The rule, over one observation (pure, no clock):
   once, newest first, after the surplus boots, under the same floors. Without it a spare
   cancelled while booting in one world (the operator) but Ready a few seconds sooner in the
   other (the simulator) would idle out the ten-minute scale-down window there: seconds of
-  timing turned into idle cell-minutes. With it both worlds drop the bet within a decision.
+  timing turned into idle cell-minutes. With it both worlds drop the bet within a decision;
+* a scale-up whose cells the cancels have all taken back is forgotten (``forget_cancelled``):
+  it restarts no post-scale-up delay and leaves no recommendation above the count it returned
+  to, so a bet that was never needed holds no idle cell for a window.
 """
 
 from __future__ import annotations

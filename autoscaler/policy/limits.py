@@ -82,6 +82,12 @@ def recommendation_horizon(config: PolicyConfig) -> float:
     )
 
 
+def scale_up_horizon(config: PolicyConfig) -> float:
+    """How long a hedging pool's scale-ups must be remembered (``hedge.forget_cancelled``):
+    as long as one can still hold the post-scale-up delay or a stabilisation window."""
+    return max(config.scale_down_delay_after_scale_up_seconds, recommendation_horizon(config))
+
+
 def event_horizon(config: PolicyConfig) -> float:
     """How long scale events must be remembered: the longest rate-policy period."""
     periods = [p.period_seconds for p in config.scale_up.policies + config.scale_down.policies]
