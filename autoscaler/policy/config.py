@@ -60,6 +60,10 @@ def _hedge_errors(config: PolicyConfig) -> list[str]:
         errors.append("boot_hedge_min_wave must be at least 1")
     if not 0.0 <= config.boot_hedge_delay_boots <= 1.0:
         errors.append("boot_hedge_delay_boots must be within [0, 1]")
+    if config.warm_spare_cells < 0:
+        errors.append("warm_spare_cells must be >= 0")
+    if config.warm_spare_seconds < 0:
+        errors.append("warm_spare_seconds must be >= 0")
     return errors
 
 
@@ -230,6 +234,8 @@ def policy_config_from_spec(
         max_cells_in_flight=auto.max_cells_in_flight,
         disruption_budget=auto.disruption_budget,
         headroom_cells=auto.headroom_cells,
+        warm_spare_cells=auto.warm_spare.cells,
+        warm_spare_seconds=auto.warm_spare.keep_for.seconds,
         prewarm=auto.prewarm.enabled,
         boot_seconds=auto.prewarm.boot_time.seconds,
         mode=Mode.ACTIVE if auto.acts() else Mode.SHADOW,

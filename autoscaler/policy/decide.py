@@ -32,7 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from autoscaler.policy import cell_index, limits, next_change, same_facts
+from autoscaler.policy import cell_index, limits, next_change, same_facts, warm_spare
 from autoscaler.policy.decide_paths import Inputs, hold, scale_down, scale_up
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.forecast import forecast_demand
@@ -164,6 +164,7 @@ def _inputs(
         (*fitting, *displaced), index.bins, config.shape, config.packing_heuristic, excluded=stuck
     )
     empty = index.empty_after(packing)
+    headroom = warm_spare.headroom_cells(memory, config, now)
     below_packed = index.below(packing)  # scale_down.candidates on the packed utilisation
     below = tuple(with_idle_cells(cells, below_packed, idle) if idle else below_packed)
     forecast, forecast_target = (
@@ -178,8 +179,9 @@ def _inputs(
         packing=packing,
         below=below,
         empty_cells=empty,
-        headroom_missing=max(0, config.headroom_cells - empty),
-        removable=_removable(below, packing, empty, config.headroom_cells, index),
+        headroom=headroom,
+        headroom_missing=max(0, headroom - empty),
+        removable=_removable(below, packing, empty, headroom, index),
         forecast=forecast,
         forecast_target=forecast_target,
         trusted=trusted,
@@ -282,7 +284,7 @@ def decide(
     raw = _raw(inp, config, observation.workload_cluster_reachable, hedged.missing)
     unused = _never_used(observation, memory, config, inp)
     keep = max(config.min_replicas, inp.forecast_target)
-    cancel = cancellable(hedged, inp.current, keep, inp.empty_cells, config.headroom_cells)
+    cancel = cancellable(hedged, inp.current, keep, inp.empty_cells, inp.headroom)
     cancelling = bool(cancel) and raw <= inp.current
     if cancelling:  # the surplus boots going now are not needed either
         raw = max(keep, raw - min(cancel, len(hedged.surplus)))

@@ -38,6 +38,7 @@ class Inputs:
     packing: PackingResult
     below: tuple[CellView, ...]  # Ready cells below the utilisation threshold (projected)
     empty_cells: int  # Ready/Booting cells that hold nothing after packing
+    headroom: int  # empty cells to keep: headroom_cells, or the warm spare (policy.warm_spare)
     headroom_missing: int
     removable: int
     forecast: float | None
@@ -93,6 +94,13 @@ def _in_flight_bound(config: PolicyConfig, inp: Inputs) -> tuple[Reason, int, st
     return Reason.IN_FLIGHT_LIMIT, limit - inp.booting, detail
 
 
+def _headroom_words(config: PolicyConfig, inp: Inputs) -> str:
+    if inp.headroom > config.headroom_cells:  # policy.warm_spare raised it
+        keep = f"{config.warm_spare_seconds:g}s"
+        return f"warm spare asks {inp.headroom} (the pool grew within the last {keep})"
+    return f"headroom asks {inp.headroom}"
+
+
 def _up_driver(config: PolicyConfig, inp: Inputs) -> tuple[Reason, str]:
     if inp.packing.new_cells > 0:
         why = f"{len(inp.fitting)} pending pod(s) need {inp.packing.new_cells} new cell(s)"
@@ -104,7 +112,7 @@ def _up_driver(config: PolicyConfig, inp: Inputs) -> tuple[Reason, str]:
     if config.min_replicas > inp.current:
         return Reason.BELOW_MIN_REPLICAS, f"below min replicas {config.min_replicas}"
     if inp.headroom_missing > 0:
-        why = f"{inp.empty_cells} empty cell(s), headroom asks {config.headroom_cells}"
+        why = f"{inp.empty_cells} empty cell(s), {_headroom_words(config, inp)}"
         return Reason.HEADROOM, why
     return Reason.PREWARMED, f"forecast {inp.forecast or 0.0:.2f} cells in {config.boot_seconds:g}s"
 
@@ -236,7 +244,7 @@ def scale_down(
         ready,
         inp.packing.usage,
         config.shape,
-        VictimLimits(limit, busy_limit, max(0, inp.empty_cells - config.headroom_cells)),
+        VictimLimits(limit, busy_limit, max(0, inp.empty_cells - inp.headroom)),
         obs.idle_cells if config.scale_down_on_usage else frozenset(),
     )
     if not choice.victims and choice.over_budget:
@@ -295,9 +303,9 @@ def _hold_reason(obs: Observation, config: PolicyConfig, inp: Inputs) -> tuple[R
                 f"forecast {inp.forecast or 0.0:.2f} cells keeps {below} idle cell(s)",
             ),
             (
-                below > 0 and inp.removable == 0 and config.headroom_cells > 0,
+                below > 0 and inp.removable == 0 and inp.headroom > 0,
                 Reason.HEADROOM,
-                f"{below} idle cell(s) kept as headroom ({config.headroom_cells})",
+                f"{below} idle cell(s) kept: {_headroom_words(config, inp)}",
             ),
             (
                 inp.current > floor,

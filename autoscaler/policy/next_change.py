@@ -23,7 +23,7 @@ import operator
 from collections.abc import Sequence
 from dataclasses import replace
 
-from autoscaler.policy import limits
+from autoscaler.policy import limits, warm_spare
 from autoscaler.policy.cell_index import state_count
 from autoscaler.policy.hedge import hedge_delay_clocks, hedge_delay_seconds
 from autoscaler.policy.types import (
@@ -127,6 +127,9 @@ def steady(
     cells = observation.cells
     current = state_count(cells, CellState.READY) + state_count(cells, CellState.BOOTING)
     clocks = _memory_clocks(decision.memory, config, now, raw, current)
+    warm = warm_spare.warm_until(decision.memory, config)
+    if warm is not None:  # the kept empty cells drop back to headroom_cells then
+        clocks.append(warm)
     stuck = config.stuck_pending_seconds
     if stuck > 0 and observation.workload_cluster_reachable:
         clocks += [p.first_seen + stuck for p in observation.pending]

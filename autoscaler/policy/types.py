@@ -324,6 +324,12 @@ class PolicyConfig:
     # on the whole helios-earth months, and takes most of the twin-vs-simulator races of a few
     # seconds out of the hedge (docs/autoscaling.md, session 15).
     boot_hedge_delay_boots: float = 0.05
+    # Warm spare (autoscaler.policy.warm_spare): while the pool grew within the last
+    # ``warm_spare_seconds``, keep at least this many empty cells, as ``headroom_cells`` does
+    # all the time; a quiet pool keeps none and still scales to its floor. 0 disables.
+    # Not an API field.
+    warm_spare_cells: int = 0
+    warm_spare_seconds: float = 600.0
 
 
 # ---------------------------------------------------------------------------------------------

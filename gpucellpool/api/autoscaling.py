@@ -123,6 +123,18 @@ class Prewarm(KubeModel):
     """Expected time from cell creation to usable capacity; how far ahead to look."""
 
 
+class WarmSpare(KubeModel):
+    """Empty cells kept while the pool is growing, so the next pod finds a Ready cell instead
+    of waiting a boot; unlike headroomCells, a pool that stops growing keeps none."""
+
+    cells: int = Field(default=0, ge=0, le=100)
+    """Keep this many empty cells (within maxReplicas) while the pool grew within keepFor; 0
+    turns it off. A pod that takes the spare makes the pool grow again, so the spare is
+    replaced and kept; after keepFor without growth it is an idle cell like any other."""
+    keep_for: Duration = Duration("10m")
+    """How long after the pool last grew the spare is kept."""
+
+
 class DemandSelection(KubeModel):
     """Which pending pods count as demand for this pool (on top of cell fit)."""
 
@@ -279,6 +291,8 @@ class AutoscalingSpec(KubeModel):
     drained infrastructure Node; applies with autoscaling disabled too)."""
     headroom_cells: int = Field(default=0, ge=0, le=100)
     """Keep this many empty cells beyond the demand (within maxReplicas)."""
+    warm_spare: WarmSpare = Field(default_factory=WarmSpare)
+    """Empty cells kept only while the pool is growing (off by default)."""
     prewarm: Prewarm = Field(default_factory=Prewarm)
     """Predictive pre-warming (off by default)."""
     demand: DemandSelection = Field(default_factory=DemandSelection)

@@ -73,6 +73,8 @@ KNOBS = {
     "hedge": ("hedge", lambda v: f"{v:g}", _field("boot_hedge_fraction")),
     "hedge_min_wave": ("minwave", str, _field("boot_hedge_min_wave")),
     "hedge_delay": ("hdelay", lambda v: f"{v:g}", _field("boot_hedge_delay_boots")),
+    "warm_spare": ("warm", str, _field("warm_spare_cells")),
+    "warm_spare_seconds": ("warmfor", lambda v: f"{v:g}s", _field("warm_spare_seconds")),
 }
 
 
@@ -139,6 +141,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hedge-delay",
         type=at.comma_list(at.bounded(0, 1)),
         help="start spares once a pending pod has waited this share of a boot",
+    )
+    g.add_argument(
+        "--warm-spare",
+        type=cells,
+        help="empty cells kept while the pool grew recently (0: off; policy.warm_spare)",
+    )
+    g.add_argument(
+        "--warm-spare-seconds", type=seconds, help="how long after growing the warm spare stays"
     )
     parser.add_argument(
         "--seeds",

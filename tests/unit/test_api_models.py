@@ -85,6 +85,8 @@ DEFAULTS = [
     ("autoscaling.maxCellsInFlight", 4),
     ("autoscaling.disruptionBudget", 1),
     ("autoscaling.headroomCells", 0),
+    ("autoscaling.warmSpare.cells", 0),
+    ("autoscaling.warmSpare.keepFor", "10m"),
     ("autoscaling.prewarm.enabled", False),
     ("autoscaling.prewarm.bootTime", "5m"),
     ("autoscaling.demand.schedulerName", "hami-scheduler"),

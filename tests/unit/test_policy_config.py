@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from autoscaler.policy.config import (
     policy_config_from_spec,
@@ -144,3 +145,15 @@ def test_cooldowns_are_enforced_by_decide() -> None:
     later = replace(down, last_scale_down_at=now - 2000)
     d = decide(Observation((), (cell,)), later, replace(config, scale_down=ScalingRules(0.0)), now)
     assert (d.reason, d.victims) == (Reason.SCALED_DOWN, ("a",))
+
+
+def test_warm_spare_maps_and_is_off_by_default() -> None:
+    body = sample("autoscaling-on.yaml")
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    assert (config.warm_spare_cells, config.warm_spare_seconds) == (0, 600.0)
+    body["spec"]["autoscaling"]["warmSpare"] = {"cells": 2, "keepFor": "30m"}
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    assert (config.warm_spare_cells, config.warm_spare_seconds) == (2, 1800.0)
+    body["spec"]["autoscaling"]["warmSpare"] = {"cells": -1}
+    with pytest.raises(ValidationError, match="warmSpare"):
+        GPUCellPool.model_validate(body)

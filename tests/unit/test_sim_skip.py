@@ -103,10 +103,17 @@ def _bursts(seed: int) -> list[TracePod]:
 def _policies() -> dict[str, Callable[[], ScalingPolicy]]:
     rate = ScalingRules(60.0, (RatePolicy(RatePolicyType.CELLS, 3, 120.0),))
     paced = {"scale_up": rate, "scale_down_cooldown_seconds": 900.0, "max_cells_in_flight": 2}
+    hedged_warm = {
+        "boot_hedge_fraction": 0.75,
+        "boot_hedge_min_wave": 1,
+        "warm_spare_cells": 1,
+        "warm_spare_seconds": 900.0,
+    }
     return {
         "gpucellpool": ProductionPolicy,
         "gpucellpool-legacy-windows": legacy_windows_policy,
         "gpucellpool-paced": lambda: ProductionPolicy("paced", paced),
+        "gpucellpool-hedged-warm": lambda: ProductionPolicy("hedged-warm", hedged_warm),
         **PEERS,
     }
 
