@@ -282,6 +282,7 @@ def decide(
     inp = _inputs(observation, memory, config, now)
     hedged = _hedge(observation, memory, inp, config, now)
     raw = _raw(inp, config, observation.workload_cluster_reachable, hedged.missing)
+    inp = replace(inp, spares=hedged.missing)
     unused = _never_used(observation, memory, config, inp)
     keep = max(config.min_replicas, inp.forecast_target)
     cancel = cancellable(hedged, inp.current, keep, inp.empty_cells, inp.headroom)

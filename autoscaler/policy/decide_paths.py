@@ -49,6 +49,7 @@ class Inputs:
     ready: int = 0  # Ready cells: boots that succeeded (one lifts the in-flight limit)
     failed: int = 0  # Failed cells: boots that failed (any restores the in-flight limit)
     proven_before: bool = False  # PolicyMemory.boots_proven as handed in
+    spares: int = 0  # hedged spare boots this decision starts (policy.hedge)
 
 
 def _decision(
@@ -102,18 +103,22 @@ def _headroom_words(config: PolicyConfig, inp: Inputs) -> str:
 
 
 def _up_driver(config: PolicyConfig, inp: Inputs) -> tuple[Reason, str]:
+    spares = f"; {inp.spares} spare boot(s) hedge them" if inp.spares else ""
     if inp.packing.new_cells > 0:
         why = f"{len(inp.fitting)} pending pod(s) need {inp.packing.new_cells} new cell(s)"
         if inp.stuck:
             why += f" ({inp.stuck} pending too long to count on their Ready cells)"
         if inp.displaced:
             why += f" (with {inp.displaced} pod(s) to re-home from draining cells)"
-        return Reason.SCALED_UP, why
+        return Reason.SCALED_UP, why + spares
     if config.min_replicas > inp.current:
         return Reason.BELOW_MIN_REPLICAS, f"below min replicas {config.min_replicas}"
     if inp.headroom_missing > 0:
         why = f"{inp.empty_cells} empty cell(s), {_headroom_words(config, inp)}"
-        return Reason.HEADROOM, why
+        return Reason.HEADROOM, why + spares
+    if inp.spares > 0 and inp.spares + inp.current >= inp.forecast_target:
+        why = f"{len(inp.fitting)} pending pod(s) wait for booting cells{spares}"
+        return Reason.SCALED_UP, why
     return Reason.PREWARMED, f"forecast {inp.forecast or 0.0:.2f} cells in {config.boot_seconds:g}s"
 
 
@@ -137,7 +142,7 @@ def scale_up(
     bounds = _up_bounds(obs, mem, config, now, inp)
     increase = max(0, min([wanted, *(allowed for _, allowed, _ in bounds)]))
     reason, why = _up_driver(config, inp)
-    unclamped = inp.current + inp.packing.new_cells + inp.headroom_missing
+    unclamped = inp.current + inp.packing.new_cells + inp.headroom_missing + inp.spares
     if increase < wanted:
         reason, detail, _ = next((r, d, a) for r, a, d in bounds if max(a, 0) == increase)
         why = f"{why}; capped by {detail}"

@@ -221,3 +221,15 @@ def test_the_hedge_delay_makes_no_promise_end_before_boots_are_proven() -> None:
     unproven = decide(observation, PolicyMemory(), config, NOW)
     assert proven.steady is not None and proven.steady.until == NOW + 10.0  # at 15 s waited
     assert unproven.steady is None or unproven.steady.until > NOW + 10.0  # no spare to start
+
+
+def test_spares_for_a_wave_already_booting_say_so() -> None:
+    """Four pods wait for four booting cells (the wave was started without spares, e.g. before
+    the hedge's delay was over): the spares start now, and the decision says they are hedged
+    boots for pending pods, not a forecast (it read 'Prewarmed, forecast 0.00 cells')."""
+    cells = (*(_ready(i) for i in range(10)), *(_booting(10 + i) for i in range(4)))
+    d = decide(Observation(_pods(4), cells), PROVEN, CONFIG, NOW)
+    assert (d.reason, d.desired_replicas) == (Reason.SCALED_UP, 16)
+    assert "4 pending pod(s) wait for booting cells; 2 spare boot(s) hedge them" in d.message
+    burst = decide(Observation(_pods(40), cells[:10]), PROVEN, CONFIG, NOW)
+    assert "need 40 new cell(s); 20 spare boot(s) hedge them" in burst.message
