@@ -52,7 +52,8 @@ def _rules_errors(name: str, rules: ScalingRules) -> list[str]:
     return errors
 
 
-def _hedge_errors(config: PolicyConfig) -> list[str]:
+def _spare_errors(config: PolicyConfig) -> list[str]:
+    """Hedged boots and the warm spare: cells started or kept beyond what pods ask for."""
     errors = []
     if not 0.0 <= config.boot_hedge_fraction <= 10.0:
         errors.append("boot_hedge_fraction must be within [0, 10]")
@@ -83,7 +84,7 @@ def validate_config(config: PolicyConfig) -> tuple[str, ...]:
         errors.append("max_cells_in_flight and disruption_budget must be >= 0")
     if config.headroom_cells < 0:
         errors.append("headroom_cells must be >= 0")
-    errors.extend(_hedge_errors(config))
+    errors.extend(_spare_errors(config))
     if config.boot_seconds < 0 or config.forecast_window_seconds <= 0:
         errors.append("boot_seconds must be >= 0 and forecast_window_seconds > 0")
     if config.packing_heuristic not in HEURISTICS:

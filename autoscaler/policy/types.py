@@ -327,7 +327,7 @@ class PolicyConfig:
     # Warm spare (autoscaler.policy.warm_spare): while the pool grew within the last
     # ``warm_spare_seconds``, keep at least this many empty cells, as ``headroom_cells`` does
     # all the time; a quiet pool keeps none and still scales to its floor. 0 disables.
-    # Not an API field.
+    # API: spec.autoscaling.warmSpare (cells, keepFor).
     warm_spare_cells: int = 0
     warm_spare_seconds: float = 600.0
 
