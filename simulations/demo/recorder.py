@@ -124,6 +124,9 @@ class Recorder:
     # after it, so the simulator's wave became Ready in another order than HAMi saw the twin's.
     node_selector: str | None = None
     _placeable: dict[str, float] = field(default_factory=dict)  # name -> its Node placeable
+    # (cell, when its boot ended) per boot: a pod that waited for the cell is bound some time
+    # after (``binds_after_ready``), where the simulator places it at once
+    readies: list[tuple[str, float]] = field(default_factory=list)
     _status_ready: set[str] = field(default_factory=set)  # Ready in status, Node not yet
     _caches: list[WatchCache] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -160,6 +163,7 @@ class Recorder:
         self._ready_at = None if self._ready_at is None else self._ready_at - shift
         self._guest_seen = {k: v - shift for k, v in self._guest_seen.items()}
         self._placeable = {k: v - shift for k, v in self._placeable.items()}
+        self.readies = [(name, at - shift) for name, at in self.readies]
         self._cancelling = {k: v - shift for k, v in self._cancelling.items()}
         self.t0 += shift
         self.samples.clear()
@@ -259,6 +263,7 @@ class Recorder:
         order = _cell_index(name, guest)
         self.ready_after.append((created, order, ready - created))
         self.ready_from_guest.append((created, order, ready - guest))
+        self.readies.append((name, ready))
         self._ready_at = ready
 
     def _pod(self, kind: str, obj: JSON) -> None:
@@ -274,6 +279,21 @@ class Recorder:
         if ended and times.ended is None:
             times.ended = now
         self.sample()
+
+    def binds_after_ready(self) -> list[float]:
+        """Per pod created before the cell it was bound to became Ready (it waited for that
+        boot): that cell's boot end -> the pod bound on it. The simulator places such a pod
+        the instant the cell is Ready; the twin's HAMi binds it this much later."""
+        out = []
+        for times in self.pods.values():
+            if times.bound is None:
+                continue
+            bound, node = times.bound, times.node
+            boots = [at for name, at in self.readies if name == node and at <= bound]
+            ready = max(boots, default=None)
+            if ready is not None and times.created < ready:
+                out.append(bound - ready)
+        return out
 
     def _boot_reacted(self, seconds: float) -> None:
         bound = self.boot_reaction_max_s

@@ -252,3 +252,26 @@ def test_a_change_long_after_a_ready_cell_is_not_a_reaction_to_it() -> None:
     clock.t = 550.0
     rec._pool("MODIFIED", pool(0, {"c0": "Ready"}))  # a scale-down after its window
     assert rec.boot_reactions == [] and rec.boot_reaction is None
+
+
+def pod(name: str, node: str = "") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"nodeName": node} if node else {}}
+
+
+def test_a_pod_that_waited_for_a_boot_is_timed_from_the_boot_to_its_bind() -> None:
+    """The twin's HAMi binds a pod that waited for a cell some time after the cell's boot
+    ended; the simulator places it at once. The recorder measures that gap (reported, so the
+    two worlds' pod starts can be compared); a pod created after the boot does not count."""
+    rec, clock = recorder()
+    rec._pool("MODIFIED", pool(1, {}))
+    clock.t = 1.0
+    rec._guest("ADDED", guest("c0"))
+    rec._pod("ADDED", pod("waiting"))
+    clock.t = 20.0
+    rec._pool("MODIFIED", pool(1, {"c0": "Ready"}))
+    clock.t = 20.5
+    rec._pod("ADDED", pod("later"))
+    clock.t = 23.0
+    rec._pod("MODIFIED", pod("waiting", "c0"))
+    rec._pod("MODIFIED", pod("later", "c0"))
+    assert rec.binds_after_ready() == [3.0]
