@@ -218,11 +218,11 @@ def _hedge(
     return hedged
 
 
-def _raw(inp: Inputs, config: PolicyConfig, reachable: bool, spares: int = 0) -> int:
+def _raw(inp: Inputs, config: PolicyConfig, reachable: bool) -> int:
     ceiling = max(config.max_replicas, config.min_replicas)
     if not reachable:  # nothing observed can be trusted: only the floor may move the count
         return min(max(config.min_replicas, inp.current), ceiling)
-    up = inp.current + inp.packing.new_cells + inp.headroom_missing + spares
+    up = inp.current + inp.packing.new_cells + inp.headroom_missing + inp.spares
     target = max(config.min_replicas, up, inp.forecast_target)
     if target <= inp.current:
         down = inp.current - (inp.removable if inp.trusted else 0)
@@ -281,8 +281,8 @@ def decide(
     """The target cell count for one pool, why, and the memory to hand back next time."""
     inp = _inputs(observation, memory, config, now)
     hedged = _hedge(observation, memory, inp, config, now)
-    raw = _raw(inp, config, observation.workload_cluster_reachable, hedged.missing)
     inp = replace(inp, spares=hedged.missing)
+    raw = _raw(inp, config, observation.workload_cluster_reachable)
     unused = _never_used(observation, memory, config, inp)
     keep = max(config.min_replicas, inp.forecast_target)
     cancel = cancellable(hedged, inp.current, keep, inp.empty_cells, inp.headroom)

@@ -13,6 +13,7 @@ the numbers read like ``gpucellpool simulate`` output.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -219,12 +220,11 @@ def _bind_lines(binds: tuple[float, ...], factor: float) -> list[str]:
     simulator places it at once; not given to the simulator)."""
     if not binds:
         return []
-    ordered = sorted(binds)
-    median = ordered[len(ordered) // 2]
+    median = statistics.median(binds)
     return [
         f"- a pod waiting for a booting cell was bound {median * factor:.0f} s after the boot "
-        f"ended in the twin (median of {len(binds)}, {ordered[0] * factor:.0f}-"
-        f"{ordered[-1] * factor:.0f} s); the simulator places it at once"
+        f"ended in the twin (median of {len(binds)}, {min(binds) * factor:.0f}-"
+        f"{max(binds) * factor:.0f} s); the simulator places it at once"
     ]
 
 
