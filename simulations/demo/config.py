@@ -166,6 +166,7 @@ class WorldTimings:
     cancel_seconds: float = 0.0  # a cancelled boot's cell, from its execution to its guest gone
     boot_react_seconds: float | None = None  # a cell Ready -> the decision it prompts (None: react)
     first_react_seconds: float | None = None  # the run's first pod -> first scale-up (None: react)
+    bind_delay_seconds: float = 0.0  # a cell's boot end -> a pod waiting for it bound there
 
     @classmethod
     def nominal(cls, spec: DemoSpec) -> WorldTimings:
@@ -238,6 +239,16 @@ class WorldTimings:
             cancel_seconds=cancel,
         )
 
+    def with_binds(self, binds: Sequence[float]) -> WorldTimings:
+        """These timings with the median of the twin's ``binds`` (a cell's boot end -> a pod
+        that waited for it bound there) as the simulator's bind delay; unchanged when none was
+        seen. The twin's HAMi binds such a pod on its next pass over the new node (2-5 trace s
+        at x20); placed the instant the cell was Ready, the simulator's pods of a wave started
+        and ended that much earlier, and a pod arriving in between met other neighbours."""
+        if not binds:
+            return self
+        return replace(self, bind_delay_seconds=statistics.median(binds))
+
     def boot_model(self) -> BootModel:
         if self.boots:
             return ObservedBoots(median_seconds=self.boot_seconds, observed=self.boots)
@@ -259,6 +270,7 @@ def sim_config(spec: DemoSpec, timings: WorldTimings | None = None) -> SimConfig
         cancel_seconds=t.cancel_seconds,
         boot_react_delay_seconds=t.boot_react_seconds,
         first_react_delay_seconds=t.first_react_seconds,
+        bind_delay_seconds=t.bind_delay_seconds,
         warm_start=False,  # the twin's pool starts empty too
         tail_seconds=spec.horizon_seconds,
         samples=4000,

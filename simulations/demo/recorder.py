@@ -125,7 +125,7 @@ class Recorder:
     node_selector: str | None = None
     _placeable: dict[str, float] = field(default_factory=dict)  # name -> its Node placeable
     # (cell, when its boot ended) per boot: a pod that waited for the cell is bound some time
-    # after (``binds_after_ready``), where the simulator places it at once
+    # after (``binds_after_ready``; the median is the simulator's bind delay)
     readies: list[tuple[str, float]] = field(default_factory=list)
     _status_ready: set[str] = field(default_factory=set)  # Ready in status, Node not yet
     _caches: list[WatchCache] = field(default_factory=list)
@@ -283,7 +283,7 @@ class Recorder:
     def binds_after_ready(self) -> list[float]:
         """Per pod created before the cell it was bound to became Ready (it waited for that
         boot): that cell's boot end -> the pod bound on it. The simulator places such a pod
-        the instant the cell is Ready; the twin's HAMi binds it this much later."""
+        ``bind_delay_seconds`` after the cell is Ready (the median of these)."""
         out = []
         for times in self.pods.values():
             if times.bound is None:

@@ -127,12 +127,17 @@ def _clip(result: SimResult, end: float) -> SimResult:
 
 
 def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
-    """The twin's timings; with ``lag`` the provisioner's execution lag apart from the boots."""
+    """The twin's timings; with ``lag`` the provisioner's execution lag apart from the boots
+    and the bind delay after a boot (without: the model before either)."""
     rec = run.recorder
     timings = WorldTimings.measured(
         run.spec, rec.boots, rec.drains, rec.reaction, rec.boot_reaction, rec.first_reaction
     )
-    return timings.with_lag(rec.guest_boots, rec.lags, rec.cancels) if lag else timings
+    if not lag:
+        return timings
+    return timings.with_lag(rec.guest_boots, rec.lags, rec.cancels).with_binds(
+        rec.binds_after_ready()
+    )
 
 
 def _simulate(run: TwinResult, timings: WorldTimings, name: str) -> tuple[SimResult, Fidelity]:
@@ -216,15 +221,15 @@ def _boot_react(t: WorldTimings, factor: float) -> str:
 
 
 def _bind_lines(binds: tuple[float, ...], factor: float) -> list[str]:
-    """How long after its cell's boot ended a waiting pod was bound in the twin (the
-    simulator places it at once; not given to the simulator)."""
+    """How long after its cell's boot ended a waiting pod was bound in the twin (the median
+    is the simulator's bind delay, ``WorldTimings.with_binds``)."""
     if not binds:
         return []
     median = statistics.median(binds)
     return [
         f"- a pod waiting for a booting cell was bound {median * factor:.0f} s after the boot "
         f"ended in the twin (median of {len(binds)}, {min(binds) * factor:.0f}-"
-        f"{max(binds) * factor:.0f} s); the simulator places it at once"
+        f"{max(binds) * factor:.0f} s); the simulator's cells take pods that long after Ready"
     ]
 
 

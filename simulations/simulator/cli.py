@@ -114,6 +114,12 @@ def add_world_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="decision to execution (guest created, drain started), as measured on your cluster",
     )
+    g.add_argument(
+        "--bind-delay-seconds",
+        type=at.bounded(0, 86400),
+        default=0.0,
+        help="a cell's boot end (node Ready) to the first pod bound on it, as on your cluster",
+    )
     g.add_argument("--drain", choices=[m.value for m in DrainMode], default="wait-for-idle")
     g.add_argument(
         "--drain-timeout",
@@ -229,6 +235,7 @@ def sim_config(args: argparse.Namespace, config: PolicyConfig) -> SimConfig:
         physical_gpus=args.physical_gpus,
         seed=args.seed,
         exec_lag_seconds=args.exec_lag_seconds,
+        bind_delay_seconds=args.bind_delay_seconds,
     )
 
 

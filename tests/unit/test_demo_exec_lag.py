@@ -260,8 +260,8 @@ def pod(name: str, node: str = "") -> dict[str, Any]:
 
 def test_a_pod_that_waited_for_a_boot_is_timed_from_the_boot_to_its_bind() -> None:
     """The twin's HAMi binds a pod that waited for a cell some time after the cell's boot
-    ended; the simulator places it at once. The recorder measures that gap (reported, so the
-    two worlds' pod starts can be compared); a pod created after the boot does not count."""
+    ended. The recorder measures that gap (its median is the simulator's bind delay,
+    ``WorldTimings.with_binds``); a pod created after the boot does not count."""
     rec, clock = recorder()
     rec._pool("MODIFIED", pool(1, {}))
     clock.t = 1.0

@@ -78,7 +78,12 @@ class SimConfig:
     # A cancelled boot (a Booting victim) keeps its cell, Draining, this long after the cancel
     # is carried out (the guest deleted, then gone, its GPU released); 0 removes it at once.
     cancel_seconds: float = 0.0
+    # A cell's boot end (Ready, the policy sees it) to HAMi placing pods on it: the scheduler's
+    # next pass over the new node and the bind writes; 0 places waiting pods at the boot's end.
+    bind_delay_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cancel_seconds < 0:
             raise ValueError(f"cancel_seconds must be >= 0, got {self.cancel_seconds}")
+        if self.bind_delay_seconds < 0:
+            raise ValueError(f"bind_delay_seconds must be >= 0, got {self.bind_delay_seconds}")

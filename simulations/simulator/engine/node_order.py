@@ -18,13 +18,17 @@ from simulations.simulator.engine import hami
 
 
 class Scored(Protocol):
-    """What the order reads of a cell: its index, its state and HAMi's node score."""
+    """What the order reads of a cell: its index, its state, whether HAMi places on it yet,
+    and HAMi's node score."""
 
     @property
     def index(self) -> int: ...
 
     @property
     def state(self) -> CellState: ...
+
+    @property
+    def accepting(self) -> bool: ...
 
     def score(self, shape: CellShape) -> float: ...
 
@@ -33,7 +37,8 @@ C = TypeVar("C", bound=Scored)
 
 
 class NodeOrder(Generic[C]):
-    """The Ready cells of one world, sorted by (signed score, index)."""
+    """The Ready cells of one world HAMi places on (``accepting``), sorted by (signed score,
+    index)."""
 
     def __init__(self, shape: CellShape, node_policy: str) -> None:
         self.shape = shape
@@ -61,7 +66,7 @@ class NodeOrder(Generic[C]):
             at = bisect_left(self._keys, old)
             del self._keys[at]
             del self._cells[at]
-        if present and cell.state is CellState.READY:
+        if present and cell.state is CellState.READY and cell.accepting:
             key = (self._sign * cell.score(self.shape), cell.index)
             at = bisect_left(self._keys, key)
             self._keys.insert(at, key)

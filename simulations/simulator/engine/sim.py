@@ -6,13 +6,14 @@ seeded RNG (boot times and boot failures only) the same inputs always give the s
 The time of the event being handled is kept on ``Simulation.clock``, the one virtual clock
 (``engine.clock.VirtualClock``) that the live loop's tests run on as well.
 
-Events at the same instant run in this order: pod ends, boots, drains, arrivals, ticks,
-timeline samples; ties by insertion order. After every event the pending queue is offered to
-HAMi placement if capacity may have grown. A policy's ``Decision`` is applied as the
-provisioner would, through its plan check (``engine.actuator``): create cells up to
-``desired_replicas`` within the free physical GPUs; drain the named ``victims`` (at most down to
-``desired_replicas``); nothing when ``act`` is False. Whether a tick calls ``decide``
-or repeats the last decision is ``engine.decider``'s rule (idle ticks cost almost nothing).
+Events at the same instant run in this order: pod ends, boots, cells opening to pods (a boot's
+end plus ``bind_delay_seconds``), drains, arrivals, ticks, timeline samples; ties by insertion
+order. After every event the pending queue is offered to HAMi placement if capacity may have
+grown. A policy's ``Decision`` is applied as the provisioner would, through its plan check
+(``engine.actuator``): create cells up to ``desired_replicas`` within the free physical GPUs;
+drain the named ``victims`` (at most down to ``desired_replicas``); nothing when ``act`` is
+False. Whether a tick calls ``decide`` or repeats the last decision is ``engine.decider``'s rule
+(idle ticks cost almost nothing).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ from simulations.simulator.traces.model import TracePod
 # the set-up values live in engine.config; importing them from here keeps working
 __all__ = ["BootModel", "DrainMode", "SimConfig", "Simulation", "simulate"]
 
-END, BOOT, DRAIN, DRAIN_TIMEOUT, ARRIVAL, TICK, REACT, SAMPLE = range(8)
-EXECUTE = 8  # a held decision's actions (engine.exec_lag), after the samples of its instant
+END, BOOT, OPEN, DRAIN, DRAIN_TIMEOUT, ARRIVAL, TICK, REACT, SAMPLE = range(9)
+EXECUTE = 9  # a held decision's actions (engine.exec_lag), after the samples of its instant
 # ~0.1 s of work between progress reports, so a bar moves several times a second.
 PROGRESS_EVERY_EVENTS = 1024
 
@@ -156,6 +157,8 @@ class Simulation:
             self._pod_end(payload, now)
         elif kind == BOOT:
             self._boot_done(payload, now)
+        elif kind == OPEN:
+            self._open(payload)
         elif kind == DRAIN:
             self._drain_done(payload)
         elif kind == DRAIN_TIMEOUT:
@@ -257,10 +260,21 @@ class Simulation:
             self.world.remove_cell(name)
             self.counters.boot_failures += 1
         else:
+            delay = self.cfg.bind_delay_seconds
+            if delay > 0:  # Ready (billed, seen by the policy); HAMi places on it later
+                cell.accepting = False
+                self.push(now + delay, OPEN, name)
             self.world.set_state(cell, CellState.READY, now)
             self.capacity_up = True
         self.dirty = True
         self._react(self.reactions.after_boot(now))
+
+    def _open(self, name: str) -> None:
+        """A booted cell's bind delay is over: HAMi places pods on it from now on."""
+        cell = self.world.cells.get(name)
+        if cell is not None and not cell.accepting:
+            self.world.open_cell(cell)
+            self.capacity_up = self.dirty = True
 
     def _drain_done(self, name: str) -> None:
         if self.world.remove_cell(name) is not None:

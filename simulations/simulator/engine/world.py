@@ -69,6 +69,9 @@ class SimCell:
     created_at: float
     gpus: list[GPUUsage]
     ready_at: float | None = None
+    # HAMi places on a Ready cell only once it could (``SimConfig.bind_delay_seconds`` after
+    # its boot ended): until then the policy sees it Ready and empty, and no pod lands on it
+    accepting: bool = True
     pods: dict[str, Running] = field(default_factory=dict)
     cached_view: CellView | None = None
     cached_util: float | None = None
@@ -194,6 +197,11 @@ class World:
         self._found.clear()
         self._cell_views = None
         self._util_sum = None
+
+    def open_cell(self, cell: SimCell) -> None:
+        """``cell`` takes pods from now on (its bind delay is over)."""
+        cell.accepting = True
+        self._changed(cell)
 
     def count(self, state: CellState) -> int:
         return sum(1 for c in self.cells.values() if c.state is state)
