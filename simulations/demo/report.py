@@ -211,7 +211,8 @@ def _timings_line(t: WorldTimings, factor: float) -> str:
         f"{t.drain_seconds * factor:.0f} s, reaction {t.react_seconds * factor:.0f} s "
         f"({_boot_react(t, factor)} after a boot), "
         f"execution lag {t.exec_lag_seconds * factor:.0f} s, a cancelled boot's cell "
-        f"{t.cancel_seconds * factor:.0f} s more"
+        f"{t.cancel_seconds * factor:.0f} s more, bind delay after a boot "
+        f"{t.bind_delay_seconds * factor:.0f} s"
     )
 
 
@@ -237,7 +238,10 @@ def _lag_free_lines(report: DemoReport) -> list[str]:
     f = report.fidelity_lag_free
     if f is None:
         return []
-    head = "The same without the execution lag (boots from the decision, applied at once):"
+    head = (
+        "The same without the execution lag and the bind delay (boots from the decision, "
+        "applied at once, pods placed at a boot's end):"
+    )
     return [head, "", *_fidelity_lines(f, report.spec.compression), ""]
 
 
@@ -266,8 +270,8 @@ def markdown_report(report: DemoReport) -> str:
             "",
             "Simulator given the twin's measured world (each cell's boot time, a wave's in its "
             "cells' name order, the median drain, the median reaction, the median execution "
-            "lag and a cancelled boot's time to its guest gone), as a user passes the boot "
-            "time measured on their cluster:",
+            "lag, a cancelled boot's time to its guest gone and the median bind delay after "
+            "a boot), as a user passes the boot time measured on their cluster:",
             "",
             *_fidelity_lines(report.fidelity, k),
             "",

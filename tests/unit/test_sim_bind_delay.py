@@ -73,16 +73,23 @@ def test_no_delay_is_the_engine_as_before() -> None:
     assert simulate(pods, policy, delayed(0.0)) == simulate(pods, policy, plain)
 
 
-def test_the_production_policy_under_a_delay_is_deterministic_and_asks_no_more() -> None:
-    pods = random_trace(3, count=60, span=6000.0)
-    config = {"react_on_arrival": True}
+def test_the_production_policy_asks_no_cell_for_pods_a_ready_cell_will_take() -> None:
+    """Through three ticks of delay the policy sees Ready cells with room and the pods still
+    pending: it asks for no more cells, cancels and retires none of them."""
+    pods = tuple(TracePod(f"p{i}", 0.0, 1000.0, WHOLE) for i in range(4))
+    config = {"react_on_arrival": True, "tail_seconds": 2000.0}
     base = simulate(pods, ProductionPolicy("gpucellpool"), delayed(0.0, **config))
-    late = simulate(pods, ProductionPolicy("gpucellpool"), delayed(5.0, **config))
-    again = simulate(pods, ProductionPolicy("gpucellpool"), delayed(5.0, **config))
-    assert late == again and late.unplaced == base.unplaced == 0
-    assert sum(late.waits_seconds) > sum(base.waits_seconds)
-    assert late.scale_up_cells == base.scale_up_cells  # a Ready cell not taking pods yet is
-    # not mistaken for missing capacity: no extra cell for the pods waiting on it
+    late = simulate(pods, ProductionPolicy("gpucellpool"), delayed(30.0, **config))
+    assert base.waits_seconds == (50.0,) * 4 and late.waits_seconds == (80.0,) * 4
+    assert late.scale_up_cells == base.scale_up_cells == 4
+    assert late.scale_down_cells == base.scale_down_cells == 0
+
+
+def test_the_production_policy_under_a_delay_is_deterministic() -> None:
+    pods = random_trace(3, count=60, span=6000.0)
+    late = simulate(pods, ProductionPolicy("gpucellpool"), delayed(5.0, react_on_arrival=True))
+    again = simulate(pods, ProductionPolicy("gpucellpool"), delayed(5.0, react_on_arrival=True))
+    assert late == again and late.unplaced == 0
 
 
 def test_a_negative_delay_is_refused() -> None:
