@@ -91,3 +91,39 @@ def synthetic_gangs(
         )
         t, n = t + rng.expovariate(singles_per_hour / 3600.0), n + 1
     return sort_pods(out)
+
+
+BURST_FRACTIONS = (25, 30, 40, 50)  # percent of one GPU (memory and cores): a quarter to a half
+
+
+def synthetic_fractional_bursts(
+    days: float = 7.0,
+    pods_per_burst: tuple[int, int] = (10, 40),
+    spread_seconds: float = 180.0,
+    min_gap_seconds: float = 3600.0,
+    mean_extra_gap_seconds: float = 10800.0,
+    duration_seconds: tuple[float, float] = (600.0, 3600.0),
+    seed: int = 0,
+) -> tuple[TracePod, ...]:
+    """Bursts of fractional-GPU pods hours apart: the sharing workload that does not arrive as
+    lone pods (docs/autoscaling.md, session 18: is "keep the warm spare while the pool shares
+    GPUs" a rule, or a fit to openb?).
+
+    Bursts start ``min_gap_seconds`` plus an exponential gap (mean ``mean_extra_gap_seconds``)
+    apart; each has a uniform number of pods in ``pods_per_burst``, arriving uniformly within
+    ``spread_seconds`` of its start, each asking one of ``BURST_FRACTIONS`` of a GPU's memory
+    and cores and running a uniform time in ``duration_seconds``. Keys ``burst-<b>-<i>``.
+    """
+    rng = random.Random(seed)
+    span = days * DAY
+    out: list[TracePod] = []
+    t, b = rng.uniform(0.0, min_gap_seconds), 0
+    while t < span:
+        for i in range(rng.randint(*pods_per_burst)):
+            percent = rng.choice(BURST_FRACTIONS)
+            ask = GPUAsk(memory_percent=percent, cores_percent=percent)
+            arrival = t + rng.uniform(0.0, spread_seconds)
+            out.append(TracePod(f"burst-{b}-{i}", arrival, rng.uniform(*duration_seconds), ask))
+        t += min_gap_seconds + rng.expovariate(1.0 / mean_extra_gap_seconds)
+        b += 1
+    return sort_pods(out)
