@@ -44,6 +44,7 @@ from autoscaler.policy.hedge import (
     hedge,
     hedge_delay_over,
     hedge_delay_seconds,
+    pods_waiting,
     still_unused,
 )
 from autoscaler.policy.packing import PackingResult, pack_bins
@@ -212,7 +213,9 @@ def _hedge(
     usage, new = inp.packing.usage, inp.packing.new_cells
     unused = memory.never_used
     fraction, smallest = config.boot_hedge_fraction, config.boot_hedge_min_wave
-    hedged = hedge(observation.cells, usage, new, fraction, unused, smallest)
+    placements = inp.packing.placements if config.boot_hedge_per_pod else ()
+    pods = pods_waiting(observation.cells, placements)
+    hedged = hedge(observation.cells, usage, new, fraction, unused, smallest, pods)
     if hedged.missing and not hedge_delay_over(inp.fitting, hedge_delay_seconds(config), now):
         return replace(hedged, due=False)
     return hedged

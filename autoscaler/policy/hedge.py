@@ -16,6 +16,10 @@ The rule, over one observation (pure, no clock):
 * ``hedge`` = ``ceil(fraction x waiting)`` spare cells are wanted; empty Booting cells count as
   spares, so the wave adds only the missing ones, and only a wave of ``MIN_WAVE_CELLS`` or
   more starts spares (a wave's last pods keep the spares it started);
+* with ``PolicyConfig.boot_hedge_per_pod``, ``ceil(fraction x max(waiting, pods))``, ``pods``
+  being the pending pods packed on Booting or new cells (``pods_waiting``): fractional pods
+  packed four to a cell get the spares a one-cell-per-pod wave would have; the wave's size
+  (``MIN_WAVE_CELLS``) is still counted in cells;
 * with ``PolicyConfig.boot_hedge_delay_boots``, spares start only once a pending pod has
   waited that share of the expected boot: a pod that finds room within seconds starts none
   (between two worlds, whether a pod waits a few seconds at a decision at all is a race, and
@@ -133,6 +137,18 @@ def still_unused(
     )
 
 
+def pods_waiting(cells: Sequence[CellView], placements: Sequence[tuple[str, str]]) -> int:
+    """Pending pods ``placements`` (``PackingResult.placements``: pod key -> cell name) puts
+    on a Booting cell or on a new one (a name no cell has: ``new-0``, ...): the pods that wait
+    for a boot."""
+    if not placements:
+        return 0
+    known = {c.name: c.state for c in cells}
+    return sum(
+        1 for _, cell in placements if known.get(cell, CellState.BOOTING) is CellState.BOOTING
+    )
+
+
 def _newest_first(cells: Sequence[CellView]) -> list[CellView]:
     return sorted(cells, key=lambda c: (c.created_at, c.index, c.name), reverse=True)
 
@@ -144,11 +160,14 @@ def hedge(
     fraction: float,
     unused: frozenset[str] = frozenset(),
     min_wave: int = MIN_WAVE_CELLS,
+    waiting_pods: int = 0,
 ) -> Hedge:
     """The hedge for ``cells`` after packing (``usage``: projected per-cell usage, as
     ``PackingResult.usage``; ``new_cells``: cells the backlog still needs; ``unused``: the
     cells that had never run a pod at the last call, ``still_unused``; ``min_wave``: the
-    smallest wave that starts spares)."""
+    smallest wave that starts spares; ``waiting_pods``: with the per-pod basis, the pods
+    waiting for booting or new cells, ``pods_waiting``, else 0: spares are sized on the larger
+    of it and the cells waited for)."""
     booting = [c for c in cells if c.state == CellState.BOOTING]
     held = sum(1 for c in booting if _holds_anything(usage.get(c.name, ())))
     empty = sorted(  # oldest first: the spares kept are the ones that have booted longest
@@ -156,7 +175,8 @@ def hedge(
         key=lambda c: (c.created_at, c.index, c.name),
     )
     waiting = held + new_cells
-    wanted = math.ceil(fraction * waiting - 1e-9) if waiting and fraction > 0 else 0
+    basis = max(waiting, waiting_pods) if waiting else 0
+    wanted = math.ceil(fraction * basis - 1e-9) if basis and fraction > 0 else 0
     surplus = tuple(c.name for c in reversed(empty[wanted:]))
     bets = (
         ()

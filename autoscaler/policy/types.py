@@ -324,6 +324,14 @@ class PolicyConfig:
     # on the whole helios-earth months, and takes most of the twin-vs-simulator races of a few
     # seconds out of the hedge (docs/autoscaling.md, session 15).
     boot_hedge_delay_boots: float = 0.05
+    # With the hedge: size the spares by the pods waiting too, not only the cells:
+    # ``ceil(fraction x max(cells waited for, pods waiting for them))``, the pods being those
+    # the packing puts on Booting or new cells. Whole-GPU pods on one-GPU cells: unchanged; a
+    # wave of fractional pods (four on a cell) starts up to a spare per pod, so its last pods
+    # take the fastest of as many boots as a whole-GPU view (Cluster Autoscaler) starts, and
+    # the spares are still cancelled while booting. Off by default (an experiment, session 18).
+    # Not an API field.
+    boot_hedge_per_pod: bool = False
     # Warm spare (autoscaler.policy.warm_spare): while the pool grew within the last
     # ``warm_spare_seconds``, keep at least this many empty cells, as ``headroom_cells`` does
     # all the time; a quiet pool keeps none and still scales to its floor. 0 disables.

@@ -73,6 +73,7 @@ KNOBS = {
     "hedge": ("hedge", lambda v: f"{v:g}", _field("boot_hedge_fraction")),
     "hedge_min_wave": ("minwave", str, _field("boot_hedge_min_wave")),
     "hedge_delay": ("hdelay", lambda v: f"{v:g}", _field("boot_hedge_delay_boots")),
+    "hedge_per_pod": ("perpod", lambda v: "on" if v else "off", _field("boot_hedge_per_pod")),
     "warm_spare": ("warm", str, _field("warm_spare_cells")),
     "warm_spare_seconds": ("warmfor", lambda v: f"{v:g}s", _field("warm_spare_seconds")),
 }
@@ -141,6 +142,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hedge-delay",
         type=at.comma_list(at.bounded(0, 1)),
         help="start spares once a pending pod has waited this share of a boot",
+    )
+    g.add_argument(
+        "--hedge-per-pod",
+        type=at.comma_list(_bool),
+        help="size the spares by the pods waiting too, not only the cells (on/off)",
     )
     g.add_argument(
         "--warm-spare",

@@ -11,7 +11,7 @@ import pytest
 
 from autoscaler.policy.config import validate_config
 from autoscaler.policy.decide import decide
-from autoscaler.policy.hedge import MIN_WAVE_CELLS, Hedge, cancellable, hedge
+from autoscaler.policy.hedge import MIN_WAVE_CELLS, Hedge, cancellable, hedge, pods_waiting
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -233,3 +233,76 @@ def test_spares_for_a_wave_already_booting_say_so() -> None:
     assert "4 pending pod(s) wait for booting cells; 2 spare boot(s) hedge them" in d.message
     burst = decide(Observation(_pods(40), cells[:10]), PROVEN, CONFIG, NOW)
     assert "need 40 new cell(s); 20 spare boot(s) hedge them" in burst.message
+
+
+# --- boot_hedge_per_pod: spares sized by the pods waiting too, not only the cells -----------
+
+PER_POD = replace(CONFIG, boot_hedge_min_wave=1, boot_hedge_per_pod=True)
+PER_CELL = replace(PER_POD, boot_hedge_per_pod=False)
+QUARTER = GPUAsk(memory_percent=25, cores_percent=25)  # four to a one-GPU cell
+SCALED_UP = Reason.SCALED_UP
+
+
+def _quarters(n: int, waited_s: float = 5.0) -> tuple[PendingPod, ...]:
+    return tuple(PendingPod(f"ns/q{i}", QUARTER, NOW - waited_s) for i in range(n))
+
+
+def test_pods_waiting_counts_placements_on_booting_and_new_cells() -> None:
+    cells = (_ready(0), _booting(1), replace(_ready(2), state=CellState.DRAINING))
+    placements = (("a", "c0"), ("b", "c1"), ("c", "c1"), ("d", "new-0"), ("e", "c2"))
+    assert pods_waiting(cells, placements) == 3  # b, c on the Booting c1; d on a new cell
+    assert pods_waiting(cells, ()) == 0
+
+
+@pytest.mark.parametrize(
+    ("held", "new", "pods", "fraction", "wanted"),
+    [(0, 10, 40, 0.5, 20), (0, 10, 40, 0.75, 30), (2, 0, 8, 1.0, 8), (3, 0, 3, 0.5, 2),
+     (0, 10, 0, 0.5, 5), (0, 0, 0, 0.5, 0)],
+)  # fmt: skip
+def test_per_pod_wants_the_fraction_of_the_larger_of_cells_and_pods(
+    held: int, new: int, pods: int, fraction: float, wanted: int
+) -> None:
+    cells = [_booting(i) for i in range(held)]
+    usage = {c.name: ONE_GPU for c in cells}
+    h = hedge(cells, usage, new_cells=new, fraction=fraction, min_wave=1, waiting_pods=pods)
+    assert (h.waiting, h.wanted, h.missing) == (held + new, wanted, wanted)
+
+
+def test_a_burst_of_quarter_gpu_pods_gets_a_spare_per_pod_with_the_per_pod_basis() -> None:
+    """40 quarter-GPU pods need 10 one-GPU cells: the cell basis adds ceil(0.5 x 10) = 5
+    spares, the per-pod basis ceil(0.5 x 40) = 20, so 30 boots race for the 10 cells' pods."""
+    cells = tuple(_ready(i) for i in range(10))  # full
+    burst = Observation(_quarters(40), cells)
+    by_cell, by_pod = decide(burst, PROVEN, PER_CELL, NOW), decide(burst, PROVEN, PER_POD, NOW)
+    assert (by_cell.cells_needed, by_cell.desired_replicas) == (10, 25)
+    assert (by_pod.reason, by_pod.cells_needed, by_pod.desired_replicas) == (SCALED_UP, 10, 40)
+
+
+def test_per_pod_changes_nothing_for_whole_gpu_pods_on_one_gpu_cells() -> None:
+    cells = tuple(_ready(i) for i in range(10))
+    for pending in (1, 4, 40):
+        wave = Observation(_pods(pending), cells)
+        assert decide(wave, PROVEN, PER_POD, NOW) == decide(wave, PROVEN, PER_CELL, NOW)
+
+
+def test_per_pod_spares_are_cancelled_while_booting_as_the_pods_find_cells() -> None:
+    """Four quarter-GPU pods packed on one booting cell, five empty booting spares: the pods
+    keep ceil(0.5 x 4) = 2 spares (the cell basis keeps 1) and the three newest go; once they
+    run on a Ready cell, every spare still booting goes."""
+    boots = tuple(_booting(1 + i, age_s=100.0 - i) for i in range(6))  # c1 oldest, c6 newest
+    cells = (_ready(0), *boots)
+    four = Observation(_quarters(4), cells)
+    d = decide(four, PROVEN, PER_POD, NOW)
+    assert (d.reason, d.desired_replicas) == (Reason.SPARES_CANCELLED, 4)
+    assert d.victims == ("c6", "c5", "c4")  # c1 holds the pods; c2, c3 (oldest) are kept
+    by_cell = decide(four, PROVEN, PER_CELL, NOW)
+    assert (by_cell.desired_replicas, by_cell.victims) == (3, ("c6", "c5", "c4", "c3"))
+    quarter_gpu = (GPUUsage(6144, 25, 1),)
+    running = replace(_ready(0), gpus=quarter_gpu, pods=1)
+    done = decide(Observation((), (running, *boots)), PROVEN, PER_POD, NOW)
+    assert (done.reason, done.desired_replicas) == (Reason.SPARES_CANCELLED, 1)
+    assert d.steady is None and done.steady is None
+
+
+def test_the_per_pod_basis_is_off_by_default() -> None:
+    assert PolicyConfig().boot_hedge_per_pod is False

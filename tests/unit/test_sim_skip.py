@@ -39,6 +39,7 @@ from simulations.simulator.engine import (
 from simulations.simulator.engine.policy import legacy_windows_policy
 from simulations.simulator.engine.sim import Simulation
 from simulations.simulator.traces import RescaleSpec, TracePod, load_bundled, load_generic, rescale
+from simulations.simulator.traces.synthetic import synthetic_fractional_bursts
 
 HELIOS = Path(__file__).resolve().parents[3] / "shared" / "traces" / "helios-earth"
 DAY = 86400.0
@@ -109,11 +110,13 @@ def _policies() -> dict[str, Callable[[], ScalingPolicy]]:
         "warm_spare_cells": 1,
         "warm_spare_seconds": 900.0,
     }
+    per_pod = {"boot_hedge_fraction": 0.75, "boot_hedge_min_wave": 1, "boot_hedge_per_pod": True}
     return {
         "gpucellpool": ProductionPolicy,
         "gpucellpool-legacy-windows": legacy_windows_policy,
         "gpucellpool-paced": lambda: ProductionPolicy("paced", paced),
         "gpucellpool-hedged-warm": lambda: ProductionPolicy("hedged-warm", hedged_warm),
+        "gpucellpool-hedged-per-pod": lambda: ProductionPolicy("hedged-per-pod", per_pod),
         **PEERS,
     }
 
@@ -165,3 +168,11 @@ def test_synthetic_bursts_same_with_and_without_skipping(seed: int) -> None:
         seed=seed,
     )
     _assert_same(_bursts(seed), config, ALL)
+
+
+def test_fractional_bursts_same_with_and_without_skipping() -> None:
+    """Bursts of quarter-to-half-GPU pods on one-GPU cells: where the per-pod hedge starts
+    more spares than cells, and cancels them while booting."""
+    config = SimConfig(policy_config=PolicyConfig(max_replicas=200), samples=300, seed=3)
+    pods = synthetic_fractional_bursts(days=2.0, seed=18)
+    _assert_same(pods, config, ["gpucellpool-hedged-warm", "gpucellpool-hedged-per-pod"])

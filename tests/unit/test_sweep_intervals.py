@@ -116,6 +116,9 @@ def test_points_label_and_apply_only_the_swept_knobs() -> None:
     assert (tuned.boot_hedge_fraction, tuned.boot_hedge_min_wave) == (0.75, 1)
     fraction, wave = base.boot_hedge_fraction, base.boot_hedge_min_wave
     assert replace(tuned, boot_hedge_fraction=fraction, boot_hedge_min_wave=wave) == base
+    per_pod = Point((("hedge", 0.75), ("hedge_per_pod", True)))
+    assert per_pod.label() == "gpucellpool hedge=0.75 perpod=on"
+    assert per_pod.apply(base).boot_hedge_per_pod and not base.boot_hedge_per_pod
 
 
 def _pods(n: int, gap_seconds: float) -> tuple[TracePod, ...]:
@@ -243,6 +246,7 @@ def test_cells_are_in_the_figures_unit() -> None:
         (["--in-flight", "0"], "'0' must be between 1 and 1000"),
         (["--hedge", "0.5,11"], "'11'"),
         (["--hedge-min-wave", "0"], "'0' must be between 1 and 1000"),
+        (["--hedge-per-pod", "maybe"], "'maybe' is not on/off"),
         (["--report-dir", "{file}"], "exists and is not a directory"),
         (["--reference", "gpucellpool"], "invalid choice: 'gpucellpool'"),
     ],
