@@ -5,7 +5,6 @@ to its floor, as without the knob."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 
 from autoscaler.policy import warm_spare
@@ -23,7 +22,6 @@ from autoscaler.policy.types import (
     PolicyMemory,
     Reason,
 )
-from simulations.simulator.traces.synthetic import synthetic_fractional_bursts
 
 NOW = 100_000.0
 CONFIG = PolicyConfig(
@@ -100,19 +98,3 @@ def test_negative_knobs_are_refused() -> None:
     errors = validate_config(replace(CONFIG, warm_spare_cells=-1, warm_spare_seconds=-5.0))
     assert "warm_spare_cells must be >= 0" in errors
     assert "warm_spare_seconds must be >= 0" in errors
-
-
-def test_the_fractional_burst_trace_is_bursts_of_partial_asks_hours_apart() -> None:
-    """Sharing pods that arrive in bursts, not as openb's lone pods (docs: session 18)."""
-    pods = synthetic_fractional_bursts(days=2.0, seed=3)
-    assert pods == synthetic_fractional_bursts(days=2.0, seed=3)
-    # a quarter to a half of one GPU's memory and cores: room for another pod beside each
-    assert all(p.ask.memory_percent == p.ask.cores_percent in (25, 30, 40, 50) for p in pods)
-    assert all(600.0 <= p.duration_seconds <= 3600.0 for p in pods)
-    bursts: dict[str, list[float]] = {}
-    for pod in pods:
-        bursts.setdefault(pod.key.split("-")[1], []).append(pod.arrival_seconds)
-    assert all(10 <= len(times) <= 40 for times in bursts.values())
-    assert all(max(times) - min(times) <= 180.0 for times in bursts.values())
-    starts = sorted(min(times) for times in bursts.values())
-    assert len(starts) >= 2 and all(b - a >= 3600.0 - 180.0 for a, b in itertools.pairwise(starts))
