@@ -34,6 +34,7 @@ from autoscaler.policy.types import (
 from gpucellpool.api.autoscaling import DrainMode, EffectiveRules, ScaleDownSignal
 from gpucellpool.api.conditions import CellShapeReason
 from gpucellpool.api.pool import GPUCellPool
+from gpucellpool.api.spares import HedgeBasis
 from gpucellpool.api.spec import GPUCellPoolSpec
 from gpucellpool.api.status import CellDeviceShape
 
@@ -237,6 +238,9 @@ def policy_config_from_spec(
         headroom_cells=auto.headroom_cells,
         warm_spare_cells=auto.warm_spare.cells,
         warm_spare_seconds=auto.warm_spare.keep_for.seconds,
+        boot_hedge_fraction=auto.boot_hedge.spare_percent / 100.0,
+        boot_hedge_min_wave=auto.boot_hedge.min_wave_cells,
+        boot_hedge_per_pod=auto.boot_hedge.per == HedgeBasis.PODS,
         prewarm=auto.prewarm.enabled,
         boot_seconds=auto.prewarm.boot_time.seconds,
         mode=Mode.ACTIVE if auto.acts() else Mode.SHADOW,

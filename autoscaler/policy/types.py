@@ -307,15 +307,17 @@ class PolicyConfig:
     shape_known: bool = True
     # Hedged boots (autoscaler.policy.hedge): with every wave, this fraction of the cells
     # pending pods wait for is started as spare boots; pods take the first cells Ready and the
-    # spares still booting are cancelled once nobody waits. 0 disables. Off by default: the
-    # operator cancels the same boots as the simulator (creationTime order, one plan execution
-    # rule), but the hedge's fast swings make the twin's execution lag under load show on
-    # tests/e2e/test_fidelity.py (73-97.5 % within one cell with 0.75 at load 4-22, also with
-    # the simulator given the lag; the bar is 98 %, three runs); docs/autoscaling.md.
+    # spares still booting are cancelled once nobody waits. 0 disables. API:
+    # ``spec.autoscaling.bootHedge.sparePercent`` / 100. Off by default: the operator cancels
+    # the same boots as the simulator (creationTime order, one plan execution rule), but at x20
+    # time compression the twin's own seconds turn into spare cells and tests/e2e/
+    # test_fidelity.py passes about one run in two with 0.75 (the bar is 98 % within one cell;
+    # also with the simulator given the execution lag and the bind delay); docs/autoscaling.md.
     boot_hedge_fraction: float = 0.0
     # With the hedge: spares are started only for waves of at least this many cells (the
-    # cells pending pods wait for). Not an API field.
-    boot_hedge_min_wave: int = 3
+    # cells pending pods wait for). API: ``bootHedge.minWaveCells``. 1: a lone pod gets a
+    # spare too (vcSoL's p95 is 5.4 min with 1, above 1.1 boots with 3; session 16).
+    boot_hedge_min_wave: int = 1
     # With the hedge: spares are started only once a pending pod has waited this fraction of
     # the expected boot (``boot_seconds``): a pod that finds room within seconds (another pod
     # ending, a bind in flight) starts no spare. In boots so it scales with the pool's boot
@@ -329,9 +331,9 @@ class PolicyConfig:
     # the packing puts on Booting or new cells. Whole-GPU pods on one-GPU cells: unchanged; a
     # wave of fractional pods (four on a cell) starts up to a spare per pod, so its last pods
     # take the fastest of as many boots as a whole-GPU view (Cluster Autoscaler) starts, and
-    # the spares are still cancelled while booting. Off by default (an experiment, session 18).
-    # Not an API field.
-    boot_hedge_per_pod: bool = False
+    # the spares are still cancelled while booting (session 18). API: ``bootHedge.per: Pods``
+    # (the default; ``Cells`` turns it off).
+    boot_hedge_per_pod: bool = True
     # Warm spare (autoscaler.policy.warm_spare): while the pool grew within the last
     # ``warm_spare_seconds``, keep at least this many empty cells, as ``headroom_cells`` does
     # all the time; a quiet pool keeps none and still scales to its floor. 0 disables.

@@ -4,9 +4,10 @@ Why this module exists: the autoscaler is the heart of the operator and this is 
 surface. Old manifests (``enabled``, ``minReplicas``, ``maxReplicas``, ``stabilizationWindow``,
 ``scaleDown``, ``scaleDownStabilizationWindow``) must keep meaning what they meant; new knobs
 (an HPA-shaped ``behavior``, Shadow mode, utilisation threshold, in-flight limit, disruption
-budget, headroom, pre-warming, pool-scoped demand selection, Prometheus, drain mode, declared
-cell shape) are optional with defaults. The ``effective_*`` helpers are the single place that
-resolves old-versus-new precedence, so the policy never has to.
+budget, headroom, warm spares and hedged boots (``api.spares``), pre-warming, pool-scoped demand
+selection, Prometheus, drain mode, declared cell shape) are optional with defaults. The
+``effective_*`` helpers are the single place that resolves old-versus-new precedence, so the
+policy never has to.
 
 Precedence, per direction: ``behavior.scaleUp`` when present governs scale-up HPA-style; else
 an explicitly set ``stabilizationWindow`` keeps the original meaning (the minimum time between
@@ -34,6 +35,7 @@ from gpucellpool.api.base import (
     validations,
 )
 from gpucellpool.api.durations import Duration
+from gpucellpool.api.spares import BootHedge, WarmSpare
 
 INT32_MAX = 2**31 - 1  # the original typed counts as int32 with no other upper bound
 
@@ -121,18 +123,6 @@ class Prewarm(KubeModel):
     """Turn pre-warming on. A forecast never scales a pool in."""
     boot_time: Duration = Duration("5m")
     """Expected time from cell creation to usable capacity; how far ahead to look."""
-
-
-class WarmSpare(KubeModel):
-    """Empty cells kept while the pool is growing, so the next pod finds a Ready cell instead
-    of waiting a boot; unlike headroomCells, a pool that stops growing keeps none."""
-
-    cells: int = Field(default=0, ge=0, le=100)
-    """Keep this many empty cells (within maxReplicas) while the pool grew within keepFor; 0
-    turns it off. A pod that takes the spare makes the pool grow again, so the spare is
-    replaced and kept; after keepFor without growth it is an idle cell like any other."""
-    keep_for: Duration = Duration("10m")
-    """How long after the pool last grew the spare is kept."""
 
 
 class DemandSelection(KubeModel):
@@ -293,6 +283,8 @@ class AutoscalingSpec(KubeModel):
     """Keep this many empty cells beyond the demand (within maxReplicas)."""
     warm_spare: WarmSpare = Field(default_factory=WarmSpare)
     """Empty cells kept only while the pool is growing (off by default)."""
+    boot_hedge: BootHedge = Field(default_factory=BootHedge)
+    """Spare boots with each scale-up, cancelled while still booting (off by default)."""
     prewarm: Prewarm = Field(default_factory=Prewarm)
     """Predictive pre-warming (off by default)."""
     demand: DemandSelection = Field(default_factory=DemandSelection)

@@ -23,6 +23,7 @@ from autoscaler.policy.types import (
     CellState,
     CellView,
     GPUAsk,
+    GPUUsage,
     Mode,
     Observation,
     PendingPod,
@@ -157,3 +158,54 @@ def test_warm_spare_maps_and_is_off_by_default() -> None:
     body["spec"]["autoscaling"]["warmSpare"] = {"cells": -1}
     with pytest.raises(ValidationError, match="warmSpare"):
         GPUCellPool.model_validate(body)
+
+
+def test_boot_hedge_maps_and_is_off_by_default() -> None:
+    body = sample("autoscaling-on.yaml")
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    assert config.boot_hedge_fraction == 0.0  # off: no spare boot
+    body["spec"]["autoscaling"]["bootHedge"] = {"sparePercent": 75}
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    hedge = (config.boot_hedge_fraction, config.boot_hedge_min_wave, config.boot_hedge_per_pod)
+    assert hedge == (0.75, 1, True)  # a lone pod's wave gets a spare; fractional pods count
+    body["spec"]["autoscaling"]["bootHedge"] = {
+        "sparePercent": 50,
+        "minWaveCells": 3,
+        "per": "Cells",
+    }
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    hedge = (config.boot_hedge_fraction, config.boot_hedge_min_wave, config.boot_hedge_per_pod)
+    assert hedge == (0.5, 3, False)
+    assert validate_config(config) == ()
+
+
+@pytest.mark.parametrize(
+    "hedge",
+    [{"sparePercent": -1}, {"sparePercent": 401}, {"minWaveCells": 0}, {"per": "Nodes"}],
+)
+def test_a_bad_boot_hedge_is_refused_naming_the_field(hedge: dict[str, Any]) -> None:
+    body = sample("autoscaling-on.yaml")
+    body["spec"]["autoscaling"]["bootHedge"] = hedge
+    with pytest.raises(ValidationError, match="bootHedge"):
+        GPUCellPool.model_validate(body)
+
+
+def test_a_hedged_pool_from_a_manifest_starts_a_spare_per_waiting_pod_through_decide() -> None:
+    """The mapped fields reach ``decide``: with ``sparePercent: 75`` a proven pool whose two
+    quarter-GPU pods have waited past the hedge's delay for a new cell starts that cell and
+    ceil(0.75 x 2) spares (per pod); ``per: Cells`` starts ceil(0.75 x 1); off, none."""
+    body = sample("autoscaling-on.yaml")
+    body["spec"]["autoscaling"]["maxReplicas"] = 20
+    now = 5000.0
+    quarter = GPUAsk(memory_percent=25, cores_percent=25)
+    pods = tuple(PendingPod(f"ns/q{i}", quarter, now - 60) for i in range(2))
+    proven = PolicyMemory(boots_proven=True)
+    wanted = {}
+    for hedge in ({}, {"sparePercent": 75}, {"sparePercent": 75, "per": "Cells"}):
+        body["spec"]["autoscaling"]["bootHedge"] = hedge
+        config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+        used = tuple(GPUUsage(config.shape.memory_mib, 100, 1) for _ in range(config.shape.gpus))
+        full = CellView("a", 0, CellState.READY, 0.0, gpus=used, pods=len(used), ready_at=0.0)
+        d = decide(Observation(pods, (full,)), proven, config, now)
+        wanted[hedge.get("per", "Pods" if hedge else "off")] = d.desired_replicas
+    assert wanted == {"off": 2, "Pods": 4, "Cells": 3}

@@ -29,8 +29,15 @@ from autoscaler.policy.types import (
 
 NOW = 10_000.0
 # the hedge's own rules: spares start with the wave (the delay has its own tests)
+# (waves of three cells or more, sized by cells: the per-pod basis and a lone pod's spare have
+# their own tests below)
 CONFIG = PolicyConfig(
-    max_replicas=100, shape=CellShape(gpus=1), boot_hedge_fraction=0.5, boot_hedge_delay_boots=0.0
+    max_replicas=100,
+    shape=CellShape(gpus=1),
+    boot_hedge_fraction=0.5,
+    boot_hedge_delay_boots=0.0,
+    boot_hedge_min_wave=3,
+    boot_hedge_per_pod=False,
 )
 PROVEN = PolicyMemory(boots_proven=True)
 ONE_GPU = (GPUUsage(24576, 100, 1),)
@@ -87,8 +94,7 @@ def test_a_burst_starts_its_cells_and_half_as_many_spares() -> None:
 
 
 @pytest.mark.parametrize(("pending", "desired"), [(1, 11), (2, 12), (3, 15), (4, 16)])
-def test_spares_start_with_waves_of_three_cells_or_more(pending: int, desired: int) -> None:
-    assert MIN_WAVE_CELLS == 3
+def test_with_a_min_wave_of_three_smaller_waves_start_no_spares(pending: int, desired: int) -> None:
     cells = tuple(_ready(i) for i in range(10))
     d = decide(Observation(_pods(pending), cells), PROVEN, CONFIG, NOW)
     assert (d.cells_needed, d.desired_replicas) == (pending, desired)
@@ -304,5 +310,12 @@ def test_per_pod_spares_are_cancelled_while_booting_as_the_pods_find_cells() -> 
     assert d.steady is None and done.steady is None
 
 
-def test_the_per_pod_basis_is_off_by_default() -> None:
-    assert PolicyConfig().boot_hedge_per_pod is False
+def test_once_turned_on_the_hedge_gives_a_lone_pod_a_spare_and_counts_pods() -> None:
+    """The defaults behind ``bootHedge: {sparePercent: N}``: waves of one cell get spares
+    (``minWaveCells: 1``) and the basis is per pod (``per: Pods``); the fraction is 0 (off)."""
+    defaults = PolicyConfig()
+    assert defaults.boot_hedge_fraction == 0.0
+    assert (defaults.boot_hedge_min_wave, defaults.boot_hedge_per_pod) == (1, True)
+    on = replace(defaults, max_replicas=100, boot_hedge_fraction=0.75, boot_hedge_delay_boots=0.0)
+    lone = decide(Observation(_pods(1), tuple(_ready(i) for i in range(10))), PROVEN, on, NOW)
+    assert (lone.cells_needed, lone.desired_replicas) == (1, 12)  # its cell and one spare

@@ -116,9 +116,9 @@ def test_points_label_and_apply_only_the_swept_knobs() -> None:
     assert (tuned.boot_hedge_fraction, tuned.boot_hedge_min_wave) == (0.75, 1)
     fraction, wave = base.boot_hedge_fraction, base.boot_hedge_min_wave
     assert replace(tuned, boot_hedge_fraction=fraction, boot_hedge_min_wave=wave) == base
-    per_pod = Point((("hedge", 0.75), ("hedge_per_pod", True)))
-    assert per_pod.label() == "gpucellpool hedge=0.75 perpod=on"
-    assert per_pod.apply(base).boot_hedge_per_pod and not base.boot_hedge_per_pod
+    per_cell = Point((("hedge", 0.75), ("hedge_per_pod", False)))
+    assert per_cell.label() == "gpucellpool hedge=0.75 perpod=off"
+    assert not per_cell.apply(base).boot_hedge_per_pod and base.boot_hedge_per_pod
 
 
 def _pods(n: int, gap_seconds: float) -> tuple[TracePod, ...]:
