@@ -154,6 +154,10 @@ REJECTIONS: list[tuple[str, dict[str, Any], Mutation, tuple[str, ...]]] = [
      ("spec.autoscaling.usageIdleWindow", "usageIdleWindow must be at least 1m")),
     ("usage-signal-enum", BASE, _set("spec.autoscaling", {**AUTO, "scaleDownOn": "Utilisation"}),
      ("spec.autoscaling.scaleDownOn", "Unsupported value")),
+    ("hedge-percent", BASE, _set("spec.autoscaling", {**AUTO, "bootHedge": {"sparePercent": 401}}),
+     ("spec.autoscaling.bootHedge.sparePercent", "less than or equal to 400")),
+    ("hedge-basis", BASE, _set("spec.autoscaling", {**AUTO, "bootHedge": {"per": "Nodes"}}),
+     ("spec.autoscaling.bootHedge.per", "Unsupported value")),
 ]  # fmt: skip
 
 
@@ -195,6 +199,8 @@ def test_the_same_rules_accept_their_valid_counterparts(
         variant(BASE, "usage-with-prometheus", _set("spec.autoscaling", {
             **AUTO, "scaleDownOn": "Usage", "usageIdleWindow": "1m",
             "prometheus": {"url": "http://prometheus.monitoring:9090"}})),
+        variant(BASE, "hedged", _set("spec.autoscaling", {
+            **AUTO, "bootHedge": {"sparePercent": 75, "minWaveCells": 1, "per": "Cells"}})),
     ]  # fmt: skip
     for obj in valid:
         proc = apply(infra, namespace, obj)
