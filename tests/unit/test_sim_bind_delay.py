@@ -59,6 +59,24 @@ def test_an_arrival_inside_the_delay_waits_for_the_cell_to_open() -> None:
     assert sorted(result.waits_seconds) == [2.0, 54.0]  # b arrived at 52, the cell opened at 54
 
 
+def test_a_waves_cells_ready_within_the_delay_open_together_oldest_pod_to_lowest_cell() -> None:
+    """HAMi's pass sees every placeable node: the cells of a wave that turned Ready before the
+    first one's delay ended open with it, and the oldest pods go to the lowest cells (as the
+    twin's HAMi binds a wave oldest first to the lowest names), not to whichever opened first."""
+    pods = tuple(TracePod(f"p{i}", float(i), 1000.0, WHOLE) for i in range(3))
+    boots = iter([(50.0, False), (49.0, False), (48.0, False)])  # the last cell is Ready first
+
+    class Reversed(BootModel):
+        def sample(self, rng: object) -> tuple[float, bool]:
+            return next(boots)
+
+    config = delayed(4.0, boot=Reversed(median_seconds=50.0, sigma=0.0))
+    result = simulate(pods, Scripted([(0.0, 3, ())]), config)
+    # Ready at 48, 49 and 50 (cell-2 first); all open at 48 + 4, so the pods (arrived at 0, 1
+    # and 2) wait 52, 51 and 50 s; opened one by one each would have waited 52 s
+    assert result.waits_seconds == (52.0, 51.0, 50.0)
+
+
 def test_a_cell_drained_before_it_opens_takes_no_pod() -> None:
     pods = (TracePod("p", 0.0, 1000.0, WHOLE),)
     steps = [(0.0, 1, ()), (52.0, 0, ("cell-0",))]

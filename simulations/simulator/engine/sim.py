@@ -76,6 +76,7 @@ class Simulation:
         self.waits: dict[str, float] = {}
         self.decider = Decider(policy, config)
         self.lag = ExecLag(config.exec_lag_seconds)
+        self.closed: set[str] = set()  # Ready cells HAMi places nothing on yet (bind delay)
         self.desired = 0
         self.reactions = Reactions(
             self.react,
@@ -263,6 +264,7 @@ class Simulation:
             delay = self.cfg.bind_delay_seconds
             if delay > 0:  # Ready (billed, seen by the policy); HAMi places on it later
                 cell.accepting = False
+                self.closed.add(name)
                 self.push(now + delay, OPEN, name)
             self.world.set_state(cell, CellState.READY, now)
             self.capacity_up = True
@@ -270,11 +272,19 @@ class Simulation:
         self._react(self.reactions.after_boot(now))
 
     def _open(self, name: str) -> None:
-        """A booted cell's bind delay is over: HAMi places pods on it from now on."""
-        cell = self.world.cells.get(name)
-        if cell is not None and not cell.accepting:
-            self.world.open_cell(cell)
-            self.capacity_up = self.dirty = True
+        """A booted cell's bind delay is over: HAMi's pass places pods on it, and on every
+        other cell Ready by now (the pass sees every placeable node). A wave's cells turn Ready
+        within a second of each other: opened one by one, its oldest pods took whichever cell
+        opened first, where the twin's HAMi binds them oldest first to the lowest names of
+        the wave together."""
+        if name not in self.closed:
+            return  # opened with an earlier cell's pass
+        for other in sorted(self.closed):
+            cell = self.world.cells.get(other)
+            if cell is not None:  # Ready, or drained since (then it takes nothing anyway)
+                self.world.open_cell(cell)
+                self.capacity_up = self.dirty = True
+        self.closed.clear()
 
     def _drain_done(self, name: str) -> None:
         if self.world.remove_cell(name) is not None:
