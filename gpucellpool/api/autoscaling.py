@@ -284,7 +284,7 @@ class AutoscalingSpec(KubeModel):
     warm_spare: WarmSpare = Field(default_factory=WarmSpare)
     """Empty cells kept only while the pool is growing (off by default)."""
     boot_hedge: BootHedge = Field(default_factory=BootHedge)
-    """Spare boots with each scale-up, cancelled while still booting (off by default)."""
+    """Spare boots with each scale-up, cancelled while still booting (on by default)."""
     prewarm: Prewarm = Field(default_factory=Prewarm)
     """Predictive pre-warming (off by default)."""
     demand: DemandSelection = Field(default_factory=DemandSelection)

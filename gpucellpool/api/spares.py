@@ -4,8 +4,9 @@ the pods that will need it.
 Why this module exists: both knobs trade cell-hours for tail wait, and a pool author picks them
 from a simulated trace of their own cluster (``gpucellpool sweep``). A warm spare is a Ready
 cell kept empty while the pool is growing; a hedged boot is a spare cell started with a
-scale-up and cancelled while still booting once the pods it hedged have found a cell. Both are
-off by default; docs/autoscaling.md has the measurements behind the numbers quoted here.
+scale-up and cancelled while still booting once the pods it hedged have found a cell. The warm
+spare is off by default, hedged boots are on; docs/autoscaling.md has the measurements behind
+the numbers quoted here.
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ class BootHedge(KubeModel):
     boots instead of waiting for the slowest; the spares still booting are cancelled once no
     pending pod waits for a booting cell (a cancelled boot costs the minutes it ran). No spare
     starts while boots are not yet proven (no cell Ready yet, or a cell Failed), nor with
-    scale-down off (spares could not be cancelled)."""
+    scale-down off (spares could not be cancelled). On by default; sparePercent 0 turns it
+    off."""
 
-    spare_percent: int = Field(default=0, ge=0, le=400)
+    spare_percent: int = Field(default=75, ge=0, le=400)
     """Spare boots per 100 cells (or pods, see per) that pending pods wait for, rounded up; 0
-    turns hedging off. 75 was ahead of Cluster Autoscaler on cost and p95 wait on four
-    month-long public traces of bursty one-GPU jobs."""
+    turns hedging off. The default 75 was ahead of Cluster Autoscaler on cost and p95 wait on
+    four month-long public traces of bursty one-GPU jobs."""
     min_wave_cells: int = Field(default=1, ge=1, le=100)
     """Only a wave of at least this many cells gets spares."""
     per: HedgeBasis = HedgeBasis.PODS

@@ -160,14 +160,14 @@ def test_warm_spare_maps_and_is_off_by_default() -> None:
         GPUCellPool.model_validate(body)
 
 
-def test_boot_hedge_maps_and_is_off_by_default() -> None:
+def test_boot_hedge_maps_and_is_on_by_default() -> None:
     body = sample("autoscaling-on.yaml")
-    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
-    assert config.boot_hedge_fraction == 0.0  # off: no spare boot
-    body["spec"]["autoscaling"]["bootHedge"] = {"sparePercent": 75}
     config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
     hedge = (config.boot_hedge_fraction, config.boot_hedge_min_wave, config.boot_hedge_per_pod)
     assert hedge == (0.75, 1, True)  # a lone pod's wave gets a spare; fractional pods count
+    body["spec"]["autoscaling"]["bootHedge"] = {"sparePercent": 0}
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    assert config.boot_hedge_fraction == 0.0  # off: no spare boot
     body["spec"]["autoscaling"]["bootHedge"] = {
         "sparePercent": 50,
         "minWaveCells": 3,
@@ -191,9 +191,9 @@ def test_a_bad_boot_hedge_is_refused_naming_the_field(hedge: dict[str, Any]) -> 
 
 
 def test_a_hedged_pool_from_a_manifest_starts_a_spare_per_waiting_pod_through_decide() -> None:
-    """The mapped fields reach ``decide``: with ``sparePercent: 75`` a proven pool whose two
-    quarter-GPU pods have waited past the hedge's delay for a new cell starts that cell and
-    ceil(0.75 x 2) spares (per pod); ``per: Cells`` starts ceil(0.75 x 1); off, none."""
+    """The mapped fields reach ``decide``: by default (``sparePercent: 75``) a proven pool
+    whose two quarter-GPU pods have waited past the hedge's delay for a new cell starts that
+    cell and ceil(0.75 x 2) spares (per pod); ``per: Cells`` starts ceil(0.75 x 1); off, none."""
     body = sample("autoscaling-on.yaml")
     body["spec"]["autoscaling"]["maxReplicas"] = 20
     now = 5000.0
@@ -201,11 +201,13 @@ def test_a_hedged_pool_from_a_manifest_starts_a_spare_per_waiting_pod_through_de
     pods = tuple(PendingPod(f"ns/q{i}", quarter, now - 60) for i in range(2))
     proven = PolicyMemory(boots_proven=True)
     wanted = {}
-    for hedge in ({}, {"sparePercent": 75}, {"sparePercent": 75, "per": "Cells"}):
+    for hedge in ({"sparePercent": 0}, {}, {"per": "Cells"}):
         body["spec"]["autoscaling"]["bootHedge"] = hedge
         config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
         used = tuple(GPUUsage(config.shape.memory_mib, 100, 1) for _ in range(config.shape.gpus))
         full = CellView("a", 0, CellState.READY, 0.0, gpus=used, pods=len(used), ready_at=0.0)
         d = decide(Observation(pods, (full,)), proven, config, now)
-        wanted[hedge.get("per", "Pods" if hedge else "off")] = d.desired_replicas
+        wanted[str(hedge.get("per", "off" if "sparePercent" in hedge else "Pods"))] = (
+            d.desired_replicas
+        )
     assert wanted == {"off": 2, "Pods": 4, "Cells": 3}

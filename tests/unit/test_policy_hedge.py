@@ -310,11 +310,11 @@ def test_per_pod_spares_are_cancelled_while_booting_as_the_pods_find_cells() -> 
     assert d.steady is None and done.steady is None
 
 
-def test_once_turned_on_the_hedge_gives_a_lone_pod_a_spare_and_counts_pods() -> None:
-    """The defaults behind ``bootHedge: {sparePercent: N}``: waves of one cell get spares
-    (``minWaveCells: 1``) and the basis is per pod (``per: Pods``); the fraction is 0 (off)."""
+def test_by_default_the_hedge_gives_a_lone_pod_a_spare_and_counts_pods() -> None:
+    """The defaults behind ``bootHedge``: 75 spares per 100 waited for (``sparePercent``),
+    waves of one cell get spares (``minWaveCells: 1``), per pod (``per: Pods``)."""
     defaults = PolicyConfig()
-    assert defaults.boot_hedge_fraction == 0.0
+    assert defaults.boot_hedge_fraction == 0.75
     assert (defaults.boot_hedge_min_wave, defaults.boot_hedge_per_pod) == (1, True)
     on = replace(defaults, max_replicas=100, boot_hedge_fraction=0.75, boot_hedge_delay_boots=0.0)
     lone = decide(Observation(_pods(1), tuple(_ready(i) for i in range(10))), PROVEN, on, NOW)

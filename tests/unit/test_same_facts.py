@@ -104,6 +104,7 @@ def _world(seed: int) -> tuple[PolicyConfig, Observation, PolicyMemory]:
         disruption_budget=rng.choice((1, 1, 2)),
         utilization_threshold=rng.choice((0.3, 0.5, 0.8)),
         scale_down_on_usage=rng.random() < 0.2,
+        boot_hedge_fraction=0.5 if seed % 2 else 0.0,  # with and without hedged boots
     )
     cells = [_cell(rng, shape, i) for i in range(rng.randint(2, 12))]
     if rng.random() < 0.7:  # a drain that still holds pods: the budget may be spent
@@ -243,7 +244,9 @@ def test_replays_are_the_same_with_and_without_the_repeat_on_changed_cells(case:
     fast_result = fast.run()
     plain = Simulation(pods, _TimeSkipOnly(make()), config)  # type: ignore[arg-type]
     assert fast_result == plain.run()
-    assert fast.decide_calls < 0.85 * plain.decide_calls  # the repeat happened, and often
+    # the repeat happened, and often (hedged boots change more decisions: bursts of fractional
+    # pods on 4-GPU cells repeat 14 % of ticks with the default hedge)
+    assert fast.decide_calls < 0.9 * plain.decide_calls
 
 
 def test_fact_key_is_the_index_facts_of_the_view() -> None:

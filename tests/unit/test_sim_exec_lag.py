@@ -53,9 +53,11 @@ def test_the_policy_sees_the_held_plan_as_the_provisioner_will_have_it() -> None
 
 def test_the_production_policy_asks_once_per_cell_through_the_lag() -> None:
     pods = random_trace(3, count=60, span=6000.0)
-    base = simulate(pods, ProductionPolicy("gpucellpool"), lagged(0.0, react_on_arrival=True))
-    late = simulate(pods, ProductionPolicy("gpucellpool"), lagged(40.0, react_on_arrival=True))
-    again = simulate(pods, ProductionPolicy("gpucellpool"), lagged(40.0, react_on_arrival=True))
+    # without the hedge: its spares follow how long pods have waited, which the lag changes
+    kw = {"react_on_arrival": True, "policy_config": PolicyConfig(boot_hedge_fraction=0.0)}
+    base = simulate(pods, ProductionPolicy("gpucellpool"), lagged(0.0, **kw))
+    late = simulate(pods, ProductionPolicy("gpucellpool"), lagged(40.0, **kw))
+    again = simulate(pods, ProductionPolicy("gpucellpool"), lagged(40.0, **kw))
     assert late == again  # deterministic
     assert late.unplaced == base.unplaced == 0
     assert sum(late.waits_seconds) > sum(base.waits_seconds)  # each cell came 40 s later

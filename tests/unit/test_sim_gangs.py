@@ -174,7 +174,10 @@ def test_a_waiting_atomic_gang_does_not_block_a_later_one_that_fits() -> None:
 
 def test_without_a_binding_bound_atomic_and_per_pod_are_the_same_run() -> None:
     pods = synthetic_gangs(0.25, gangs_per_hour=2.0, seed=2)
-    config = SimConfig(policy_config=PolicyConfig(max_replicas=1000), seed=1)
+    # the hedge's delay counts from when a pod is pending: an atomic gang's members are pending
+    # from their admission (a tick after arrival), so with a delay their spares start later
+    policy = PolicyConfig(max_replicas=1000, boot_hedge_delay_boots=0.0)
+    config = SimConfig(policy_config=policy, seed=1)
     per_pod = simulate(pods, ProductionPolicy(), config)
     atomic = simulate(pods, atomic_gang_policy(), config)
     assert atomic.cost_cell_hours == per_pod.cost_cell_hours
