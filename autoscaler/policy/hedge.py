@@ -26,12 +26,13 @@ The rule, over one observation (pure, no clock):
   with a spare it decides two cells);
 * empty Booting cells beyond the hedge are surplus: cancelled at once, newest first (they have
   booted least), never below the floor, the forecast or the headroom the policy keeps;
-* a cell that has never run a pod (``unused``: Booting, or Ready and empty ever since) is still
-  a bet: once nothing waits for a booting or new cell, such a cell that became Ready retires at
-  once, newest first, after the surplus boots, under the same floors. Without it a spare
-  cancelled while booting in one world (the operator) but Ready a few seconds sooner in the
-  other (the simulator) would idle out the ten-minute scale-down window there: seconds of
-  timing turned into idle cell-minutes. With it both worlds drop the bet within a decision;
+* a cell that has never run a pod (``unused``: Booting with no pending pod packed on it, or
+  Ready and empty ever since) is still a bet: once nothing waits for a booting or new cell, such
+  a cell that became Ready retires at once, newest first, after the surplus boots, under the
+  same floors. Without it a spare cancelled while booting in one world (the operator) but Ready
+  a few seconds sooner in the other (the simulator) would idle out the ten-minute scale-down
+  window there: seconds of timing turned into idle cell-minutes. With it both worlds drop the
+  bet within a decision;
 * a scale-up whose cells the cancels have all taken back is forgotten (``forget_cancelled``):
   it restarts no post-scale-up delay and leaves no recommendation above the count it returned
   to, so a bet that was never needed holds no idle cell for a window.
@@ -127,12 +128,15 @@ def still_unused(
     usage: Mapping[str, tuple[GPUUsage, ...]],
     before: frozenset[str],
 ) -> frozenset[str]:
-    """Cells that have never run a pod: every Booting cell, and the Ready cells that were so
-    ``before`` and are still empty after packing (a pod, running or packed, ends it for good)."""
+    """Cells that are still bets: the Booting cells no pending pod is packed on (spares), and
+    the Ready cells that were so ``before`` and are still empty after packing (a pod, running
+    or packed, ends it for good). A cell a pending pod waited for is not a bet: live, its pod
+    is bound as it turns Ready and may show on it a decision later, and retired as "never
+    used" in between it went with its pod (the twin: tests/integration/test_loop_provision)."""
     return frozenset(
         c.name
         for c in cells
-        if c.state == CellState.BOOTING
+        if (c.state == CellState.BOOTING and _empty(c, usage))
         or (c.state == CellState.READY and c.name in before and _empty(c, usage))
     )
 

@@ -1,7 +1,8 @@
 """With hedged boots, a cell that has never run a pod is a bet: once nothing waits for a booting
 or new cell, such a cell that became Ready retires at once instead of idling out the scale-down
 window (``autoscaler.policy.hedge``, ``PolicyMemory.never_used``). The memory follows each cell
-from its first Booting observation; a pod, running or packed onto it, ends the bet for good."""
+from its first Booting observation as a spare; a pod, running or packed onto it, ends the bet for
+good."""
 
 from __future__ import annotations
 
@@ -48,17 +49,19 @@ def _pods(n: int) -> tuple[PendingPod, ...]:
 
 
 def _seen_booting(config: PolicyConfig = CONFIG, memory: PolicyMemory = PROVEN) -> Decision:
-    """A call that saw c1 and c2 booting for two pending pods (c0 busy)."""
+    """A call that saw c1 booting for a pending pod and c2 booting as its spare (c0 busy)."""
     cells = (_busy(0), _booting(1), _booting(2))
-    return decide(Observation(_pods(2), cells), memory, config, NOW - 100)
+    return decide(Observation(_pods(1), cells), memory, config, NOW - 100)
 
 
 def test_booting_cells_are_remembered_as_never_used() -> None:
-    assert _seen_booting().memory.never_used == {"c1", "c2"}
+    # the spare is a bet; the cell the pod waits for is not (live, its pod may show on it a
+    # decision after it turned Ready: tests/unit/test_policy_hedge.py)
+    assert _seen_booting().memory.never_used == {"c2"}
 
 
 def test_an_unused_cell_that_becomes_ready_with_nothing_waiting_retires_at_once() -> None:
-    # the two pods found c1; c2 became Ready a moment later, empty: the bet lost
+    # the pod found c1; its spare c2 became Ready a moment later, empty: the bet lost
     just_up = replace(_seen_booting().memory, last_scale_up_at=NOW - 100)  # delay not over
     cells = (_busy(0), replace(_busy(1), created_at=NOW - 200), _empty_ready(2))
     d = decide(Observation((), cells), just_up, CONFIG, NOW)
@@ -96,7 +99,8 @@ def test_kept_while_pods_wait_for_booting_or_new_cells() -> None:
     # two pods: one is packed onto the empty Ready cell, the other waits for the booting one
     d = decide(Observation(_pods(2), cells), memory, CONFIG, NOW)
     assert "c2" not in d.victims and d.desired_replicas >= 4
-    assert d.memory.never_used == {"c3"}  # a pod packed onto c2 ends its bet
+    # a pod packed onto c2 ends its bet; c3, which the other pod waits for, is none
+    assert d.memory.never_used == frozenset()
 
 
 def test_the_floor_and_the_headroom_keep_unused_cells() -> None:

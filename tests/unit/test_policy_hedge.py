@@ -319,3 +319,20 @@ def test_by_default_the_hedge_gives_a_lone_pod_a_spare_and_counts_pods() -> None
     on = replace(defaults, max_replicas=100, boot_hedge_fraction=0.75, boot_hedge_delay_boots=0.0)
     lone = decide(Observation(_pods(1), tuple(_ready(i) for i in range(10))), PROVEN, on, NOW)
     assert (lone.cells_needed, lone.desired_replicas) == (1, 12)  # its cell and one spare
+
+
+def test_a_cell_a_pending_pod_waited_for_is_not_retired_before_its_pod_shows() -> None:
+    """Live, the pod a booting cell was started for binds as the cell turns Ready and may show
+    on it a decision later: seen Ready and empty with nothing pending, it is not a bet."""
+    config = replace(PER_POD, boot_hedge_fraction=0.75)
+    booting = _booting(0)
+    waited = decide(Observation(_pods(1), (booting,)), PROVEN, config, NOW)
+    assert "c0" not in waited.memory.never_used  # a pod is packed on it
+    ready = CellView("c0", 0, CellState.READY, booting.created_at, gpus=(GPUUsage(0, 0, 0),))
+    ready = replace(ready, ready_at=NOW)
+    later = decide(Observation((), (ready,)), waited.memory, config, NOW + 10)
+    assert later.desired_replicas == 1 and later.victims == ()
+    spare = decide(
+        Observation((), (ready,)), replace(PROVEN, never_used=frozenset({"c0"})), config, NOW + 10
+    )
+    assert (spare.reason, spare.victims) == (Reason.SPARES_CANCELLED, ("c0",))  # a bet goes
