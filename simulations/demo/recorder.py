@@ -283,7 +283,8 @@ class Recorder:
     def binds_after_ready(self) -> list[float]:
         """Per pod created before the cell it was bound to became Ready (it waited for that
         boot): that cell's boot end -> the pod bound on it. The simulator places such a pod
-        ``bind_delay_seconds`` after the cell is Ready (the median of these)."""
+        ``bind_delay_seconds`` (the median of these) after the first cell of its wave is Ready:
+        HAMi's pass then opens every cell Ready by then."""
         out = []
         for times in self.pods.values():
             if times.bound is None:
