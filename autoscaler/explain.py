@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from autoscaler.policy.expander import PoolShare
-from autoscaler.policy.types import Decision, PolicyMemory, Reason
+from autoscaler.policy.types import Decision, GrowthEpisode, PolicyMemory, Reason
 from gpucellpool.api.conditions import CellShapeReason, ConditionType
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import MAX_POLICY_MEMORY_CHARS
@@ -341,6 +341,7 @@ def encode_memory(memory: PolicyMemory) -> str:
             "bp": memory.boots_proven,
             **({"nu": sorted(memory.never_used)} if memory.never_used else {}),
             **({"ups": [list(u) for u in memory.scale_ups]} if memory.scale_ups else {}),
+            **({"ge": [list(g) for g in memory.growth_episodes]} if memory.growth_episodes else {}),
         },
         separators=(",", ":"),
     )
@@ -348,14 +349,20 @@ def encode_memory(memory: PolicyMemory) -> str:
 
 def memory_field(memory: PolicyMemory, limit: int = MAX_POLICY_MEMORY_CHARS) -> str:
     """``encode_memory`` within the status field's bound: when too long (idle times of
-    thousands of cells), the rolling samples and the hedge's unused cells go first (a restart
-    re-learns them; an unused cell forgotten waits out the idle window), then the rate events;
+    thousands of cells), the rolling samples, the hedge's unused cells and the warm spare's
+    growth episodes go first (a restart re-learns them; an unused cell forgotten waits out the
+    idle window), then the rate events;
     when and how it last scaled always stays."""
     text = encode_memory(memory)
     if len(text) <= limit:
         return text
     slim = replace(
-        memory, recommendations=(), idle_since={}, demand_samples=(), never_used=frozenset()
+        memory,
+        recommendations=(),
+        idle_since={},
+        demand_samples=(),
+        never_used=frozenset(),
+        growth_episodes=(),
     )
     text = encode_memory(slim)
     return text if len(text) <= limit else encode_memory(replace(slim, scale_events=()))
@@ -386,9 +393,15 @@ def decode_memory(text: str | None) -> PolicyMemory:
             boots_proven=data.get("bp") is True,
             never_used=frozenset(str(n) for n in data.get("nu") or ()),
             scale_ups=tuple(_scale_up(u) for u in data.get("ups") or ()),
+            growth_episodes=tuple(_growth(g) for g in data.get("ge") or ()),
         )
     except (ValueError, TypeError, AttributeError):
         return PolicyMemory()
+
+
+def _growth(stored: Any) -> GrowthEpisode:
+    first, last, cells, shared = stored
+    return float(first), float(last), int(cells), shared is True
 
 
 def _scale_up(stored: Any) -> tuple[float, int, float | None]:

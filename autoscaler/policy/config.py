@@ -66,6 +66,8 @@ def _spare_errors(config: PolicyConfig) -> list[str]:
         errors.append("warm_spare_cells must be >= 0")
     if config.warm_spare_seconds < 0:
         errors.append("warm_spare_seconds must be >= 0")
+    if config.warm_spare_lone_arrivals < 0:
+        errors.append("warm_spare_lone_arrivals must be >= 0")
     return errors
 
 
@@ -238,6 +240,7 @@ def policy_config_from_spec(
         headroom_cells=auto.headroom_cells,
         warm_spare_cells=auto.warm_spare.cells,
         warm_spare_seconds=auto.warm_spare.keep_for.seconds,
+        warm_spare_lone_arrivals=auto.warm_spare.lone_arrivals,
         boot_hedge_fraction=auto.boot_hedge.spare_percent / 100.0,
         boot_hedge_min_wave=auto.boot_hedge.min_wave_cells,
         boot_hedge_per_pod=auto.boot_hedge.per == HedgeBasis.PODS,

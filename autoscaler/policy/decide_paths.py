@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from autoscaler.policy import limits
+from autoscaler.policy import limits, warm_spare
 from autoscaler.policy.packing import PackingResult
 from autoscaler.policy.scale_down import VictimLimits, choose_victims, drain_order, idle_for
 from autoscaler.policy.types import (
@@ -98,6 +98,10 @@ def _in_flight_bound(config: PolicyConfig, inp: Inputs) -> tuple[Reason, int, st
 def _headroom_words(config: PolicyConfig, inp: Inputs) -> str:
     if inp.headroom > config.headroom_cells:  # policy.warm_spare raised it
         keep = f"{config.warm_spare_seconds:g}s"
+        lone = config.warm_spare_lone_arrivals
+        if lone > 0:
+            why = f"{lone}+ lone arrivals in a pool sharing GPUs within the last {keep}"
+            return f"warm spare asks {inp.headroom} ({why})"
         return f"warm spare asks {inp.headroom} (the pool grew within the last {keep})"
     return f"headroom asks {inp.headroom}"
 
@@ -158,7 +162,14 @@ def scale_up(
         ups = mem.scale_ups
         if config.boot_hedge_fraction > 0:  # only a hedging pool takes scale-ups back
             ups = (*ups, (now, inp.current, mem.last_scale_up_at))
-        mem = replace(mem, last_scale_up_at=now, scale_events=events, scale_ups=ups)
+        episodes = mem.growth_episodes
+        if warm_spare.records_growth(config):
+            shares = warm_spare.pool_shares(obs.cells, inp.fitting, config.shape)
+            new_cells = inp.packing.new_cells
+            episodes = warm_spare.grown(episodes, config, now, new_cells, shares)
+        mem = replace(
+            mem, last_scale_up_at=now, scale_events=events, scale_ups=ups, growth_episodes=episodes
+        )
     return _decision(desired, reason, msg, mem)
 
 

@@ -203,6 +203,11 @@ class Observation:
     protected: frozenset[str] = frozenset()
 
 
+# A pool's growth episode: (first scale-up, last scale-up, most new cells its pending pods
+# needed, whether the pool shared GPUs at each of its scale-ups). policy.warm_spare
+GrowthEpisode = tuple[float, float, int, bool]
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyMemory:
     """What ``decide`` remembers between calls. The caller stores it and hands it back.
@@ -228,6 +233,9 @@ class PolicyMemory:
     # before it, ``last_scale_up_at`` before it). When cancelled bets bring the count back to
     # where a scale-up started, that scale-up is forgotten (``policy.hedge.forget_cancelled``).
     scale_ups: tuple[tuple[float, int, float | None], ...] = ()
+    # With the warm spare's lone-arrival rule: the recent growth episodes, oldest first
+    # (policy.warm_spare.grown)
+    growth_episodes: tuple[GrowthEpisode, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,8 +346,14 @@ class PolicyConfig:
     # ``warm_spare_seconds``, keep at least this many empty cells, as ``headroom_cells`` does
     # all the time; a quiet pool keeps none and still scales to its floor. 0 disables.
     # API: spec.autoscaling.warmSpare (cells, keepFor).
-    warm_spare_cells: int = 0
-    warm_spare_seconds: float = 600.0
+    warm_spare_cells: int = 1
+    warm_spare_seconds: float = 5400.0
+    # Keep the warm spare only while this many lone arrivals in a pool that shares GPUs (growth
+    # episodes the spare would have absorbed, policy.warm_spare) ended within
+    # ``warm_spare_seconds``; 0 keeps it after any growth. API: warmSpare.loneArrivals. On
+    # by default since session 19 (1 cell, 90 min, 2): ahead of Cluster Autoscaler on openb's
+    # p95 wait, and never opened on the whole-GPU helios months or on bursts.
+    warm_spare_lone_arrivals: int = 2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -282,7 +282,8 @@ class AutoscalingSpec(KubeModel):
     headroom_cells: int = Field(default=0, ge=0, le=100)
     """Keep this many empty cells beyond the demand (within maxReplicas)."""
     warm_spare: WarmSpare = Field(default_factory=WarmSpare)
-    """Empty cells kept only while the pool is growing (off by default)."""
+    """Empty cells kept only while lone pods keep arriving at a pool that shares GPUs (on by
+    default: 1 cell)."""
     boot_hedge: BootHedge = Field(default_factory=BootHedge)
     """Spare boots with each scale-up, cancelled while still booting (on by default)."""
     prewarm: Prewarm = Field(default_factory=Prewarm)

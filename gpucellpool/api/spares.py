@@ -20,15 +20,25 @@ from gpucellpool.api.durations import Duration
 
 
 class WarmSpare(KubeModel):
-    """Empty cells kept while the pool is growing, so the next pod finds a Ready cell instead
-    of waiting a boot; unlike headroomCells, a pool that stops growing keeps none."""
+    """Empty cells kept while lone pods keep arriving at a pool that shares GPUs, so the next
+    one finds a Ready cell instead of waiting a boot; unlike headroomCells, a pool whose
+    arrivals stop, come in bursts or ask whole GPUs keeps none. On by default."""
 
-    cells: int = Field(default=0, ge=0, le=100)
-    """Keep this many empty cells (within maxReplicas) while the pool grew within keepFor; 0
-    turns it off. A pod that takes the spare makes the pool grow again, so the spare is
-    replaced and kept; after keepFor without growth it is an idle cell like any other."""
-    keep_for: Duration = Duration("10m")
-    """How long after the pool last grew the spare is kept."""
+    cells: int = Field(default=1, ge=0, le=100)
+    """Keep this many empty cells (within maxReplicas) while the rule below holds; 0 turns it
+    off. A pod that takes the spare makes the pool grow again, so the spare is replaced and
+    kept; once the rule lapses it is an idle cell like any other."""
+    keep_for: Duration = Duration("90m")
+    """How far back the rule looks: the spare is kept while loneArrivals of them ended within
+    this time (with loneArrivals 0: while the pool grew within it)."""
+    lone_arrivals: int = Field(default=2, ge=0, le=100)
+    """Keep the spare only after this many lone arrivals within keepFor: growths less than a
+    boot apart are one arrival, which is lone when its pending pods needed at most `cells` new
+    cells (the spare would have taken them all) and the pool shared GPUs (a pending pod asked
+    part of a GPU, or a GPU held two pods or a fractional one). 0 keeps the spare after any
+    growth. The default 2 (with 1 cell for 90m) put the tail wait of lone fractional pods
+    ahead of Cluster Autoscaler's on a public trace, and kept no spare on month-long traces of
+    whole-GPU jobs or on bursts."""
 
 
 class HedgeBasis(StrEnum):

@@ -76,6 +76,7 @@ KNOBS = {
     "hedge_per_pod": ("perpod", lambda v: "on" if v else "off", _field("boot_hedge_per_pod")),
     "warm_spare": ("warm", str, _field("warm_spare_cells")),
     "warm_spare_seconds": ("warmfor", lambda v: f"{v:g}s", _field("warm_spare_seconds")),
+    "warm_spare_lone_arrivals": ("warmlone", str, _field("warm_spare_lone_arrivals")),
 }
 
 
@@ -155,6 +156,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--warm-spare-seconds", type=seconds, help="how long after growing the warm spare stays"
+    )
+    g.add_argument(
+        "--warm-spare-lone-arrivals",
+        type=cells,
+        help="keep the warm spare while this many lone arrivals in a sharing pool happened "
+        "within its time (0: after any growth; policy.warm_spare)",
     )
     parser.add_argument(
         "--seeds",

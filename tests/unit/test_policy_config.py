@@ -148,16 +148,22 @@ def test_cooldowns_are_enforced_by_decide() -> None:
     assert (d.reason, d.victims) == (Reason.SCALED_DOWN, ("a",))
 
 
-def test_warm_spare_maps_and_is_off_by_default() -> None:
+def test_warm_spare_maps_and_is_on_by_default() -> None:
     body = sample("autoscaling-on.yaml")
     config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
-    assert (config.warm_spare_cells, config.warm_spare_seconds) == (0, 600.0)
-    body["spec"]["autoscaling"]["warmSpare"] = {"cells": 2, "keepFor": "30m"}
+    warm = (config.warm_spare_cells, config.warm_spare_seconds, config.warm_spare_lone_arrivals)
+    assert warm == (1, 5400.0, 2) == (1, PolicyConfig().warm_spare_seconds, 2)
+    body["spec"]["autoscaling"]["warmSpare"] = {"cells": 2, "keepFor": "30m", "loneArrivals": 0}
     config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
-    assert (config.warm_spare_cells, config.warm_spare_seconds) == (2, 1800.0)
-    body["spec"]["autoscaling"]["warmSpare"] = {"cells": -1}
-    with pytest.raises(ValidationError, match="warmSpare"):
-        GPUCellPool.model_validate(body)
+    warm = (config.warm_spare_cells, config.warm_spare_seconds, config.warm_spare_lone_arrivals)
+    assert warm == (2, 1800.0, 0)
+    body["spec"]["autoscaling"]["warmSpare"] = {"cells": 0}  # off, the other fields default
+    config = policy_config_from_spec(GPUCellPool.model_validate(body).spec)
+    assert (config.warm_spare_cells, config.warm_spare_lone_arrivals) == (0, 2)
+    for bad in ({"cells": -1}, {"loneArrivals": -1}, {"loneArrivals": 101}):
+        body["spec"]["autoscaling"]["warmSpare"] = bad
+        with pytest.raises(ValidationError, match="warmSpare"):
+            GPUCellPool.model_validate(body)
 
 
 def test_boot_hedge_maps_and_is_on_by_default() -> None:

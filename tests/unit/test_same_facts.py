@@ -244,9 +244,9 @@ def test_replays_are_the_same_with_and_without_the_repeat_on_changed_cells(case:
     fast_result = fast.run()
     plain = Simulation(pods, _TimeSkipOnly(make()), config)  # type: ignore[arg-type]
     assert fast_result == plain.run()
-    # the repeat happened, and often (hedged boots change more decisions: bursts of fractional
-    # pods on 4-GPU cells repeat 14 % of ticks with the default hedge)
-    assert fast.decide_calls < 0.9 * plain.decide_calls
+    # the repeat happened, and often (hedged boots and the warm spare change more decisions:
+    # bursts of fractional pods on 4-GPU cells repeat 9 % of ticks with both by default)
+    assert fast.decide_calls < 0.93 * plain.decide_calls
 
 
 def test_fact_key_is_the_index_facts_of_the_view() -> None:

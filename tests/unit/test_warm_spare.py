@@ -1,7 +1,8 @@
-"""The warm spare (``autoscaler.policy.warm_spare``): a pool that grew within the last
-``warm_spare_seconds`` keeps ``warm_spare_cells`` empty cells, so the next lone pod finds a
-Ready cell instead of waiting a boot; a pool that has been quiet longer keeps none and scales
-to its floor, as without the knob."""
+"""The warm spare (``autoscaler.policy.warm_spare``) with ``warm_spare_lone_arrivals`` 0 (the
+session-17 rule): a pool that grew within the last ``warm_spare_seconds`` keeps
+``warm_spare_cells`` empty cells, so the next lone pod finds a Ready cell instead of waiting a
+boot; a pool that has been quiet longer keeps none and scales to its floor, as without the
+knob. The default rule (lone arrivals in a sharing pool) is in test_warm_spare_lone.py."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ from autoscaler.policy.types import (
 
 NOW = 100_000.0
 CONFIG = PolicyConfig(
-    max_replicas=50, shape=CellShape(gpus=1), warm_spare_cells=1, warm_spare_seconds=1800.0
+    max_replicas=50,
+    shape=CellShape(gpus=1),
+    warm_spare_cells=1,
+    warm_spare_seconds=1800.0,
+    warm_spare_lone_arrivals=0,
 )
 GIB = 1024
 
