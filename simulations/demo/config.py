@@ -22,6 +22,7 @@ from typing import Any
 
 from autoscaler.policy.config import policy_config_from_spec
 from autoscaler.policy.types import CellShape, PolicyConfig
+from gpucellpool.api.spares import WarmSpare
 from gpucellpool.api.spec import GPUCellPoolSpec
 from simulations.simulator.engine import BootModel, ProductionPolicy, SimConfig
 from simulations.simulator.engine import hami as sim_hami
@@ -101,6 +102,8 @@ def autoscaling(
         "behavior": {"scaleDown": {"stabilizationWindowSeconds": window}},
         "scaleDownDelayAfterScaleUp": f"{spec.wall(spec.scale_down_delay_seconds):g}s",
         "prewarm": {"bootTime": f"{spec.wall(spec.boot_seconds):g}s"},
+        # the warm spare's look-back is a duration like the windows: compressed too
+        "warmSpare": {"keepFor": f"{spec.wall(WarmSpare().keep_for.seconds):g}s"},
         "cellShape": {
             "gpuMemoryMiB": SHAPE.memory_mib,
             "gpuCores": SHAPE.cores_percent,

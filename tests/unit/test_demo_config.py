@@ -32,6 +32,8 @@ def test_operator_and_simulator_read_the_same_pool_spec() -> None:
     assert config.policy_config == live
     assert live.scale_down.stabilization_window_seconds == 30  # 600 s / 20
     assert live.scale_down_delay_after_scale_up_seconds == 30
+    assert live.warm_spare_seconds == 270  # the warm spare's 90 min look-back / 20
+    assert (live.warm_spare_cells, live.boot_seconds) == (1, 15)  # episodes a boot apart
     assert config.boot.median_seconds == 15 and config.tick_seconds == 1.5
     assert not config.warm_start and sim_policy(SPEC).tick_seconds == 1.5
     auto = pool["spec"]["autoscaling"]
