@@ -351,8 +351,7 @@ def memory_field(memory: PolicyMemory, limit: int = MAX_POLICY_MEMORY_CHARS) -> 
     """``encode_memory`` within the status field's bound: when too long (idle times of
     thousands of cells), the rolling samples, the hedge's unused cells and the warm spare's
     growth episodes go first (a restart re-learns them; an unused cell forgotten waits out the
-    idle window), then the rate events;
-    when and how it last scaled always stays."""
+    idle window), then the rate events; when and how it last scaled always stays."""
     text = encode_memory(memory)
     if len(text) <= limit:
         return text
