@@ -100,6 +100,8 @@ def test_a_pending_pod_gets_its_cell_and_the_spare_after_it() -> None:
 
 
 def test_negative_knobs_are_refused() -> None:
-    errors = validate_config(replace(CONFIG, warm_spare_cells=-1, warm_spare_seconds=-5.0))
+    bad = replace(CONFIG, warm_spare_cells=-1, warm_spare_seconds=-5.0, warm_spare_lone_arrivals=-1)
+    errors = validate_config(bad)
     assert "warm_spare_cells must be >= 0" in errors
     assert "warm_spare_seconds must be >= 0" in errors
+    assert "warm_spare_lone_arrivals must be >= 0" in errors
