@@ -62,6 +62,8 @@ def _spare_errors(config: PolicyConfig) -> list[str]:
         errors.append("boot_hedge_min_wave must be at least 1")
     if not 0.0 <= config.boot_hedge_delay_boots <= 1.0:
         errors.append("boot_hedge_delay_boots must be within [0, 1]")
+    if not 0.0 <= config.unused_ready_grace_boots <= 1.0:
+        errors.append("unused_ready_grace_boots must be within [0, 1]")
     if config.warm_spare_cells < 0:
         errors.append("warm_spare_cells must be >= 0")
     if config.warm_spare_seconds < 0:

@@ -45,7 +45,9 @@ from autoscaler.policy.hedge import (
     hedge_delay_over,
     hedge_delay_seconds,
     pods_waiting,
+    ripe_unused,
     still_unused,
+    unused_grace_seconds,
 )
 from autoscaler.policy.packing import PackingResult, pack_bins
 from autoscaler.policy.scale_down import (
@@ -211,7 +213,8 @@ def _hedge(
     if evidence != limits.PROVEN:
         return NO_HEDGE
     usage, new = inp.packing.usage, inp.packing.new_cells
-    unused = memory.never_used
+    grace = unused_grace_seconds(config)
+    unused = ripe_unused(observation.cells, memory.never_used, grace, now)
     fraction, smallest = config.boot_hedge_fraction, config.boot_hedge_min_wave
     placements = inp.packing.placements if config.boot_hedge_per_pod else ()
     pods = pods_waiting(observation.cells, placements)
@@ -242,7 +245,7 @@ def _never_used(
     if config.boot_hedge_fraction <= 0:
         return frozenset()
     before = memory.never_used if inp.trusted else frozenset()
-    return still_unused(observation.cells, inp.packing.usage, before)
+    return still_unused(observation.cells, before)
 
 
 def _remember(

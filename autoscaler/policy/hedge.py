@@ -26,13 +26,15 @@ The rule, over one observation (pure, no clock):
   with a spare it decides two cells);
 * empty Booting cells beyond the hedge are surplus: cancelled at once, newest first (they have
   booted least), never below the floor, the forecast or the headroom the policy keeps;
-* a cell that has never run a pod (``unused``: Booting with no pending pod packed on it, or
-  Ready and empty ever since) is still a bet: once nothing waits for a booting or new cell, such
-  a cell that became Ready retires at once, newest first, after the surplus boots, under the
-  same floors. Without it a spare cancelled while booting in one world (the operator) but Ready
-  a few seconds sooner in the other (the simulator) would idle out the ten-minute scale-down
-  window there: seconds of timing turned into idle cell-minutes. With it both worlds drop the
-  bet within a decision;
+* a cell that has never run a pod (``unused``: Booting with no pod running on it, or Ready
+  and empty ever since) is still a bet: once nothing waits for a booting or new cell, such a
+  cell that has been Ready for ``PolicyConfig.unused_ready_grace_boots`` of a boot retires,
+  newest first, after the surplus boots, under the same floors. Without it a spare cancelled
+  while booting in one world (the operator) but Ready a few seconds sooner in the other (the
+  simulator) would idle out the ten-minute scale-down window there: seconds of timing turned
+  into idle cell-minutes. With it both worlds drop the bet within the grace. A cell started for
+  a pod that then took a faster cell is such a bet too; the grace is what keeps the cell a pod
+  was bound to as it turned Ready (live, the pod may show on it a decision or two later);
 * a scale-up whose cells the cancels have all taken back is forgotten (``forget_cancelled``):
   it restarts no post-scale-up delay and leaves no recommendation above the count it returned
   to, so a bet that was never needed holds no idle cell for a window.
@@ -123,22 +125,67 @@ def _empty(cell: CellView, usage: Mapping[str, tuple[GPUUsage, ...]]) -> bool:
     return cell.pods == 0 and not cell.pod_asks and not _holds_anything(usage.get(cell.name, ()))
 
 
-def still_unused(
-    cells: Sequence[CellView],
-    usage: Mapping[str, tuple[GPUUsage, ...]],
-    before: frozenset[str],
-) -> frozenset[str]:
-    """Cells that are still bets: the Booting cells no pending pod is packed on (spares), and
-    the Ready cells that were so ``before`` and are still empty after packing (a pod, running
-    or packed, ends it for good). A cell a pending pod waited for is not a bet: live, its pod
-    is bound as it turns Ready and may show on it a decision later, and retired as "never
-    used" in between it went with its pod (the twin: tests/integration/test_loop_provision)."""
+def still_unused(cells: Sequence[CellView], before: frozenset[str]) -> frozenset[str]:
+    """Cells that are still bets: the Booting cells (no pod runs on a cell before it is Ready;
+    the cell a pending pod is packed on is a bet too, since the pod takes whichever cell is
+    Ready first), and the Ready cells that were so ``before`` and have run no pod since (no pod
+    on them, no GPU use: a pod seen running there ends the bet for good). A pending pod packed
+    on a Ready cell keeps it (``hedge`` retires only empty cells after packing), and a Ready
+    bet retires only after the grace (``ripe_unused``): live, the pod a cell was started for
+    shows on it a decision or two after it turned Ready (the twin:
+    tests/integration/test_loop_provision)."""
     return frozenset(
         c.name
         for c in cells
-        if (c.state == CellState.BOOTING and _empty(c, usage))
-        or (c.state == CellState.READY and c.name in before and _empty(c, usage))
+        if (c.state == CellState.BOOTING and c.pods == 0 and not c.pod_asks)
+        or (
+            c.state == CellState.READY
+            and c.name in before
+            and c.pods == 0
+            and not c.pod_asks
+            and not _holds_anything(c.gpus)
+        )
     )
+
+
+# A cell's Ready time comes from its status row's lastTransitionTime, which is whole seconds
+# (metav1.Time): the age read from it is up to this much too old.
+READY_AGE_RESOLUTION_SECONDS = 1.0
+
+
+def unused_grace_seconds(config: PolicyConfig) -> float:
+    """How long an unused cell is Ready before it may retire: ``unused_ready_grace_boots`` of
+    the expected boot, plus the resolution of the Ready time (without it, the twin's boots,
+    compressed x20, had a grace of 0.75 s that whole-second timestamps could make none)."""
+    return config.unused_ready_grace_boots * config.boot_seconds + READY_AGE_RESOLUTION_SECONDS
+
+
+def ripe_unused(
+    cells: Sequence[CellView], unused: frozenset[str], grace_seconds: float, now: float
+) -> frozenset[str]:
+    """The cells of ``unused`` that have been Ready for ``grace_seconds`` (a Ready cell without
+    ``ready_at`` counts as Ready long enough)."""
+    return frozenset(
+        c.name
+        for c in cells
+        if c.name in unused
+        and c.state == CellState.READY
+        and (c.ready_at is None or now - c.ready_at >= grace_seconds)
+    )
+
+
+def unused_grace_clocks(
+    cells: Sequence[CellView], unused: frozenset[str], grace_seconds: float, now: float
+) -> list[float]:
+    """When Ready cells of ``unused`` reach the grace (``decide`` may then retire them)."""
+    return [
+        c.ready_at + grace_seconds
+        for c in cells
+        if c.name in unused
+        and c.state == CellState.READY
+        and c.ready_at is not None
+        and c.ready_at + grace_seconds > now
+    ]
 
 
 def pods_waiting(cells: Sequence[CellView], placements: Sequence[tuple[str, str]]) -> int:
@@ -168,10 +215,11 @@ def hedge(
 ) -> Hedge:
     """The hedge for ``cells`` after packing (``usage``: projected per-cell usage, as
     ``PackingResult.usage``; ``new_cells``: cells the backlog still needs; ``unused``: the
-    cells that had never run a pod at the last call, ``still_unused``; ``min_wave``: the
-    smallest wave that starts spares; ``waiting_pods``: with the per-pod basis, the pods
-    waiting for booting or new cells, ``pods_waiting``, else 0: spares are sized on the larger
-    of it and the cells waited for)."""
+    cells that had never run a pod at the last call and have been Ready for the grace,
+    ``still_unused`` and ``ripe_unused``; ``min_wave``: the smallest wave that starts spares;
+    ``waiting_pods``: with the per-pod basis, the pods waiting for booting or new cells,
+    ``pods_waiting``, else 0: spares are sized on the larger of it and the cells waited
+    for)."""
     booting = [c for c in cells if c.state == CellState.BOOTING]
     held = sum(1 for c in booting if _holds_anything(usage.get(c.name, ())))
     empty = sorted(  # oldest first: the spares kept are the ones that have booted longest

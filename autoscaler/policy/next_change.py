@@ -25,7 +25,12 @@ from dataclasses import replace
 
 from autoscaler.policy import limits, warm_spare
 from autoscaler.policy.cell_index import state_count
-from autoscaler.policy.hedge import hedge_delay_clocks, hedge_delay_seconds
+from autoscaler.policy.hedge import (
+    hedge_delay_clocks,
+    hedge_delay_seconds,
+    unused_grace_clocks,
+    unused_grace_seconds,
+)
 from autoscaler.policy.types import (
     CellState,
     Decision,
@@ -136,6 +141,9 @@ def steady(
     hedging = config.boot_hedge_fraction > 0 and decision.memory.boots_proven
     if hedging and observation.workload_cluster_reachable:  # no spare before boots are proven
         clocks += hedge_delay_clocks(observation.pending, hedge_delay_seconds(config), now)
+    if hedging:  # an unused Ready cell may retire once it has been Ready for the grace
+        unused, grace = decision.memory.never_used, unused_grace_seconds(config)
+        clocks += unused_grace_clocks(cells, unused, grace, now)
     return Steady(
         until=_later(clocks, now),
         raw=raw,

@@ -334,6 +334,14 @@ class PolicyConfig:
     # on the whole helios-earth months, and takes most of the twin-vs-simulator races of a few
     # seconds out of the hedge (docs/autoscaling.md, session 15).
     boot_hedge_delay_boots: float = 0.05
+    # With the hedge: a Ready cell that has never run a pod retires only once it has been
+    # Ready this fraction of the expected boot (``boot_seconds``), whether it was started as a
+    # spare or for a pod that then took a faster cell. The pod a cell was started for binds as
+    # it turns Ready and may show on it a decision or two later; after the grace an empty cell
+    # is a bet that lost. Without the grace a cell some pod had been packed on while it booted
+    # idled out the scale-down window, and which cells pods were packed on is a race of
+    # seconds between two worlds (docs/autoscaling.md, session 21). Not an API field.
+    unused_ready_grace_boots: float = 0.05
     # With the hedge: size the spares by the pods waiting too, not only the cells:
     # ``ceil(fraction x max(cells waited for, pods waiting for them))``, the pods being those
     # the packing puts on Booting or new cells. Whole-GPU pods on one-GPU cells: unchanged; a

@@ -1,8 +1,8 @@
 """With hedged boots, a cell that has never run a pod is a bet: once nothing waits for a booting
-or new cell, such a cell that became Ready retires at once instead of idling out the scale-down
-window (``autoscaler.policy.hedge``, ``PolicyMemory.never_used``). The memory follows each cell
-from its first Booting observation as a spare; a pod, running or packed onto it, ends the bet for
-good."""
+or new cell, such a cell that has been Ready for the grace (``unused_ready_grace_boots``)
+retires instead of idling out the scale-down window (``autoscaler.policy.hedge``,
+``PolicyMemory.never_used``). The memory follows each cell from its first Booting observation;
+a pod seen running on it ends the bet for good."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from autoscaler.explain import decode_memory, encode_memory, memory_field
 from autoscaler.policy.decide import decide
+from autoscaler.policy.hedge import unused_grace_seconds
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -30,6 +31,7 @@ CONFIG = PolicyConfig(max_replicas=100, shape=CellShape(gpus=1), boot_hedge_frac
 PROVEN = PolicyMemory(boots_proven=True)
 ONE_GPU = (GPUUsage(24576, 100, 1),)
 FREE = (GPUUsage(0, 0, 0),)
+GRACE = unused_grace_seconds(CONFIG)  # Ready this long: may retire
 
 
 def _busy(i: int) -> CellView:
@@ -55,15 +57,19 @@ def _seen_booting(config: PolicyConfig = CONFIG, memory: PolicyMemory = PROVEN) 
 
 
 def test_booting_cells_are_remembered_as_never_used() -> None:
-    # the spare is a bet; the cell the pod waits for is not (live, its pod may show on it a
-    # decision after it turned Ready: tests/unit/test_policy_hedge.py)
-    assert _seen_booting().memory.never_used == {"c2"}
+    # the spare is a bet, and so is the cell the pod waits for: the pod takes whichever is
+    # Ready first (live, its pod may show on a cell a decision after it turned Ready, hence the
+    # grace: tests/unit/test_policy_hedge.py)
+    assert _seen_booting().memory.never_used == {"c1", "c2"}
 
 
-def test_an_unused_cell_that_becomes_ready_with_nothing_waiting_retires_at_once() -> None:
+def test_an_unused_cell_ready_for_the_grace_with_nothing_waiting_retires() -> None:
     # the pod found c1; its spare c2 became Ready a moment later, empty: the bet lost
     just_up = replace(_seen_booting().memory, last_scale_up_at=NOW - 100)  # delay not over
-    cells = (_busy(0), replace(_busy(1), created_at=NOW - 200), _empty_ready(2))
+    cells = (_busy(0), replace(_busy(1), created_at=NOW - 200), _empty_ready(2, NOW - GRACE))
+    early = decide(Observation((), cells), just_up, CONFIG, NOW - 1)
+    assert early.desired_replicas == 3 and not early.victims  # within the grace
+    assert early.steady is None or early.steady.until <= NOW  # it wakes at the grace's end
     d = decide(Observation((), cells), just_up, CONFIG, NOW)
     assert (d.reason, d.desired_replicas, d.victims) == (Reason.SPARES_CANCELLED, 2, ("c2",))
     assert "retiring 1 Ready cell(s) that never ran a pod" in d.message
@@ -97,15 +103,15 @@ def test_kept_while_pods_wait_for_booting_or_new_cells() -> None:
     memory = replace(PROVEN, never_used=frozenset({"c2", "c3"}))
     cells = (_busy(0), _busy(1), _empty_ready(2), _booting(3))
     # two pods: one is packed onto the empty Ready cell, the other waits for the booting one
-    d = decide(Observation(_pods(2), cells), memory, CONFIG, NOW)
+    d = decide(Observation(_pods(2), cells), memory, CONFIG, NOW + GRACE)
     assert "c2" not in d.victims and d.desired_replicas >= 4
-    # a pod packed onto c2 ends its bet; c3, which the other pod waits for, is none
-    assert d.memory.never_used == frozenset()
+    # only a pod seen running ends a bet: the pods may yet bind elsewhere
+    assert d.memory.never_used == {"c2", "c3"}
 
 
 def test_the_floor_and_the_headroom_keep_unused_cells() -> None:
     memory = replace(PROVEN, never_used=frozenset({"c1", "c2"}))
-    cells = (_busy(0), _empty_ready(1), _empty_ready(2))
+    cells = (_busy(0), _empty_ready(1, NOW - GRACE), _empty_ready(2, NOW - GRACE))
     floor = decide(Observation((), cells), memory, replace(CONFIG, min_replicas=2), NOW)
     assert (floor.desired_replicas, floor.victims) == (2, ("c2",))
     head = decide(Observation((), cells), memory, replace(CONFIG, headroom_cells=2), NOW)

@@ -11,7 +11,14 @@ import pytest
 
 from autoscaler.policy.config import validate_config
 from autoscaler.policy.decide import decide
-from autoscaler.policy.hedge import MIN_WAVE_CELLS, Hedge, cancellable, hedge, pods_waiting
+from autoscaler.policy.hedge import (
+    MIN_WAVE_CELLS,
+    Hedge,
+    cancellable,
+    hedge,
+    pods_waiting,
+    unused_grace_seconds,
+)
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -323,16 +330,38 @@ def test_by_default_the_hedge_gives_a_lone_pod_a_spare_and_counts_pods() -> None
 
 def test_a_cell_a_pending_pod_waited_for_is_not_retired_before_its_pod_shows() -> None:
     """Live, the pod a booting cell was started for binds as the cell turns Ready and may show
-    on it a decision later: seen Ready and empty with nothing pending, it is not a bet."""
+    on it a decision later: seen Ready and empty with nothing pending, it is kept for the
+    grace (``unused_ready_grace_boots``), and a pod seen on it ends the bet for good."""
     config = replace(PER_POD, boot_hedge_fraction=0.75)
+    grace = unused_grace_seconds(config)
     booting = _booting(0)
     waited = decide(Observation(_pods(1), (booting,)), PROVEN, config, NOW)
-    assert "c0" not in waited.memory.never_used  # a pod is packed on it
+    assert "c0" in waited.memory.never_used  # no pod has run on it yet
     ready = CellView("c0", 0, CellState.READY, booting.created_at, gpus=(GPUUsage(0, 0, 0),))
+    ready = replace(ready, ready_at=NOW + 10)
+    soon = decide(Observation((), (ready,)), waited.memory, config, NOW + 10 + grace / 2)
+    assert (soon.desired_replicas, soon.victims) == (1, ())
+    assert soon.steady is None or soon.steady.until <= NOW + 10 + grace  # it wakes for it
+    shown = replace(ready, gpus=ONE_GPU, pods=1)
+    ran = decide(Observation((), (shown,)), soon.memory, config, NOW + 10 + grace / 2 + 1)
+    assert "c0" not in ran.memory.never_used
+
+
+def test_a_cell_whose_pod_took_a_faster_cell_retires_after_the_grace() -> None:
+    """Which booting cell a pending pod was packed on is a race of seconds (two worlds, or a
+    faster spare): a cell started for a pod that then ran elsewhere is a bet that lost, and
+    goes once it has been Ready for the grace, not after the scale-down window."""
+    config = replace(PER_POD, boot_hedge_fraction=0.75)
+    grace = unused_grace_seconds(config)
+    busy = CellView("c1", 1, CellState.READY, NOW - 300, gpus=ONE_GPU, pods=1, ready_at=NOW)
+    waited = decide(Observation(_pods(1), (_booting(0),)), PROVEN, config, NOW - 100)
+    ready = CellView("c0", 0, CellState.READY, NOW - 200, gpus=(GPUUsage(0, 0, 0),))
     ready = replace(ready, ready_at=NOW)
-    later = decide(Observation((), (ready,)), waited.memory, config, NOW + 10)
-    assert later.desired_replicas == 1 and later.victims == ()
-    spare = decide(
-        Observation((), (ready,)), replace(PROVEN, never_used=frozenset({"c0"})), config, NOW + 10
+    early = decide(Observation((), (ready, busy)), waited.memory, config, NOW + grace - 1)
+    assert early.victims == ()
+    late = decide(Observation((), (ready, busy)), early.memory, config, NOW + grace)
+    assert (late.reason, late.victims, late.desired_replicas) == (
+        Reason.SPARES_CANCELLED,
+        ("c0",),
+        1,
     )
-    assert (spare.reason, spare.victims) == (Reason.SPARES_CANCELLED, ("c0",))  # a bet goes
