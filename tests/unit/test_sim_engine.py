@@ -222,6 +222,20 @@ def test_react_also_follows_a_finished_boot(failure_probability: float) -> None:
     assert ticking.calls[:2] == [0.0, 100.0]
 
 
+def test_react_also_follows_a_pod_ending() -> None:
+    # live, a pod's end changes its Node, which wakes the pool (autoscaler.routing.route_pod):
+    # a cell it leaves idle starts its scale-down window then, not at the next tick
+    cfg = config(boot=BootModel(median_seconds=55.0, sigma=0.0), tail_seconds=150.0)
+    reacting = Scripted([(0.0, 2, ())], tick_seconds=100.0, react_on_arrival=True)
+    # placed as their cells are Ready at 55: "a" ends at 75, "b" runs on
+    pods = (TracePod("a", 0.0, 20.0, WHOLE), TracePod("b", 0.0, 300.0, WHOLE))
+    simulate(pods, reacting, replace(cfg, warm_start=False))
+    assert reacting.calls[:5] == [0.0, 1.0, 56.0, 76.0, 100.0]
+    ticking = Scripted([(0.0, 2, ())], tick_seconds=100.0)
+    simulate(pods, ticking, replace(cfg, warm_start=False))
+    assert ticking.calls[:2] == [0.0, 100.0]
+
+
 def test_shadow_decisions_create_nothing() -> None:
     policy = Scripted([(0.0, 3, ())], act=False)
     pods = (TracePod("a", 5.0, 5.0, WHOLE),)

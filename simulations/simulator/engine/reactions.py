@@ -1,7 +1,7 @@
 """When a reacting policy decides between its ticks, as the live loop's wake-ups do.
 
-Why this module exists: our live loop decides when woken (a pod left pending, a cell that
-finished booting, an eviction) and when its last decision's promise runs out
+Why this module exists: our live loop decides when woken (a pod left pending, a pod that
+ended, a cell that finished booting, an eviction) and when its last decision's promise runs out
 (``Decision.steady.until``: a window or delay ending, a pending pod becoming stuck or due a
 hedged spare), not only at its ticks. The simulator models that with REACT events; the delays
 are the live loop's reactions, which the fidelity report measures on the twin apart (after a
@@ -29,7 +29,7 @@ class Reactions:
     next_tick: float = 0.0
 
     def after_pod(self, now: float) -> float | None:
-        """A pod left pending (or evicted, or a gang waiting) at ``now``."""
+        """A pod left pending (or evicted, or ended, or a gang waiting) at ``now``."""
         first = self.first_seconds
         delay = self.after_pod_seconds if first is None or self.reacted else first
         return self._at(now + delay)

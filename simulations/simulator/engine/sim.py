@@ -249,6 +249,9 @@ class Simulation:
         self.capacity_up = self.dirty = True
         if cell.state is CellState.DRAINING and not cell.pods:
             self.push(now + self.cfg.drain_seconds, DRAIN, cell.name)
+        # live, a pod's end is a change on its Node, which wakes the pool (routing.route_pod):
+        # a cell left idle starts its scale-down window then, not at the next tick
+        self._react(self.reactions.after_pod(now))
 
     # ----- cells -----------------------------------------------------------------------------
 
