@@ -28,13 +28,14 @@ The rule, over one observation (pure, no clock):
   booted least), never below the floor, the forecast or the headroom the policy keeps;
 * a cell that has never run a pod (``unused``: Booting with no pod running on it, or Ready
   and empty ever since) is still a bet: once nothing waits for a booting or new cell, such a
-  cell that has been Ready for ``PolicyConfig.unused_ready_grace_boots`` of a boot retires,
-  newest first, after the surplus boots, under the same floors. Without it a spare cancelled
-  while booting in one world (the operator) but Ready a few seconds sooner in the other (the
-  simulator) would idle out the ten-minute scale-down window there: seconds of timing turned
-  into idle cell-minutes. With it both worlds drop the bet within the grace. A cell started for
-  a pod that then took a faster cell is such a bet too; the grace is what keeps the cell a pod
-  was bound to as it turned Ready (live, the pod may show on it a decision or two later);
+  cell that has been Ready for ``PolicyConfig.unused_ready_grace_boots`` of a boot (plus 1 s,
+  ``unused_grace_seconds``) retires, newest first, after the surplus boots, under the same
+  floors. Without it a spare cancelled while booting in one world (the operator) but Ready a
+  few seconds sooner in the other (the simulator) would idle out the ten-minute scale-down
+  window there: seconds of timing turned into idle cell-minutes. With it both worlds drop the
+  bet within the grace. A cell started for a pod that then took a faster cell is such a bet
+  too; the grace is what keeps the cell a pod was bound to as it turned Ready (live, the pod
+  may show on it a decision or two later);
 * a scale-up whose cells the cancels have all taken back is forgotten (``forget_cancelled``):
   it restarts no post-scale-up delay and leaves no recommendation above the count it returned
   to, so a bet that was never needed holds no idle cell for a window.

@@ -335,7 +335,8 @@ class PolicyConfig:
     # seconds out of the hedge (docs/autoscaling.md, session 15).
     boot_hedge_delay_boots: float = 0.05
     # With the hedge: a Ready cell that has never run a pod retires only once it has been
-    # Ready this fraction of the expected boot (``boot_seconds``), whether it was started as a
+    # Ready this fraction of the expected boot (``boot_seconds``; plus 1 s for the whole-second
+    # Ready time, ``hedge.unused_grace_seconds``), whether it was started as a
     # spare or for a pod that then took a faster cell. The pod a cell was started for binds as
     # it turns Ready and may show on it a decision or two later; after the grace an empty cell
     # is a bet that lost. Without the grace a cell some pod had been packed on while it booted
