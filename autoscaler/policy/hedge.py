@@ -122,8 +122,12 @@ def _holds_anything(gpus: Sequence[GPUUsage]) -> bool:
     return any(g.slots for g in gpus)
 
 
+def _no_pod(cell: CellView) -> bool:
+    return cell.pods == 0 and not cell.pod_asks
+
+
 def _empty(cell: CellView, usage: Mapping[str, tuple[GPUUsage, ...]]) -> bool:
-    return cell.pods == 0 and not cell.pod_asks and not _holds_anything(usage.get(cell.name, ()))
+    return _no_pod(cell) and not _holds_anything(usage.get(cell.name, ()))
 
 
 def still_unused(cells: Sequence[CellView], before: frozenset[str]) -> frozenset[str]:
@@ -138,13 +142,10 @@ def still_unused(cells: Sequence[CellView], before: frozenset[str]) -> frozenset
     return frozenset(
         c.name
         for c in cells
-        if (c.state == CellState.BOOTING and c.pods == 0 and not c.pod_asks)
-        or (
-            c.state == CellState.READY
-            and c.name in before
-            and c.pods == 0
-            and not c.pod_asks
-            and not _holds_anything(c.gpus)
+        if _no_pod(c)
+        and (
+            c.state == CellState.BOOTING
+            or (c.state == CellState.READY and c.name in before and not _holds_anything(c.gpus))
         )
     )
 
@@ -161,17 +162,19 @@ def unused_grace_seconds(config: PolicyConfig) -> float:
     return config.unused_ready_grace_boots * config.boot_seconds + READY_AGE_RESOLUTION_SECONDS
 
 
+def _ready_bets(cells: Sequence[CellView], unused: frozenset[str]) -> list[CellView]:
+    return [c for c in cells if c.name in unused and c.state == CellState.READY]
+
+
 def ripe_unused(
     cells: Sequence[CellView], unused: frozenset[str], grace_seconds: float, now: float
 ) -> frozenset[str]:
-    """The cells of ``unused`` that have been Ready for ``grace_seconds`` (a Ready cell without
-    ``ready_at`` counts as Ready long enough)."""
+    """The Ready cells of ``unused`` that have been Ready for ``grace_seconds`` (a Ready cell
+    without ``ready_at`` counts as Ready long enough)."""
     return frozenset(
         c.name
-        for c in cells
-        if c.name in unused
-        and c.state == CellState.READY
-        and (c.ready_at is None or now - c.ready_at >= grace_seconds)
+        for c in _ready_bets(cells, unused)
+        if c.ready_at is None or now - c.ready_at >= grace_seconds
     )
 
 
@@ -179,14 +182,9 @@ def unused_grace_clocks(
     cells: Sequence[CellView], unused: frozenset[str], grace_seconds: float, now: float
 ) -> list[float]:
     """When Ready cells of ``unused`` reach the grace (``decide`` may then retire them)."""
-    return [
-        c.ready_at + grace_seconds
-        for c in cells
-        if c.name in unused
-        and c.state == CellState.READY
-        and c.ready_at is not None
-        and c.ready_at + grace_seconds > now
-    ]
+    ready = (c.ready_at for c in _ready_bets(cells, unused))
+    ends = (at + grace_seconds for at in ready if at is not None)
+    return [end for end in ends if end > now]
 
 
 def pods_waiting(cells: Sequence[CellView], placements: Sequence[tuple[str, str]]) -> int:

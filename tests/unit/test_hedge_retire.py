@@ -69,7 +69,7 @@ def test_an_unused_cell_ready_for_the_grace_with_nothing_waiting_retires() -> No
     cells = (_busy(0), replace(_busy(1), created_at=NOW - 200), _empty_ready(2, NOW - GRACE))
     early = decide(Observation((), cells), just_up, CONFIG, NOW - 1)
     assert early.desired_replicas == 3 and not early.victims  # within the grace
-    assert early.steady is None or early.steady.until <= NOW  # it wakes at the grace's end
+    assert early.steady is not None and early.steady.until == NOW  # it wakes at the grace's end
     d = decide(Observation((), cells), just_up, CONFIG, NOW)
     assert (d.reason, d.desired_replicas, d.victims) == (Reason.SPARES_CANCELLED, 2, ("c2",))
     assert "retiring 1 Ready cell(s) that never ran a pod" in d.message

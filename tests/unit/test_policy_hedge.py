@@ -341,7 +341,7 @@ def test_a_cell_a_pending_pod_waited_for_is_not_retired_before_its_pod_shows() -
     ready = replace(ready, ready_at=NOW + 10)
     soon = decide(Observation((), (ready,)), waited.memory, config, NOW + 10 + grace / 2)
     assert (soon.desired_replicas, soon.victims) == (1, ())
-    assert soon.steady is None or soon.steady.until <= NOW + 10 + grace  # it wakes for it
+    assert soon.steady is not None and soon.steady.until == NOW + 10 + grace  # it wakes then
     shown = replace(ready, gpus=ONE_GPU, pods=1)
     ran = decide(Observation((), (shown,)), soon.memory, config, NOW + 10 + grace / 2 + 1)
     assert "c0" not in ran.memory.never_used
