@@ -8,7 +8,9 @@ pods per pool (190 bound and Running with HAMi allocation annotations, 10 pendin
 made with at most 32 requests in flight. Then the operator starts as a subprocess
 (``--no-provision``: decisions only, so nothing but the policy loop is measured) and we record:
 time to ready (``/readyz``: pool cache, leader election and workload caches synced) and to
-every pool's first decision; then rounds in which every pool gets one new pending 24 GiB pod at
+every pool's first decision, and wait for each pool's hedge of the pods pending at the start
+(its spares start 15 s after the operator first saw them; that write is theirs); then
+rounds in which every pool gets one new pending 24 GiB pod at
 once, timing pod creation -> the pool's status showing the new ask in ``lastDecision``
 (stamped in a GPUCellPool watch callback); CPU seconds and RSS from /proc; apiserver object
 counts; the operator's own ``gpucellpool_decision_latency_seconds`` histogram. Results go to
@@ -272,6 +274,13 @@ def start_operator(infra: ClusterEndpoint, port: int, log: Path) -> subprocess.P
 # -- watching the pools -------------------------------------------------------------------------
 
 
+def _decided(decision: JSON) -> str:
+    """A decision's reason, target and pending asks, for the bench's account of follow-ups."""
+    return (
+        f"{decision.get('reason')}/{decision.get('desiredReplicas')}/{decision.get('pendingAsks')}"
+    )
+
+
 @dataclass
 class Pools:
     """Every pool status seen, stamped in the watch callback."""
@@ -307,9 +316,23 @@ class Pools:
                     new.get("desiredReplicas"),
                 ):
                     kinds["follow-up"] += 1
+                    kinds[f"follow-up {_decided(old)} -> {_decided(new)}"] += 1
                 else:
                     kinds["same decision"] += 1
         return kinds
+
+    def hedged(self, name: str, since: float) -> float | None:
+        """When the pool's decision of the pods pending at the start first asked for more
+        cells than they need (one per pod on top of the Ready cells): the hedge's spares."""
+        for at, status in self.seen.get(name, ()):
+            decided = status.get("lastDecision") or {}
+            if (
+                at >= since
+                and decided.get("pendingAsks") == PENDING_PER_POOL
+                and decided.get("desiredReplicas", 0) > CELLS_PER_POOL + PENDING_PER_POOL
+            ):
+                return at
+        return None
 
     def first(self, name: str, since: float, asks: int) -> float | None:
         for at, status in self.seen.get(name, ()):
@@ -489,6 +512,18 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
         )
         first_decisions_s = time.monotonic() - started
         print(f"every pool decided after {first_decisions_s:.1f}s", flush=True)
+        # The pods pending at the start start the hedge's spare boots once one has waited the
+        # hedge's delay (``PolicyConfig.boot_hedge_delay_boots`` of a boot, 15 s by default): that
+        # decision belongs to them, not to the rounds' new pods, so the rounds wait for it.
+        await pools.until(
+            lambda: all(pools.hedged(pool_name(i), started) for i in range(POOLS)), 120
+        )
+        hedged_s = sorted(pools.hedged(pool_name(i), started) or 0.0 for i in range(POOLS))
+        print(
+            f"every pool's spares started {hedged_s[0] - started:.1f}-"
+            f"{hedged_s[-1] - started:.1f}s after the start",
+            flush=True,
+        )
         await pools.quiet(3.0, 60)
         before_rounds, events_before = usage_of(proc.pid), pools.events
         metrics_before = await scrape(port)
@@ -536,6 +571,8 @@ async def test_one_operator_fifty_pools(scale_harness: Harness) -> None:
         after_rounds, round_events = usage_of(proc.pid), pools.events - events_before
         stages = stage_means(metrics_before, await scrape(port))
         kinds = pools.kinds(rounds_from, time.monotonic())
+        for kind in sorted(k for k in kinds if k.startswith("follow-up ")):
+            print(f"{kinds[kind]} x {kind} (reason/target/asks)")
         idle_s = 30.0
         await asyncio.sleep(idle_s)  # idle: only the 10 s ticks run
         after_idle = usage_of(proc.pid)
