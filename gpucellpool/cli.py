@@ -51,6 +51,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "simulations.demo.cli",
         "the real operator on the twin: replay a compressed trace, report, compare to simulate",
     ),
+    "fidelity-diff": (
+        "simulations.demo.divergence",
+        "replay a twin run's fidelity dump: where the twin and the simulator part",
+    ),
     "sweep": (
         "simulations.simulator.sweep",
         "sweep policy knobs; print the cost/wait Pareto front",

@@ -17,7 +17,7 @@ import contextlib
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.policy.demand import pod_ask
@@ -42,6 +42,33 @@ class PodTimes:
     node: str = ""
     ended: float | None = None
     ask: GPUAsk | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionSeen:
+    """The pool's published decision and policy memory as the recorder saw them change.
+
+    ``time_seconds`` is the recorder's (seconds since the replay started); ``decided_at`` is
+    ``lastDecision.time`` as written (RFC 3339, whole seconds); ``policy_memory`` is
+    ``status.policyMemory`` verbatim (``autoscaler.explain.decode_memory`` reads it; its times
+    are the operator's wall clock). The fidelity dump carries these (``fidelity_dump``).
+    """
+
+    time_seconds: float
+    reason: str
+    desired_replicas: int
+    message: str
+    decided_at: str = ""
+    policy_memory: str = ""
+
+    def same_as(self, other: DecisionSeen) -> bool:
+        """The same decision and memory (the time it was seen aside)."""
+        return (self.reason, self.desired_replicas, self.message, self.policy_memory) == (
+            other.reason,
+            other.desired_replicas,
+            other.message,
+            other.policy_memory,
+        )
 
 
 @dataclass
@@ -115,7 +142,8 @@ class Recorder:
     _guest_seen: dict[str, float] = field(default_factory=dict)  # name -> guest created
     ready_from_guest: list[tuple[float, float, float]] = field(default_factory=list)  # as above
     _desired: int = 0
-    decisions: list[tuple[float, str, int]] = field(default_factory=list)  # on change
+    # Each change of status.lastDecision (reason, target, message) or status.policyMemory
+    decisions: list[DecisionSeen] = field(default_factory=list)
     _live: set[str] = field(default_factory=set)
     _status: JSON = field(default_factory=dict)
     # With ``node_selector`` (the pool's cell Nodes in the workload cluster), a cell's boot ends
@@ -165,6 +193,7 @@ class Recorder:
         self._placeable = {k: v - shift for k, v in self._placeable.items()}
         self.readies = [(name, at - shift) for name, at in self.readies]
         self._cancelling = {k: v - shift for k, v in self._cancelling.items()}
+        self.decisions = [replace(d, time_seconds=d.time_seconds - shift) for d in self.decisions]
         self.t0 += shift
         self.samples.clear()
         self.sample()
@@ -223,10 +252,7 @@ class Recorder:
                 self._boot_reacted(now - self._ready_at)
             self._changed_at, self._ready_at = now, None
         self._desired = desired
-        last = self._status.get("lastDecision") or {}
-        outcome = (str(last.get("reason", "")), int(last.get("desiredReplicas") or 0))
-        if not self.decisions or self.decisions[-1][1:] != outcome:
-            self.decisions.append((now, *outcome))
+        self._decided(now)
         for cell in self._status.get("cells") or []:
             name = str(cell.get("name"))
             if cell.get("phase") == "Ready" and name in self.booting:
@@ -240,6 +266,20 @@ class Recorder:
                         self._cancelling[name] = lowered
                 self.draining.setdefault(name, now)
         self.sample()
+
+    def _decided(self, now: float) -> None:
+        """Record the published decision and policy memory when either changed."""
+        last = self._status.get("lastDecision") or {}
+        seen = DecisionSeen(
+            time_seconds=now,
+            reason=str(last.get("reason", "")),
+            desired_replicas=int(last.get("desiredReplicas") or 0),
+            message=str(last.get("message", "")),
+            decided_at=str(last.get("time") or ""),
+            policy_memory=str(self._status.get("policyMemory") or ""),
+        )
+        if not self.decisions or not self.decisions[-1].same_as(seen):
+            self.decisions.append(seen)
 
     def _node(self, kind: str, obj: JSON) -> None:
         name = str(obj["metadata"]["name"])

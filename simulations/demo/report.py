@@ -29,7 +29,7 @@ from simulations.demo.config import (
 from simulations.demo.twin_run import TwinResult
 from simulations.demo.utilisation import mean_utilisation
 from simulations.simulator.baselines.oracle import oracle
-from simulations.simulator.engine import Sample, SimResult, simulate
+from simulations.simulator.engine import Sample, ScalingPolicy, SimResult, simulate
 from simulations.simulator.fidelity import (
     MAX_CELL_HOURS_ERROR,
     MIN_WITHIN_FRACTION,
@@ -43,6 +43,7 @@ from simulations.simulator.report import (
     plot_timelines,
     summarise,
 )
+from simulations.simulator.traces import TracePod
 
 TWIN = "gpucellpool on the twin"
 
@@ -67,6 +68,16 @@ class DemoReport:
     lags: tuple[float, ...] = ()  # the twin's decision -> execution lags, compressed seconds
     # a waiting pod's cell Ready -> the pod bound there, compressed seconds (Recorder)
     binds: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TwinSide:
+    """What the fidelity comparison takes from a twin run (times in compressed seconds)."""
+
+    spec: DemoSpec
+    pods: tuple[TracePod, ...]
+    cells: tuple[tuple[float, float], ...]  # the twin's cell timeline (Recorder.cell_timeline)
+    end_seconds: float  # the replay's end
 
 
 def cells_of(result: SimResult) -> list[tuple[float, float]]:
@@ -140,11 +151,19 @@ def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
     )
 
 
+def simulate_against(
+    twin: TwinSide, timings: WorldTimings, policy: ScalingPolicy
+) -> tuple[SimResult, Fidelity]:
+    """Simulate the twin run's inputs with ``timings`` and compare the cells over the
+    simulator's horizon (the report's way; ``divergence`` replays a dump through it)."""
+    result = simulate(twin.pods, policy, sim_config(twin.spec, timings))
+    horizon = min(result.end_seconds, twin.end_seconds)
+    return result, compare(twin.cells, cells_of(result), 0.0, horizon)
+
+
 def _simulate(run: TwinResult, timings: WorldTimings, name: str) -> tuple[SimResult, Fidelity]:
-    spec = run.spec
-    result = simulate(run.pods, sim_policy(spec, name), sim_config(spec, timings))
-    horizon = min(result.end_seconds, run.end_seconds)
-    return result, compare(run.recorder.cell_timeline(), cells_of(result), 0.0, horizon)
+    twin = TwinSide(run.spec, run.pods, tuple(run.recorder.cell_timeline()), run.end_seconds)
+    return simulate_against(twin, timings, sim_policy(run.spec, name))
 
 
 def build_report(run: TwinResult) -> DemoReport:
@@ -193,7 +212,7 @@ def _verdict(f: Fidelity) -> str:
     return "PASS" if f.passes() else "FAIL"
 
 
-def _fidelity_lines(f: Fidelity, factor: float) -> list[str]:
+def fidelity_lines(f: Fidelity, factor: float) -> list[str]:
     return [
         f"- within +/-1 cell: **{100 * f.within_fraction:.1f} %** of the time "
         f"(criterion >= {100 * MIN_WITHIN_FRACTION:g} %)",
@@ -242,7 +261,7 @@ def _lag_free_lines(report: DemoReport) -> list[str]:
         "The same without the execution lag and the bind delay (boots from the decision, "
         "applied at once, pods placed at a boot's end):"
     )
-    return [head, "", *_fidelity_lines(f, report.spec.compression), ""]
+    return [head, "", *fidelity_lines(f, report.spec.compression), ""]
 
 
 def markdown_report(report: DemoReport) -> str:
@@ -273,12 +292,12 @@ def markdown_report(report: DemoReport) -> str:
             "lag, a cancelled boot's time to its guest gone and the median bind delay after "
             "a boot), as a user passes the boot time measured on their cluster:",
             "",
-            *_fidelity_lines(report.fidelity, k),
+            *fidelity_lines(report.fidelity, k),
             "",
             *_lag_free_lines(report),
             "Simulator with the nominal timings:",
             "",
-            *_fidelity_lines(report.fidelity_nominal, k),
+            *fidelity_lines(report.fidelity_nominal, k),
             "",
             "## Dashboards",
             "",

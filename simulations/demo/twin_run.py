@@ -34,6 +34,7 @@ from gpucellpool.runtime.clock import SystemClock
 from provisioner.fsm.identity import POOL_ID_LABEL, PoolIdentity
 from provisioner.kube import KINDS, KubeApi
 from simulations.demo.config import DemoSpec, compressed_pods, pool_manifest
+from simulations.demo.fidelity_dump import dump_if_asked
 from simulations.demo.panels import PanelQuery, series_counts
 from simulations.demo.prometheus import Prometheus
 from simulations.demo.recorder import Recorder, Snapshot
@@ -42,6 +43,7 @@ from simulations.harness.procs import ManagedProcess, free_port
 from simulations.simulator.traces import TracePod
 
 POOL = "demo"
+TRACE_PREFIX = "trace"  # the player names the trace's pods trace-00000, trace-00001, ...
 SAMPLE_S = 0.25
 TWIN_POLL_S = 0.1
 # Seconds of a twin boot not spent in KubeSwift's address delay: allocate + run, the kubelet's
@@ -290,7 +292,7 @@ async def replay(
     assert rec is not None and world.twin_workload is not None
     player = TracePlayer(
         world.twin_workload, pods, SystemClock(), world.namespace,
-        speed=1.0, labels={"demo": world.label}, name_prefix="trace",
+        speed=1.0, labels={"demo": world.label}, name_prefix=TRACE_PREFIX,
     )  # fmt: skip
     rec.restart_clock()
     play = asyncio.create_task(player.run(), name="demo:player")
@@ -357,6 +359,8 @@ async def run_twin(
     ``harness``: reuse running apiservers (tests); else one is started and stopped here.
     ``to_zero``: after the last pod, wait for the scale-down to zero (else stop there). After
     the replay, before teardown, every dashboard query is run against the twin's Prometheus.
+    With ``GPUCELLPOOL_FIDELITY_DUMP=<dir>`` the run's fidelity dump is written there
+    (``simulations.demo.fidelity_dump``; ``gpucellpool fidelity-diff`` reads it).
     """
     pods = compressed_pods(spec)
     started, cpu0 = time.monotonic(), time.process_time()
@@ -371,4 +375,6 @@ async def run_twin(
     assert world.recorder is not None
     cpu["demo process (twin, player, recorder)"] = time.process_time() - cpu0
     wall = time.monotonic() - started
-    return TwinResult(spec, pods, world.recorder, end, wall, cpu, world.namespace, panels)
+    result = TwinResult(spec, pods, world.recorder, end, wall, cpu, world.namespace, panels)
+    dump_if_asked(result)  # with GPUCELLPOOL_FIDELITY_DUMP set (docs/simulation.md)
+    return result

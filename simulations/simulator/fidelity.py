@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 Timeline = Sequence[tuple[float, float]]
+Piece = tuple[float, float, float, float]  # (from seconds, to seconds, a's count, b's count)
 
 MIN_WITHIN_FRACTION = 0.98
 """Issue 13's acceptance: the two counts within +/-1 cell for at least this share of the time."""
@@ -85,21 +86,27 @@ def value_at(timeline: Timeline, time_seconds: float) -> float:
     return float(timeline[index][1]) if index >= 0 else 0.0
 
 
-def _segments(
-    a: Timeline, b: Timeline, start: float, end: float
-) -> list[tuple[float, float, float]]:
-    """(duration, a, b) pieces of [start, end) on which both timelines are constant (a sweep)."""
+def pieces(a: Timeline, b: Timeline, start: float, end: float) -> list[Piece]:
+    """(from, to, a, b): the pieces of [start, end) on which both normalised timelines are
+    constant, in time order (a sweep)."""
     inner = {t for line in (a, b) for t, _ in line if start < t < end}
     cuts = sorted({start, end, *inner})
-    pieces, i, j = [], 0, 0
+    out, i, j = [], 0, 0
     va, vb = value_at(a, start), value_at(b, start)
     for lo, hi in itertools.pairwise(cuts):
         while i < len(a) and a[i][0] <= lo:
             va, i = float(a[i][1]), i + 1
         while j < len(b) and b[j][0] <= lo:
             vb, j = float(b[j][1]), j + 1
-        pieces.append((hi - lo, va, vb))
-    return pieces
+        out.append((lo, hi, va, vb))
+    return out
+
+
+def _segments(
+    a: Timeline, b: Timeline, start: float, end: float
+) -> list[tuple[float, float, float]]:
+    """(duration, a, b) of each of ``pieces``."""
+    return [(hi - lo, va, vb) for lo, hi, va, vb in pieces(a, b, start, end)]
 
 
 def cell_hours(timeline: Timeline, start: float, end: float) -> float:
@@ -112,14 +119,14 @@ def compare(a: Timeline, b: Timeline, start: float, end: float, tolerance: float
     if end <= start:
         raise ValueError(f"empty horizon [{start}, {end})")
     a, b = normalise(a), normalise(b)
-    pieces = _segments(a, b, start, end)
-    within = sum(d for d, x, y in pieces if abs(x - y) <= tolerance)
+    parts = _segments(a, b, start, end)
+    within = sum(d for d, x, y in parts if abs(x - y) <= tolerance)
     return Fidelity(
         start_seconds=start,
         end_seconds=end,
         tolerance_cells=tolerance,
         within_fraction=within / (end - start),
-        cell_hours_a=sum(d * x for d, x, _ in pieces) / 3600.0,
-        cell_hours_b=sum(d * y for d, _, y in pieces) / 3600.0,
-        max_gap_cells=max((abs(x - y) for _, x, y in pieces), default=0.0),
+        cell_hours_a=sum(d * x for d, x, _ in parts) / 3600.0,
+        cell_hours_b=sum(d * y for d, _, y in parts) / 3600.0,
+        max_gap_cells=max((abs(x - y) for _, x, y in parts), default=0.0),
     )

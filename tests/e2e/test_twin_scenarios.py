@@ -65,11 +65,16 @@ SLACK_S = 2.0
 def _scale_downs(rec: Recorder) -> list[tuple[float, int, int]]:
     """(time, from, to) for every decision that lowered the desired count."""
     out, last = [], 0
-    for at, _reason, desired in rec.decisions:
+    for at, _reason, desired in _outcomes(rec):
         if desired < last:
             out.append((at, last, desired))
         last = desired
     return out
+
+
+def _outcomes(rec: Recorder) -> list[tuple[float, str, int]]:
+    """(time, reason, target) of each published decision (and policy memory) change."""
+    return [(d.time_seconds, d.reason, d.desired_replicas) for d in rec.decisions]
 
 
 async def test_flapping_demand_keeps_its_cell_for_the_stabilisation_window(
@@ -87,20 +92,21 @@ async def test_flapping_demand_keeps_its_cell_for_the_stabilisation_window(
     assert len(rec.pods) == FLAPS
     assert all(p.bound is not None and p.ended is not None for p in rec.pods.values())
     downs = _scale_downs(rec)
-    print(f"\ndecisions: {rec.decisions}")
+    print(f"\ndecisions: {_outcomes(rec)}")
     # Every scale-down went to at least the highest demand seen within the window before it:
     # none happened in a gap of the flapping.
     for at, _, to in downs:
         peak = max(
             s.demand_cells for s in rec.samples if at - WINDOW_S + SLACK_S <= s.time_seconds <= at
         )
-        assert peak <= to, (at, to, peak, rec.decisions)
+        assert peak <= to, (at, to, peak, _outcomes(rec))
     # Each cell was made once: the most demand at any time, never re-created after a gap.
     peak_demand = max(s.demand_cells for s in rec.samples)
-    assert len(rec.created_guests) == peak_demand, (peak_demand, rec.decisions)
+    assert len(rec.created_guests) == peak_demand, (peak_demand, _outcomes(rec))
     # The control: the window did pass after the last pod, and the pool went back to zero.
     last_end = max(p.ended for p in rec.pods.values() if p.ended is not None)
-    assert rec.decisions[-1][2] == 0 and downs and downs[-1][2] == 0, rec.decisions
+    final = rec.decisions[-1].desired_replicas
+    assert final == 0 and downs and downs[-1][2] == 0, _outcomes(rec)
     assert downs[-1][0] >= last_end + WINDOW_S - SLACK_S, (downs, last_end)
 
 
@@ -143,7 +149,7 @@ async def test_prometheus_outage_freezes_scale_down_but_not_scale_up(
         failed_at_window_end = await _failed_reads(w)
         await _until_async(_more_failed_reads(w, failed_at_window_end, 4), 60, "4 failed reads")
         assert rec.status()["desiredReplicas"] == 2
-        assert _scale_downs(rec) == [], rec.decisions
+        assert _scale_downs(rec) == [], _outcomes(rec)
         assert _condition(rec)[0] == "MetricsStale"
 
         # Prometheus back: the idle cell, and only it, is scaled down.
