@@ -43,9 +43,13 @@ from autoscaler.policy.types import (
 
 
 def _later(times: Sequence[float], now: float) -> float:
-    """The first clock at or after ``now`` (one exactly at ``now`` changes right after it)."""
+    """The first clock at or after ``now``. One exactly at ``now`` changes the answer right
+    after it (windows include their boundary), so the promise ends at the next instant, not at
+    ``now``: a decision made at a clock's instant (a wake at the last promise's end) must still
+    promise the clocks after it, or the caller would wait for its next tick to see them."""
     at_or_after = map(operator.ge, times, itertools.repeat(now))
-    return min(itertools.compress(times, at_or_after), default=math.inf)
+    first = min(itertools.compress(times, at_or_after), default=math.inf)
+    return math.nextafter(now, math.inf) if first == now else first
 
 
 def _window_end(

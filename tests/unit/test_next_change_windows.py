@@ -72,3 +72,22 @@ def test_up_window_holds_until_its_lowest_recommendation_leaves() -> None:
     assert _same(before, first)
     after = decide(observation, first.memory, config, NOW + 41)
     assert after.desired_replicas == 1
+
+
+def test_a_decision_at_the_window_end_promises_the_next_instant_not_nothing() -> None:
+    # The simulator and the live loop wake at ``until``; deciding exactly there, the window
+    # still holds its boundary recommendation, so the answer is the same and changes right
+    # after. A promise of ``now`` itself read as "none" and left the change to the next tick
+    # (30 trace s late in the fidelity demo); the promise is the next instant instead.
+    config = replace(
+        CONFIG, scale_down=ScalingRules(300.0), scale_down_delay_after_scale_up_seconds=0
+    )
+    cells = (_ready("a", 0, 0, 0), _ready("b", 1, 21600, 3))
+    observation = Observation((), cells)
+    memory = PolicyMemory(recommendations=((NOW - 100, 3),), idle_since={"a": 0.0})
+    at_end = decide(observation, memory, config, NOW + 200)
+    assert (at_end.reason, at_end.desired_replicas) == (Reason.STABILIZING, 2)
+    assert at_end.steady is not None
+    assert NOW + 200 < at_end.steady.until < NOW + 200.001
+    after = decide(observation, at_end.memory, config, at_end.steady.until)
+    assert (after.reason, after.desired_replicas) == (Reason.SCALED_DOWN, 1)
