@@ -255,12 +255,13 @@ def _remember(
     now: float,
     raw: int,
     never_used: frozenset[str],
+    cells: Sequence[CellView],
 ) -> PolicyMemory:
     """Memory after this call, before any scale event is recorded."""
     recs = limits.trim(
         (*memory.recommendations, (now, raw)), now, limits.recommendation_horizon(config)
     )
-    idle = update_idle_since(memory.idle_since, inp.below, now) if inp.trusted else {}
+    idle = update_idle_since(memory.idle_since, inp.below, now, cells) if inp.trusted else {}
     samples = memory.demand_samples
     if inp.trusted:
         used = float(inp.packing.cells_used())
@@ -295,7 +296,7 @@ def decide(
     cancelling = bool(cancel) and raw <= inp.current
     if cancelling:  # the surplus boots going now are not needed either
         raw = max(keep, raw - min(cancel, len(hedged.surplus)))
-    mem = _remember(memory, config, inp, now, raw, unused)
+    mem = _remember(memory, config, inp, now, raw, unused, observation.cells)
     if cancelling:
         decision = cancel_boots(hedged, cancel, inp.current, mem, now)
     elif raw > inp.current:

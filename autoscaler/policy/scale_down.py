@@ -67,10 +67,30 @@ def with_idle_cells(
 
 
 def update_idle_since(
-    previous: Mapping[str, float], below: Sequence[CellView], now: float
+    previous: Mapping[str, float],
+    below: Sequence[CellView],
+    now: float,
+    cells: Sequence[CellView] = (),
 ) -> dict[str, float]:
-    """Keep the first time each below-threshold cell was seen so; forget all other cells."""
-    return {c.name: previous.get(c.name, now) for c in below}
+    """Keep the first time each below-threshold cell was seen so; forget all other cells.
+
+    A swap keeps the pool's idle time: a cell that left the threshold while still Ready in
+    ``cells`` (a pod landed on it) hands its time, oldest first, to a cell that fell below it
+    in the same observation (lowest index first). The pool has had that many idle cells all
+    along; which cell a pod landed on is a race of moments (HAMi placing a pod as another pod
+    ends), and without the hand-over one placement would restart a whole scale-down window in
+    one world and not in the other. A cell that left the pool, or is draining, hands nothing.
+    """
+    still = {c.name for c in below}
+    left = {name: t for name, t in previous.items() if name not in still}
+    fresh = [c for c in below if c.name not in previous]
+    handed: dict[str, float] = {}
+    if left and fresh:
+        ready = {c.name for c in cells if c.state is CellState.READY and c.name in left}
+        carried = sorted(left[name] for name in ready)
+        for cell in sorted(fresh, key=lambda c: (c.index, c.name))[: len(carried)]:
+            handed[cell.name] = carried.pop(0)
+    return {c.name: previous.get(c.name, handed.get(c.name, now)) for c in below}
 
 
 def idle_for(
