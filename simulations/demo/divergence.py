@@ -25,8 +25,8 @@ from autoscaler.explain import decode_memory
 from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory
 from simulations.demo.config import DemoSpec, WorldTimings, sim_policy
 from simulations.demo.fidelity_dump import FidelityDump, PodSeen, load_dump
-from simulations.demo.recorder import DecisionSeen
 from simulations.demo.report import TwinSide, cells_of, fidelity_lines, simulate_against
+from simulations.demo.run_log import CellEvent, DecisionSeen
 from simulations.demo.twin_run import TRACE_PREFIX
 from simulations.simulator import argtypes as at
 from simulations.simulator.engine import ProductionPolicy, SimResult
@@ -283,15 +283,36 @@ def interval_lines(intervals: Sequence[Interval], factor: float) -> list[str]:
     return lines
 
 
+def cell_event_lines(events: Sequence[CellEvent], start: float, end: float) -> list[str]:
+    """The twin's cell steps within [start, end], one line per cell and instant (to 10 ms):
+    which boots joined, were cancelled, turned Ready or left."""
+    grouped: dict[tuple[float, str], list[str]] = {}
+    for e in events:
+        if start <= e.time_seconds <= end:
+            grouped.setdefault((round(e.time_seconds, 2), e.cell), []).append(e.event)
+    if not grouped:
+        return []
+    lines = [f"the twin's cells from {start:.2f} to {end:.2f} s:"]
+    lines += [f"  {at:7.2f} {cell}: {', '.join(steps)}" for (at, cell), steps in grouped.items()]
+    return lines
+
+
 def decision_lines(
-    interval: Interval, twin: Sequence[DecisionEntry], replay: Replay, before_s: float, width: int
+    interval: Interval,
+    twin: Sequence[DecisionEntry],
+    replay: Replay,
+    before_s: float,
+    width: int,
+    cells: Sequence[CellEvent] = (),
 ) -> list[str]:
-    """Both logs around ``interval``: from ``before_s`` before its start to its end."""
+    """Both logs around ``interval``, from ``before_s`` before its start to its end, and the
+    twin's cell steps over the same time."""
     lo, hi = interval.start_seconds - before_s, interval.end_seconds
     return [
         f"decisions from {lo:.2f} s (one boot before the interval) to {hi:.2f} s; each side's "
         "first row is the decision in force then:",
         *side_by_side(window(twin, lo, hi), window(replay.log, lo, hi), width),
+        *cell_event_lines(cells, lo, hi),
         "",
     ]
 
@@ -339,7 +360,7 @@ def report_lines(dump: FidelityDump, args: argparse.Namespace) -> list[str]:
     twin = twin_log(dump.decisions, dump.epoch_at_zero_seconds)
     boot = timings_of(dump, args.timings).boot_seconds
     for interval in _longest(intervals, args.longest):
-        lines += decision_lines(interval, twin, replay, boot, args.width)
+        lines += decision_lines(interval, twin, replay, boot, args.width, dump.cell_events)
     starts = pod_starts(dump.pods, replay.result.waits_seconds, dump.pod_times)
     return lines + pod_lines(starts, args.pods)
 

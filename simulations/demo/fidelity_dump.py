@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpucellpool.runtime.errors import UserError
 from simulations.demo.config import DemoSpec, WorldTimings
-from simulations.demo.recorder import DecisionSeen, PodTimes
+from simulations.demo.recorder import PodTimes
+from simulations.demo.run_log import CellEvent, DecisionSeen
 from simulations.simulator.traces import TracePod
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class FidelityDump(BaseModel):
     twin_cells: tuple[tuple[float, float], ...]  # Recorder.cell_timeline()
     pod_times: dict[str, PodSeen]  # pod name -> what the twin did with it
     decisions: tuple[DecisionSeen, ...]  # each change of lastDecision or policyMemory
+    cell_events: tuple[CellEvent, ...] = ()  # each cell's steps (absent in older dumps)
 
 
 def _seen(times: PodTimes) -> PodSeen:
@@ -87,6 +89,7 @@ def dump_of(run: TwinResult) -> FidelityDump:
         twin_cells=tuple(rec.cell_timeline()),
         pod_times={name: _seen(times) for name, times in rec.pods.items()},
         decisions=tuple(rec.decisions),
+        cell_events=tuple(rec.cell_events),
     )
 
 

@@ -25,6 +25,7 @@ from autoscaler.policy.types import GPUAsk
 from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.rest import RestClient
 from simulations.demo.config import SHAPE
+from simulations.demo.run_log import CellEvent, DecisionSeen
 from simulations.simulator.engine import Sample
 from simulations.simulator.engine import hami as sim_hami
 from simulations.twin.hami_placement import node_state
@@ -42,33 +43,6 @@ class PodTimes:
     node: str = ""
     ended: float | None = None
     ask: GPUAsk | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionSeen:
-    """The pool's published decision and policy memory as the recorder saw them change.
-
-    ``time_seconds`` is the recorder's (seconds since the replay started); ``decided_at`` is
-    ``lastDecision.time`` as written (RFC 3339, whole seconds); ``policy_memory`` is
-    ``status.policyMemory`` verbatim (``autoscaler.explain.decode_memory`` reads it; its times
-    are the operator's wall clock). The fidelity dump carries these (``fidelity_dump``).
-    """
-
-    time_seconds: float
-    reason: str
-    desired_replicas: int
-    message: str
-    decided_at: str = ""
-    policy_memory: str = ""
-
-    def same_as(self, other: DecisionSeen) -> bool:
-        """The same decision and memory (the time it was seen aside)."""
-        return (self.reason, self.desired_replicas, self.message, self.policy_memory) == (
-            other.reason,
-            other.desired_replicas,
-            other.message,
-            other.policy_memory,
-        )
 
 
 @dataclass
@@ -144,6 +118,9 @@ class Recorder:
     _desired: int = 0
     # Each change of status.lastDecision (reason, target, message) or status.policyMemory
     decisions: list[DecisionSeen] = field(default_factory=list)
+    # Each cell's steps in order (guest created/gone, row phase, Node placeable)
+    cell_events: list[CellEvent] = field(default_factory=list)
+    _phases: dict[str, str] = field(default_factory=dict)  # cell -> its row's last phase
     _live: set[str] = field(default_factory=set)
     _status: JSON = field(default_factory=dict)
     # With ``node_selector`` (the pool's cell Nodes in the workload cluster), a cell's boot ends
@@ -194,6 +171,9 @@ class Recorder:
         self.readies = [(name, at - shift) for name, at in self.readies]
         self._cancelling = {k: v - shift for k, v in self._cancelling.items()}
         self.decisions = [replace(d, time_seconds=d.time_seconds - shift) for d in self.decisions]
+        self.cell_events = [
+            replace(e, time_seconds=e.time_seconds - shift) for e in self.cell_events
+        ]
         self.t0 += shift
         self.samples.clear()
         self.sample()
@@ -218,8 +198,11 @@ class Recorder:
                 self.lags.append(now - asked)
             self._live.add(name)
             self.first_guest = now if self.first_guest is None else self.first_guest
+            self.cell_events.append(CellEvent(now, name, "guest created"))
         elif kind == "DELETED":
             self.deleted_guests += 1
+            self.cell_events.append(CellEvent(now, name, "guest gone"))
+            self._phases.pop(name, None)
             self._live.discard(name)
             self.booting.pop(name, None)
             self._guest_seen.pop(name, None)
@@ -255,6 +238,7 @@ class Recorder:
         self._decided(now)
         for cell in self._status.get("cells") or []:
             name = str(cell.get("name"))
+            self._phase_seen(name, str(cell.get("phase")), now)
             if cell.get("phase") == "Ready" and name in self.booting:
                 self._status_ready.add(name)
                 self._booted(name, now)
@@ -281,12 +265,21 @@ class Recorder:
         if not self.decisions or not self.decisions[-1].same_as(seen):
             self.decisions.append(seen)
 
+    def _phase_seen(self, name: str, phase: str, now: float) -> None:
+        if self._phases.get(name) != phase:
+            self._phases[name] = phase
+            self.cell_events.append(CellEvent(now, name, f"row {phase}"))
+
     def _node(self, kind: str, obj: JSON) -> None:
         name = str(obj["metadata"]["name"])
-        if kind == "DELETED" or name not in self.booting or name in self._placeable:
+        if kind == "DELETED":
+            self.cell_events.append(CellEvent(self.now(), name, "Node gone"))
+            return
+        if name not in self.booting or name in self._placeable:
             return
         if node_state(obj).blocked is None:
             self._placeable[name] = self.now()
+            self.cell_events.append(CellEvent(self.now(), name, "Node placeable"))
             self._booted(name, self.now())
 
     def _booted(self, name: str, now: float) -> None:

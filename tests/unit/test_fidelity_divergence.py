@@ -19,6 +19,7 @@ from simulations.demo.divergence import (
     DecisionEntry,
     Interval,
     PodStart,
+    cell_event_lines,
     changes,
     describe,
     largest_differences,
@@ -37,12 +38,14 @@ from simulations.demo.fidelity_dump import (
     load_dump,
     write_dump,
 )
-from simulations.demo.recorder import DecisionSeen, PodTimes, Recorder, Snapshot
+from simulations.demo.recorder import PodTimes, Recorder, Snapshot
 from simulations.demo.report import build_report
+from simulations.demo.run_log import CellEvent, DecisionSeen
 from simulations.demo.twin_run import TwinResult
 from simulations.simulator.fidelity import compare
 from simulations.simulator.traces import TracePod
-from tests.unit.test_demo_exec_lag import recorder
+from tests.unit.test_demo_exec_lag import guest, pool, recorder
+from tests.unit.test_twin_hami_placement import manifest
 
 SPEC = replace(DemoSpec(), start_seconds=148 * 86400 + 15 * HOUR, hours=0.5, multiplier=0.4)
 
@@ -188,6 +191,46 @@ def test_the_recorder_logs_each_change_of_decision_or_memory() -> None:
         (2.0, "ScaledUp", ""),
         (3.0, "ScaledUp", '{"v":1}'),
     ]
+
+
+def test_the_recorder_logs_each_cells_steps() -> None:
+    # a boot cancelled as its Node joined: created, Node placeable, row Deleting, guest gone
+    rec, clock = recorder()
+    rec._guest("ADDED", guest("pool-1"))
+    clock.t = 1.0
+    rec._pool("MODIFIED", pool(1, {"pool-1": "Booting"}))
+    rec._pool("MODIFIED", pool(1, {"pool-1": "Booting"}))  # no change: no step
+    clock.t = 2.0
+    rec._node("ADDED", manifest("pool-1"))
+    clock.t = 2.5
+    rec._pool("MODIFIED", pool(0, {"pool-1": "Deleting"}))
+    clock.t = 3.0
+    rec._guest("DELETED", guest("pool-1"))
+    rec._node("DELETED", manifest("pool-1"))
+    assert [(e.time_seconds, e.cell, e.event) for e in rec.cell_events] == [
+        (0.0, "pool-1", "guest created"),
+        (1.0, "pool-1", "row Booting"),
+        (2.0, "pool-1", "Node placeable"),
+        (2.5, "pool-1", "row Deleting"),
+        (3.0, "pool-1", "guest gone"),
+        (3.0, "pool-1", "Node gone"),
+    ]
+
+
+def test_cell_steps_print_one_line_per_cell_and_instant_within_the_window() -> None:
+    events = [
+        CellEvent(1.0, "c-1", "guest created"),
+        CellEvent(5.0, "c-1", "row Deleting"),
+        CellEvent(5.001, "c-1", "guest gone"),
+        CellEvent(5.0, "c-2", "Node placeable"),
+        CellEvent(9.0, "c-2", "row Ready"),
+    ]
+    assert cell_event_lines(events, 2.0, 6.0) == [
+        "the twin's cells from 2.00 to 6.00 s:",
+        "     5.00 c-1: row Deleting, guest gone",
+        "     5.00 c-2: Node placeable",
+    ]
+    assert cell_event_lines(events, 10.0, 11.0) == []
 
 
 def test_the_replay_restart_shifts_the_decisions_to_its_clock() -> None:
