@@ -86,10 +86,11 @@ def update_idle_since(
     fresh = [c for c in below if c.name not in previous]
     handed: dict[str, float] = {}
     if left and fresh:
-        ready = {c.name for c in cells if c.state is CellState.READY and c.name in left}
-        carried = sorted(left[name] for name in ready)
-        for cell in sorted(fresh, key=lambda c: (c.index, c.name))[: len(carried)]:
-            handed[cell.name] = carried.pop(0)
+        carried = sorted(
+            left[c.name] for c in cells if c.state is CellState.READY and c.name in left
+        )
+        newcomers = sorted(fresh, key=lambda c: (c.index, c.name))
+        handed = {cell.name: since for cell, since in zip(newcomers, carried, strict=False)}
     return {c.name: previous.get(c.name, handed.get(c.name, now)) for c in below}
 
 

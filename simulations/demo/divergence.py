@@ -222,7 +222,8 @@ def largest_differences(starts: Iterable[PodStart], count: int) -> tuple[PodStar
 
 
 class LoggedPolicy(ProductionPolicy):
-    """``sim_policy``'s production policy, unchanged, logging each decision that changed."""
+    """``sim_policy``'s production policy, unchanged, logging each decision (``changes``
+    keeps those that changed)."""
 
     def __init__(self, spec: DemoSpec) -> None:
         base = sim_policy(spec, "simulator, logged")
@@ -241,8 +242,7 @@ class LoggedPolicy(ProductionPolicy):
             decision.message,
             idle_of(decision.memory.idle_since, 0.0),
         )
-        if not self.log or self.log[-1].key() != entry.key():
-            self.log.append(entry)
+        self.log.append(entry)
         return decision
 
 
@@ -260,7 +260,7 @@ def resimulate(dump: FidelityDump, timings: WorldTimings) -> Replay:
     policy = LoggedPolicy(dump.spec)
     twin = TwinSide(dump.spec, dump.pods, dump.twin_cells, dump.end_seconds)
     result, fidelity = simulate_against(twin, timings, policy)
-    return Replay(fidelity, result, tuple(policy.log))
+    return Replay(fidelity, result, changes(policy.log))
 
 
 # -- the printout -------------------------------------------------------------------------------

@@ -271,16 +271,16 @@ class Recorder:
             self.cell_events.append(CellEvent(now, name, f"row {phase}"))
 
     def _node(self, kind: str, obj: JSON) -> None:
-        name = str(obj["metadata"]["name"])
+        name, now = str(obj["metadata"]["name"]), self.now()
         if kind == "DELETED":
-            self.cell_events.append(CellEvent(self.now(), name, "Node gone"))
+            self.cell_events.append(CellEvent(now, name, "Node gone"))
             return
         if name not in self.booting or name in self._placeable:
             return
         if node_state(obj).blocked is None:
-            self._placeable[name] = self.now()
-            self.cell_events.append(CellEvent(self.now(), name, "Node placeable"))
-            self._booted(name, self.now())
+            self._placeable[name] = now
+            self.cell_events.append(CellEvent(now, name, "Node placeable"))
+            self._booted(name, now)
 
     def _booted(self, name: str, now: float) -> None:
         """A booting cell is Ready once the status says so and, with the Node watch, HAMi

@@ -9,12 +9,12 @@ made with at most 32 requests in flight. Then the operator starts as a subproces
 (``--no-provision``: decisions only, so nothing but the policy loop is measured) and we record:
 time to ready (``/readyz``: pool cache, leader election and workload caches synced) and to
 every pool's first decision, and wait for each pool's hedge of the pods pending at the start
-(its spares start 15 s after the operator first saw them; that write is theirs); then
-rounds in which every pool gets one new pending 24 GiB pod at
-once, timing pod creation -> the pool's status showing the new ask in ``lastDecision``
-(stamped in a GPUCellPool watch callback); CPU seconds and RSS from /proc; apiserver object
-counts; the operator's own ``gpucellpool_decision_latency_seconds`` histogram. Results go to
-docs/benchmarks.md between the ``live-scale`` markers.
+(its spares start 15 s after the operator first saw them; that write is theirs); then rounds
+in which every pool gets one new pending 24 GiB pod at once, timing pod creation -> the
+pool's status showing the new ask in ``lastDecision`` (stamped in a GPUCellPool watch
+callback); CPU seconds and RSS from /proc; apiserver object counts; the operator's own
+``gpucellpool_decision_latency_seconds`` histogram. Results go to docs/benchmarks.md between
+the ``live-scale`` markers.
 
 ``GPUCELLPOOL_BENCH_PROFILE=/path/out.prof`` runs the operator under cProfile.
 """
