@@ -52,6 +52,7 @@ class Outcome:
     condition_status: str
     condition_reason: str
     victims: tuple[str, ...] = ()
+    unused_victims: tuple[str, ...] = ()  # of ``victims``: chosen as cells that never ran a pod
     demand_read: bool = True  # the pending pods were read (cluster reachable, caches synced)
     unschedulable: int = 0  # counted pending pods no fresh cell could host
     demand_free_since: float | None = None  # ``with_demand``
@@ -77,6 +78,7 @@ def outcome(decision: Decision, reachable: bool) -> Outcome:
         decision.pending_asks,
         *cond,
         decision.victims,
+        tuple(v for v in decision.unused_victims if v in decision.victims),
     )
 
 
@@ -160,9 +162,16 @@ def parse_rfc3339(value: object) -> float | None:
         return None
 
 
-def carry_victims(out: Outcome, in_force: Sequence[str], live: Collection[str]) -> Outcome:
+def carry_victims(
+    out: Outcome,
+    in_force: Sequence[str],
+    live: Collection[str],
+    unused_in_force: Collection[str] = (),
+) -> Outcome:
     """The victims to publish: every cell our scale-downs in force chose (``in_force``, the
-    victims last published) that ``live`` still has, then this decision's own.
+    victims last published) that ``live`` still has, then this decision's own. A victim chosen
+    as a cell that never ran a pod (``unused_in_force``, this decision's ``unused_victims``)
+    stays marked so while it is carried: the provisioner keeps it if it runs a pod by then.
 
     The provisioner drains exactly the published victims, and only while the published decision
     is the one in force. Scale-downs come in steps (16 -> 15, then 15 -> 14 before the first
@@ -175,7 +184,9 @@ def carry_victims(out: Outcome, in_force: Sequence[str], live: Collection[str]) 
         return out
     names = [name for name in dict.fromkeys((*in_force, *out.victims)) if name in live]
     excess = max(0, len(live) - out.desired)
-    return replace(out, victims=tuple(names[:excess]))
+    victims = tuple(names[:excess])
+    marked = {*unused_in_force, *out.unused_victims}
+    return replace(out, victims=victims, unused_victims=tuple(v for v in victims if v in marked))
 
 
 # (published reason, next reason) pairs where the next decision is the published action's own
@@ -300,6 +311,7 @@ def status_apply_body(pool: GPUCellPool, out: Outcome, raw_status: JSON, now: fl
             "cellsNeeded": out.cells_needed,
             "pendingAsks": out.pending_asks,
             **({"victims": list(out.victims)} if out.victims else {}),
+            **({"unusedVictims": list(out.unused_victims)} if out.unused_victims else {}),
         },
         **_demand(out, raw_status, now),
         "conditions": _conditions(pool, out, now),

@@ -40,6 +40,7 @@ from provisioner.fsm.plan_check import Bounds, CellFact, CheckedPlan, Plan, chec
 from provisioner.fsm.rows import failure_history, member_row, tombstone
 from provisioner.fsm.vocabulary import StallReason
 from provisioner.kube import KINDS, KubeApi
+from provisioner.workload import gpu_pods_on_node
 
 DIGEST_HEX_CHARS = 16
 
@@ -120,24 +121,58 @@ def decision_victims(pool: GPUCellPool, desired: int) -> tuple[str, ...]:
 
 def published_plan(pool: GPUCellPool) -> Plan:
     """The autoscaler's plan in force: ``status.desiredReplicas``, the victims of the decision
-    that set it, and the spec generation that decision saw (its ScalingActive condition)."""
+    that set it (and which of them it chose as never having run a pod), and the spec
+    generation that decision saw (its ScalingActive condition)."""
     target = pool.status.desired_replicas
     active = pool.status.condition(ConditionType.SCALING_ACTIVE)
     generation = active.observed_generation if active is not None else None
-    return Plan(target, decision_victims(pool, target), generation)
+    victims = decision_victims(pool, target)
+    last = pool.status.last_decision
+    marked = set(last.unused_victims or ()) if last is not None and victims else set()
+    return Plan(target, victims, generation, tuple(v for v in victims if v in marked))
+
+
+async def victims_running_pods(
+    pool: GPUCellPool,
+    cells: dict[str, CellObjects],
+    rows: dict[str, CellStatus],
+    workload: KubeApi | None,
+) -> frozenset[str]:
+    """The plan's victims chosen as never having run a pod that run a GPU pod now (the pods
+    bound to their Nodes, from the workload cluster's cache): the check keeps them
+    (``VictimInUse``). Only those victims are read, and only while they are still live; an
+    unreachable cluster reads none (a leaving cell's drain pauses there anyway)."""
+    plan = published_plan(pool) if pool.spec.autoscaling.enabled else None
+    if workload is None or plan is None or not plan.unused_victims:
+        return frozenset()
+    running = set()
+    for name in plan.unused_victims:
+        cell = cells.get(name)
+        if cell is None or leaving(cell, rows.get(name)):
+            continue
+        row = rows.get(name)
+        node = (row.node_name if row is not None else None) or name
+        if await gpu_pods_on_node(workload, node):
+            running.add(name)
+    return frozenset(running)
 
 
 def cell_facts(
-    pool: GPUCellPool, cells: dict[str, CellObjects], rows: dict[str, CellStatus]
+    pool: GPUCellPool,
+    cells: dict[str, CellObjects],
+    rows: dict[str, CellStatus],
+    running: frozenset[str] = frozenset(),
 ) -> tuple[CellFact, ...]:
-    """Each outer object as ``plan_check`` needs it: live, drain back-off, GPU taken yet."""
+    """Each outer object as ``plan_check`` needs it: live, drain back-off, GPU taken yet, and
+    whether it is one of the ``running`` victims (``victims_running_pods``)."""
     timeout = drain_timeout_s(pool)
     facts = []
     for name, cell in cells.items():
         row = rows.get(name)
         phase = row.phase if row is not None else None
         held = held_until_s(cell.abandon_record, timeout)
-        facts.append(CellFact(name, not leaving(cell, row), held, phase in PRE_GPU_PHASES))
+        live = not leaving(cell, row)
+        facts.append(CellFact(name, live, held, phase in PRE_GPU_PHASES, name in running))
     return tuple(facts)
 
 
@@ -147,9 +182,10 @@ def check_pool_plan(
     rows: dict[str, CellStatus],
     free_gpus: int | None,
     now: float,
+    running: frozenset[str] = frozenset(),
 ) -> CheckedPlan | None:
     """The published plan checked against this pass's state; None for a pool the autoscaler
-    does not drive (membership's own rules serve it)."""
+    does not drive (membership's own rules serve it). ``running``: ``victims_running_pods``."""
     if not pool.spec.autoscaling.enabled:
         return None
     bounds = Bounds(
@@ -159,7 +195,7 @@ def check_pool_plan(
         free_gpus=free_gpus,
         gpus_per_cell=pool.spec.cell.gpu.count,
     )
-    return check_plan(published_plan(pool), cell_facts(pool, cells, rows), bounds, now)
+    return check_plan(published_plan(pool), cell_facts(pool, cells, rows, running), bounds, now)
 
 
 def _template_error(inp: PlanInput) -> str:

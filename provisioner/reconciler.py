@@ -59,6 +59,7 @@ from provisioner.planning import (
     membership_limits,
     read_join_template,
     spend_release_guard,
+    victims_running_pods,
 )
 from provisioner.planning import plan as plan_cells
 from provisioner.pool_deletion import DeletionShell, delete_pool
@@ -207,7 +208,8 @@ class Reconciler:
         free = await free_physical_gpus(self.infra, pool, recorder)
         # An autoscaled pool's target and victims are the autoscaler's plan, checked here
         # against this pass's state (fsm.plan_check); other pools converge to their replicas.
-        checked = check_pool_plan(pool, cells, rows, free, now)
+        running = await victims_running_pods(pool, cells, rows, workload)
+        checked = check_pool_plan(pool, cells, rows, free, now, running)
         desired = checked.target if checked is not None else pool.desired_floor()
         rollout = await rollout_plan(pool, cells, rows, current_hash, desired, workload, now)
         await self._mark(backend, cells, rollout.drain, DrainCause.ROLLING_UPDATE, now)

@@ -267,7 +267,9 @@ def cancel_boots(
         f"pending pods wait for {hedged.waiting} booting or new cell(s), {hedged.wanted} spare "
         f"boot(s) hedge them; {' and '.join(parts)}, scaling {current} -> {current - count}"
     )
-    return Decision(current - count, Reason.SPARES_CANCELLED, message, mem, victims)
+    return Decision(
+        current - count, Reason.SPARES_CANCELLED, message, mem, victims, unused_victims=victims
+    )
 
 
 def forget_cancelled(memory: PolicyMemory, count: int, now: float) -> PolicyMemory:

@@ -224,6 +224,10 @@ class LastDecision(KubeModel):
     victims: list[CellName] | None = Field(default=None, max_length=MAX_CELLS)
     """On a scale-down: the cells chosen to leave, cheapest to drain first (the provisioner
     drains these rather than the highest indexes)."""
+    unused_victims: list[CellName] | None = Field(default=None, max_length=MAX_CELLS)
+    """Of the victims, those chosen as cells that never ran a pod (spare boots cancelled,
+    unused spares retired): the provisioner keeps such a victim if it runs a pod by the time
+    it acts (plan rejection VictimInUse) instead of stranding that pod."""
 
 
 class PlanStep(StrEnum):
@@ -246,8 +250,8 @@ class PlanRejection(KubeModel):
     cell: CellName | None = None
     """The victim a Remove rejection is about."""
     reason: str = Field(max_length=128)
-    """Machine-readable reason: VictimGone, VictimInDrainBackoff, PhysicalGPUExceeded,
-    TargetOutOfBounds or StaleGeneration."""
+    """Machine-readable reason: VictimGone, VictimInDrainBackoff, VictimInUse,
+    PhysicalGPUExceeded, TargetOutOfBounds or StaleGeneration."""
     message: str = Field(default="", max_length=1024)
     """Human-readable detail."""
     retry_after: Timestamp | None = None

@@ -18,6 +18,14 @@ actuator re-checks its planner's choice (autoscaler-anchors):
   back-off is reported the same way while it lasts (a standing refusal): otherwise the next plan,
   which leaves the refused victim out, would clear the row, the plan after would choose it again
   and the pool's target would flap with a status write each way until the back-off ends.
+  ``VictimInUse`` when the plan chose its victims as cells that never ran a pod (cancelled
+  boots, unused spares: ``Plan.unused_victims``) and this one runs a pod by now: between the
+  decision and this pass its boot ended and the scheduler bound a waiting pod to it. Removing
+  it would strand that pod on a Draining cell (or, for a boot, on a VM being deleted) while
+  another cell boots for nothing; it is kept, its slot is not filled by another cell, and the
+  next plan decides again with the cell busy (as Karpenter drops a disruption command whose
+  candidate is no longer empty, and Cluster Autoscaler re-checks an empty node before
+  deleting it).
 * Create: the cells the plan adds beyond the live ones must fit the free physical GPUs (less the
   GPUs of this pool's cells that have not taken theirs yet); the excess is ``PhysicalGPUExceeded``.
 
@@ -42,6 +50,7 @@ class Rejection(enum.StrEnum):
 
     VICTIM_GONE = "VictimGone"
     VICTIM_IN_DRAIN_BACKOFF = "VictimInDrainBackoff"
+    VICTIM_IN_USE = "VictimInUse"
     PHYSICAL_GPU_EXCEEDED = "PhysicalGPUExceeded"
     TARGET_OUT_OF_BOUNDS = "TargetOutOfBounds"
     STALE_GENERATION = "StaleGeneration"
@@ -50,23 +59,27 @@ class Rejection(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class Plan:
     """The published plan: ``target`` cells, ``victims`` in drain order (cheapest first), made
-    for spec ``generation`` (None: unknown)."""
+    for spec ``generation`` (None: unknown). ``unused_victims``: those of the victims chosen as
+    cells that never ran a pod (spare boots cancelled), so one that runs a pod now is kept."""
 
     target: int
     victims: tuple[str, ...] = ()
     generation: int | None = None
+    unused_victims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class CellFact:
     """One cell as the check needs it: ``live`` counts toward the size (an object not being
     torn down, Failed included); ``held_until_s``: the end of its drain back-off (None: none);
-    ``waiting_for_gpu``: it has not taken its physical GPU yet."""
+    ``waiting_for_gpu``: it has not taken its physical GPU yet; ``runs_pods``: a pod is bound
+    to its Node (read only for a plan's ``unused_victims``)."""
 
     name: str
     live: bool = True
     held_until_s: float | None = None
     waiting_for_gpu: bool = False
+    runs_pods: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +166,9 @@ def _victims(
         elif _held(fact, now_s):
             verdicts.append(_backoff_verdict(fact, now_s))
             held.append(name)
+        elif fact.runs_pods and name in plan.unused_victims:
+            verdicts.append(_in_use_verdict(name))
+            held.append(name)
         else:
             accepted.append(name)
     named = set(plan.victims)
@@ -164,6 +180,14 @@ def _victims(
 
 def _held(fact: CellFact, now_s: float) -> bool:
     return fact.held_until_s is not None and now_s < fact.held_until_s
+
+
+def _in_use_verdict(name: str) -> Verdict:
+    message = (
+        f"victim {name} was chosen as a cell that never ran a pod and runs one now "
+        "(its boot ended and a waiting pod was bound to it before the plan was carried out); kept"
+    )
+    return Verdict(PlanStep.REMOVE, Rejection.VICTIM_IN_USE, message, name)
 
 
 def _backoff_verdict(fact: CellFact, now_s: float) -> Verdict:

@@ -5,7 +5,10 @@ The policy chooses scale-down victims cheapest to drain first and publishes them
 force (acted on, same target). Otherwise (a stale or Shadow decision) it falls back to removing
 the highest index. A victim it cannot drain now (in drain back-off) is rejected with its reason
 in ``status.planRejections`` and kept, and no other cell stands in for it: the autoscaler's next
-plan chooses again, and the refusal stands until the back-off ends.
+plan chooses again, and the refusal stands until the back-off ends. A cancelled spare
+(``lastDecision.unusedVictims``: chosen as a cell that never ran a pod) that runs a GPU pod by
+the time the provisioner acts is kept the same way (VictimInUse): draining it would strand the
+pod the scheduler just bound to it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from simulations.twin.scenario import swiftguest_pool
 from tests.integration.provisioner_support import (
     apis,  # noqa: F401  (fixture)
     cond,
+    gpu_pod,
     names,
     ready_with,
     running_pool,
@@ -99,3 +103,36 @@ async def test_a_victim_in_drain_backoff_is_rejected_not_replaced(
         assert [r["cell"] for r in status(done)["planRejections"]] == ["hld-0"]
         assert cond(done, "Progressing")["reason"] != "ScaleDownHeld"
         assert await names(infra_api, "SwiftGuest", namespace) == {"hld-0", "hld-2"}
+
+
+async def test_a_cancelled_spare_that_took_a_pod_is_kept_not_replaced(
+    apis: tuple[KubeApi, KubeApi],  # noqa: F811
+    workload: ClusterEndpoint,
+    namespace: str,
+) -> None:
+    infra_api, workload_api = apis
+    async with running_pool(apis, workload, autoscaled("spr", namespace)) as run:
+        await publish(infra_api, run.key, 3, reason="ScaledUp")
+        await run.converge(ready_with(3), timeout_s=60)
+        # The scheduler bound a waiting pod to spr-2 between the cancel and this pass.
+        await workload_api.create(gpu_pod(namespace, "waited", "spr-2"))
+        cancel = {"reason": "SparesCancelled", "victims": ["spr-2"], "unusedVictims": ["spr-2"]}
+        await publish(infra_api, run.key, 2, **cancel)
+
+        def rejected(pool: JSON | None) -> bool:
+            return bool(status(pool).get("planRejections"))
+
+        held = await run.converge(rejected, timeout_s=60)
+        await run.passes(2)  # and it stays so: no other cell is drained in its place
+        (rejection,) = status(held)["planRejections"]
+        assert (rejection["step"], rejection["cell"]) == ("Remove", "spr-2")
+        assert rejection["reason"] == "VictimInUse" and "retryAfter" not in rejection
+        assert cond(held, "Progressing")["reason"] == "ScaleDownHeld"
+        assert await names(infra_api, "SwiftGuest", namespace) == {"spr-0", "spr-1", "spr-2"}
+        for guest in await infra_api.list(KINDS["SwiftGuest"], namespace):
+            assert DRAIN_STARTED_ANNOTATION not in guest["metadata"].get("annotations", {})
+        # The next cancel names a spare that runs no pod: carried out as planned.
+        await publish(infra_api, run.key, 2, victims=["spr-1"], unusedVictims=["spr-1"])
+        done = await run.converge(ready_with(2), timeout_s=60)
+        assert await names(infra_api, "SwiftGuest", namespace) == {"spr-0", "spr-2"}
+        assert not status(done).get("planRejections")

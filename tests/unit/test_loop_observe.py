@@ -206,3 +206,29 @@ def test_published_victims_accumulate_over_scale_down_steps_until_they_leave() -
     # A scale-up past the live count needs no victims; Shadow mode publishes none of ours.
     assert carry_victims(replace(hold, desired=17), ("p-15",), live).victims == ()
     assert carry_victims(replace(hold, act=False), ("p-15",), live) == replace(hold, act=False)
+
+
+def test_a_cancelled_spare_stays_marked_unused_while_it_is_carried() -> None:
+    live = [f"p-{i}" for i in range(6)]
+    cancel = Outcome(
+        4,
+        "SparesCancelled",
+        "m",
+        True,
+        0,
+        0,
+        "True",
+        "SparesCancelled",
+        ("p-5", "p-4"),
+        unused_victims=("p-5", "p-4"),
+    )
+    assert carry_victims(cancel, (), live).unused_victims == ("p-5", "p-4")
+    # The next decision holds at 4 before the provisioner acted: the victims are carried, and
+    # so is the mark (the provisioner keeps a carried spare that took a pod meanwhile).
+    hold = Outcome(4, "DemandSatisfied", "m", True, 0, 0, "True", "DemandSatisfied")
+    carried = carry_victims(hold, ("p-5", "p-4"), live, frozenset({"p-5", "p-4"}))
+    assert carried.victims == ("p-5", "p-4") and carried.unused_victims == ("p-5", "p-4")
+    # A scale-down step after it: its own victim is not marked; a spare gone is dropped.
+    down = replace(hold, desired=3, reason="ScaledDown", victims=("p-1",))
+    stepped = carry_victims(down, ("p-5", "p-4"), live[:5], frozenset({"p-5", "p-4"}))
+    assert stepped.victims == ("p-4", "p-1") and stepped.unused_victims == ("p-4",)

@@ -14,13 +14,15 @@ from autoscaler.policy.types import (
     CellShape,
     CellState,
     Decision,
+    GPUAsk,
     PolicyConfig,
     PolicyMemory,
     Reason,
 )
 from provisioner.fsm.plan_check import Bounds, CellFact, Plan, Rejection, check_plan
 from simulations.simulator.engine.actuator import actions
-from simulations.simulator.engine.world import World
+from simulations.simulator.engine.world import Running, World
+from simulations.simulator.traces.model import TracePod
 
 CONFIG = PolicyConfig(min_replicas=0, max_replicas=6, shape=CellShape(gpus=2))
 
@@ -78,3 +80,26 @@ def test_a_plan_without_victims_or_physical_limit_is_checked_as_with_every_cells
         assert todo.checked == check_plan(Plan(target, ()), facts, bounds, 5.0)
         live = 3  # two Ready, one Booting
         assert todo.create == max(0, min(target, CONFIG.max_replicas) - live)
+
+
+def test_a_cancelled_spare_that_took_a_pod_is_kept_as_the_provisioner_keeps_it() -> None:
+    # A cancel of two spares, carried out after its execution lag: cell-1's boot ended
+    # meanwhile and a waiting pod was placed on it (VictimInUse, no stand-in); cell-2 goes.
+    w = world(CellState.READY, CellState.READY, CellState.BOOTING)
+    pod = TracePod("ns/p", 0.0, 60.0, GPUAsk())
+    w.cells["cell-1"].pods[pod.key] = Running(pod, "cell-1", (0,), 0.0, 60.0, 0)
+    cancel = Decision(
+        1,
+        Reason.SPARES_CANCELLED,
+        "",
+        PolicyMemory(),
+        ("cell-2", "cell-1"),
+        unused_victims=("cell-2", "cell-1"),
+    )
+    todo = actions(cancel, w.cells.values(), CONFIG, None, 0.0)
+    assert todo.drain == ("cell-2",)
+    (verdict,) = todo.checked.rejections
+    assert (verdict.rejection, verdict.cell) == (Rejection.VICTIM_IN_USE, "cell-1")
+    # the same victims chosen by a scale-down (cells below the threshold) drain as planned
+    down = actions(plan(1, "cell-2", "cell-1"), w.cells.values(), CONFIG, None, 0.0)
+    assert down.drain == ("cell-2", "cell-1") and down.checked.rejections == ()

@@ -65,7 +65,7 @@ def actions(
     live = sum(map(LIVE.__contains__, map(_STATE, all_cells)))
     per_cell = max(config.shape.gpus, 1)
     free = None if physical_gpus is None else max(physical_gpus - len(all_cells) * per_cell, 0)
-    plan = Plan(decision.desired_replicas, decision.victims)
+    plan = Plan(decision.desired_replicas, decision.victims, None, decision.unused_victims)
     bounds = Bounds(config.min_replicas, config.max_replicas, None, free, per_cell)
     # most decisions: accepted as they stand, no cell read (none is ever in drain back-off)
     checked = accepted_as_is(plan, (), bounds, now)
@@ -97,5 +97,5 @@ def unchanged(
 
 
 def _facts(cells: Sequence[SimCell]) -> list[CellFact]:
-    """The plan check's view of the simulated cells."""
-    return [CellFact(c.name, live=c.state in LIVE) for c in cells]
+    """The plan check's view of the simulated cells (a pod placed on a cell runs on it)."""
+    return [CellFact(c.name, live=c.state in LIVE, runs_pods=bool(c.pods)) for c in cells]

@@ -48,12 +48,15 @@ class ExecLag:
 
         Its victims are published as the live loop publishes them (``explain.carry_victims``):
         the held plan's victims still live first, then its own, up to its excess - a hold at the
-        target of a scale-down not carried out yet keeps that scale-down's victims.
+        target of a scale-down not carried out yet keeps that scale-down's victims, and a
+        cancelled spare stays marked unused (``Decision.unused_victims``).
         """
         live = [c.name for c in cells if c.state in LIVE]
         in_force = self.plan.victims if self.plan is not None else ()
-        carried = carry_victims(outcome(decision, True), in_force, live).victims
-        decision = replace(decision, victims=carried) if carried != decision.victims else decision
+        unused = self.plan.unused_victims if self.plan is not None else ()
+        out = carry_victims(outcome(decision, True), in_force, live, unused)
+        if (out.victims, out.unused_victims) != (decision.victims, decision.unused_victims):
+            decision = replace(decision, victims=out.victims, unused_victims=out.unused_victims)
         due = now + self.seconds
         self.held.append((due, decision))
         self.plan = decision
