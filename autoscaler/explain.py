@@ -52,7 +52,7 @@ class Outcome:
     condition_status: str
     condition_reason: str
     victims: tuple[str, ...] = ()
-    unused_victims: tuple[str, ...] = ()  # of ``victims``: chosen as cells that never ran a pod
+    empty_victims: tuple[str, ...] = ()  # of ``victims``: chosen while they ran no pod
     demand_read: bool = True  # the pending pods were read (cluster reachable, caches synced)
     unschedulable: int = 0  # counted pending pods no fresh cell could host
     demand_free_since: float | None = None  # ``with_demand``
@@ -78,7 +78,7 @@ def outcome(decision: Decision, reachable: bool) -> Outcome:
         decision.pending_asks,
         *cond,
         decision.victims,
-        tuple(v for v in decision.unused_victims if v in decision.victims),
+        tuple(v for v in decision.empty_victims if v in decision.victims),
     )
 
 
@@ -166,12 +166,12 @@ def carry_victims(
     out: Outcome,
     in_force: Sequence[str],
     live: Collection[str],
-    unused_in_force: Collection[str] = (),
+    empty_in_force: Collection[str] = (),
 ) -> Outcome:
     """The victims to publish: every cell our scale-downs in force chose (``in_force``, the
     victims last published) that ``live`` still has, then this decision's own. A victim chosen
-    as a cell that never ran a pod (``unused_in_force``, this decision's ``unused_victims``)
-    stays marked so while it is carried: the provisioner keeps it if it runs a pod by then.
+    while it ran no pod (``empty_in_force``, this decision's ``empty_victims``) stays marked so
+    while it is carried: the provisioner keeps it if a pod runs on it by then.
 
     The provisioner drains exactly the published victims, and only while the published decision
     is the one in force. Scale-downs come in steps (16 -> 15, then 15 -> 14 before the first
@@ -185,8 +185,8 @@ def carry_victims(
     names = [name for name in dict.fromkeys((*in_force, *out.victims)) if name in live]
     excess = max(0, len(live) - out.desired)
     victims = tuple(names[:excess])
-    marked = {*unused_in_force, *out.unused_victims}
-    return replace(out, victims=victims, unused_victims=tuple(v for v in victims if v in marked))
+    marked = {*empty_in_force, *out.empty_victims}
+    return replace(out, victims=victims, empty_victims=tuple(v for v in victims if v in marked))
 
 
 # (published reason, next reason) pairs where the next decision is the published action's own
@@ -311,7 +311,7 @@ def status_apply_body(pool: GPUCellPool, out: Outcome, raw_status: JSON, now: fl
             "cellsNeeded": out.cells_needed,
             "pendingAsks": out.pending_asks,
             **({"victims": list(out.victims)} if out.victims else {}),
-            **({"unusedVictims": list(out.unused_victims)} if out.unused_victims else {}),
+            **({"emptyVictims": list(out.empty_victims)} if out.empty_victims else {}),
         },
         **_demand(out, raw_status, now),
         "conditions": _conditions(pool, out, now),

@@ -58,14 +58,14 @@ def victims_in_force(state: PoolState) -> tuple[str, ...]:
     return tuple(v for v in chosen if v not in refused)
 
 
-def unused_in_force(state: PoolState) -> frozenset[str]:
-    """Of ``victims_in_force``, those chosen as cells that never ran a pod
-    (``lastDecision.unusedVictims``): carried, they stay marked so."""
+def empty_in_force(state: PoolState) -> frozenset[str]:
+    """Of ``victims_in_force``, those chosen while they ran no pod
+    (``lastDecision.emptyVictims``): carried, they stay marked so."""
     if state.published is not None:
-        return frozenset(state.published.unused_victims if state.published.act else ())
+        return frozenset(state.published.empty_victims if state.published.act else ())
     last = state.raw_status.get("lastDecision") or {}
-    unused = last.get("unusedVictims") if last.get("act") else None
-    return frozenset(str(v) for v in unused) if isinstance(unused, list) else frozenset()
+    empty = last.get("emptyVictims") if last.get("act") else None
+    return frozenset(str(v) for v in empty) if isinstance(empty, list) else frozenset()
 
 
 def requested_target(state: PoolState) -> int:
@@ -115,7 +115,7 @@ class Publisher:
         pool, persist_s = state.pool, self.settings.memory_persist_s
         live = live_cell_names(pool)
         shared = with_share(outcome(decision, reachable), state.share)
-        out = carry_victims(shared, victims_in_force(state), live, unused_in_force(state))
+        out = carry_victims(shared, victims_in_force(state), live, empty_in_force(state))
         out = self._with_status_facts(state, out, decision, reachable, now)
         # The memory rides on the status write: at once when its scaling facts changed (a
         # restart must not scale down just after a scale-up), else every memory_persist_s.

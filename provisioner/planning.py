@@ -121,14 +121,14 @@ def decision_victims(pool: GPUCellPool, desired: int) -> tuple[str, ...]:
 
 def published_plan(pool: GPUCellPool) -> Plan:
     """The autoscaler's plan in force: ``status.desiredReplicas``, the victims of the decision
-    that set it (and which of them it chose as never having run a pod), and the spec
+    that set it (and which of them it chose while they ran no pod), and the spec
     generation that decision saw (its ScalingActive condition)."""
     target = pool.status.desired_replicas
     active = pool.status.condition(ConditionType.SCALING_ACTIVE)
     generation = active.observed_generation if active is not None else None
     victims = decision_victims(pool, target)
     last = pool.status.last_decision
-    marked = set(last.unused_victims or ()) if last is not None and victims else set()
+    marked = set(last.empty_victims or ()) if last is not None and victims else set()
     return Plan(target, victims, generation, tuple(v for v in victims if v in marked))
 
 
@@ -138,15 +138,15 @@ async def victims_running_pods(
     rows: dict[str, CellStatus],
     workload: KubeApi | None,
 ) -> frozenset[str]:
-    """The plan's victims chosen as never having run a pod that run a GPU pod now (the pods
+    """The plan's victims chosen while they ran no pod that run a GPU pod now (the pods
     bound to their Nodes, from the workload cluster's cache): the check keeps them
     (``VictimInUse``). Only those victims are read, and only while they are still live; an
     unreachable cluster reads none (a leaving cell's drain pauses there anyway)."""
     plan = published_plan(pool) if pool.spec.autoscaling.enabled else None
-    if workload is None or plan is None or not plan.unused_victims:
+    if workload is None or plan is None or not plan.empty_victims:
         return frozenset()
     running = set()
-    for name in plan.unused_victims:
+    for name in plan.empty_victims:
         cell = cells.get(name)
         if cell is None or leaving(cell, rows.get(name)):
             continue

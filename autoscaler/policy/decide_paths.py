@@ -8,6 +8,7 @@ and says it with numbers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from autoscaler.policy import limits, warm_spare
@@ -247,7 +248,8 @@ def scale_down(
     if not eligible:
         msg = f"{len(inp.below)} cell(s) below threshold, none for the whole {window:g}s window"
         if refused:
-            msg = f"idle cell(s) {', '.join(refused)} refused by the provisioner (drain back-off)"
+            names = ", ".join(refused)
+            msg = f"idle cell(s) {names} refused by the provisioner (status.planRejections)"
             return _decision(inp.current, Reason.NO_IDLE_CELL, msg, mem)
         return _decision(inp.current, Reason.STABILIZING, msg, mem)
     target = limits.stabilised_down(mem.recommendations, now, config.scale_down, raw)
@@ -275,7 +277,17 @@ def scale_down(
     mem = replace(mem, last_scale_down_at=now, scale_events=events, scale_ups=())
     msg = f"{n} cell(s) idle for {window:g}s and drainable; scaling {inp.current} -> "
     msg += str(inp.current - n)
-    return _decision(inp.current - n, Reason.SCALED_DOWN, msg, mem, choice.victims)
+    down = _decision(inp.current - n, Reason.SCALED_DOWN, msg, mem, choice.victims)
+    return replace(down, empty_victims=running_nothing(obs.cells, choice.victims))
+
+
+def running_nothing(cells: Sequence[CellView], victims: Sequence[str]) -> tuple[str, ...]:
+    """Of ``victims``, those no pod runs on now (no pod, no GPU slot held): if one runs a pod
+    by the time the provisioner acts, it is kept (``plan_check``'s ``VictimInUse``)."""
+    empty = {
+        c.name for c in cells if c.pods == 0 and not c.pod_asks and not any(g.slots for g in c.gpus)
+    }
+    return tuple(v for v in victims if v in empty)
 
 
 def hold(obs: Observation, mem: PolicyMemory, config: PolicyConfig, inp: Inputs) -> Decision:

@@ -268,7 +268,7 @@ def cancel_boots(
         f"boot(s) hedge them; {' and '.join(parts)}, scaling {current} -> {current - count}"
     )
     return Decision(
-        current - count, Reason.SPARES_CANCELLED, message, mem, victims, unused_victims=victims
+        current - count, Reason.SPARES_CANCELLED, message, mem, victims, empty_victims=victims
     )
 
 

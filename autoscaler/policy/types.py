@@ -458,7 +458,7 @@ class Decision:
     forecast_cells: float | None = None
     # None: no promise, decide again at the next tick (see ``Steady``)
     steady: Steady | None = None
-    # Of ``victims``, those chosen as cells that never ran a pod (``SparesCancelled``: surplus
-    # boots, unused Ready spares): the provisioner keeps one that runs a pod by the time it acts
-    # (``provisioner.fsm.plan_check``, ``VictimInUse``)
-    unused_victims: tuple[str, ...] = ()
+    # Of ``victims``, those chosen while they ran no pod (surplus boots and unused spares
+    # cancelled, empty idle cells scaled down): the provisioner keeps one that a pod runs on by
+    # the time it acts (``provisioner.fsm.plan_check``, ``VictimInUse``)
+    empty_victims: tuple[str, ...] = ()

@@ -224,10 +224,11 @@ class LastDecision(KubeModel):
     victims: list[CellName] | None = Field(default=None, max_length=MAX_CELLS)
     """On a scale-down: the cells chosen to leave, cheapest to drain first (the provisioner
     drains these rather than the highest indexes)."""
-    unused_victims: list[CellName] | None = Field(default=None, max_length=MAX_CELLS)
-    """Of the victims, those chosen as cells that never ran a pod (spare boots cancelled,
-    unused spares retired): the provisioner keeps such a victim if it runs a pod by the time
-    it acts (plan rejection VictimInUse) instead of stranding that pod."""
+    empty_victims: list[CellName] | None = Field(default=None, max_length=MAX_CELLS)
+    """Of the victims, those chosen while they ran no pod (spare boots cancelled, unused spares
+    retired, empty idle cells scaled down): the provisioner keeps such a victim if a pod runs on
+    it by the time it acts (plan rejection VictimInUse) instead of stranding or evicting that
+    pod."""
 
 
 class PlanStep(StrEnum):

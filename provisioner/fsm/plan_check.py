@@ -18,14 +18,14 @@ actuator re-checks its planner's choice (autoscaler-anchors):
   back-off is reported the same way while it lasts (a standing refusal): otherwise the next plan,
   which leaves the refused victim out, would clear the row, the plan after would choose it again
   and the pool's target would flap with a status write each way until the back-off ends.
-  ``VictimInUse`` when the plan chose its victims as cells that never ran a pod (cancelled
-  boots, unused spares: ``Plan.unused_victims``) and this one runs a pod by now: between the
-  decision and this pass its boot ended and the scheduler bound a waiting pod to it. Removing
-  it would strand that pod on a Draining cell (or, for a boot, on a VM being deleted) while
-  another cell boots for nothing; it is kept, its slot is not filled by another cell, and the
-  next plan decides again with the cell busy (as Karpenter drops a disruption command whose
-  candidate is no longer empty, and Cluster Autoscaler re-checks an empty node before
-  deleting it).
+  ``VictimInUse`` when the plan chose the victim while it ran no pod (a cancelled boot, an
+  unused spare, an empty idle cell: ``Plan.empty_victims``) and a pod runs on it by now:
+  between the decision and this pass its boot ended, or a pod arrived, and the scheduler bound
+  the pod to it. Removing it would strand that pod on a Draining cell (or, for a boot, on a VM
+  being deleted; in Evict mode, evict it) while the pool drops below its demand; it is kept,
+  its slot is not filled by another cell, and the next plan decides again with the cell busy
+  (as Karpenter drops a disruption command whose candidate is no longer empty, and Cluster
+  Autoscaler re-checks an empty node before deleting it).
 * Create: the cells the plan adds beyond the live ones must fit the free physical GPUs (less the
   GPUs of this pool's cells that have not taken theirs yet); the excess is ``PhysicalGPUExceeded``.
 
@@ -59,13 +59,13 @@ class Rejection(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class Plan:
     """The published plan: ``target`` cells, ``victims`` in drain order (cheapest first), made
-    for spec ``generation`` (None: unknown). ``unused_victims``: those of the victims chosen as
-    cells that never ran a pod (spare boots cancelled), so one that runs a pod now is kept."""
+    for spec ``generation`` (None: unknown). ``empty_victims``: those of the victims chosen as
+    cells running no pod (spare boots cancelled, empty cells), so one a pod runs on now is kept."""
 
     target: int
     victims: tuple[str, ...] = ()
     generation: int | None = None
-    unused_victims: tuple[str, ...] = ()
+    empty_victims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class CellFact:
     """One cell as the check needs it: ``live`` counts toward the size (an object not being
     torn down, Failed included); ``held_until_s``: the end of its drain back-off (None: none);
     ``waiting_for_gpu``: it has not taken its physical GPU yet; ``runs_pods``: a pod is bound
-    to its Node (read only for a plan's ``unused_victims``)."""
+    to its Node (read only for a plan's ``empty_victims``)."""
 
     name: str
     live: bool = True
@@ -166,7 +166,7 @@ def _victims(
         elif _held(fact, now_s):
             verdicts.append(_backoff_verdict(fact, now_s))
             held.append(name)
-        elif fact.runs_pods and name in plan.unused_victims:
+        elif fact.runs_pods and name in plan.empty_victims:
             verdicts.append(_in_use_verdict(name))
             held.append(name)
         else:
@@ -184,8 +184,8 @@ def _held(fact: CellFact, now_s: float) -> bool:
 
 def _in_use_verdict(name: str) -> Verdict:
     message = (
-        f"victim {name} was chosen as a cell that never ran a pod and runs one now "
-        "(its boot ended and a waiting pod was bound to it before the plan was carried out); kept"
+        f"victim {name} was chosen while it ran no pod and runs one now (a pod was bound to "
+        "it before the plan was carried out); kept"
     )
     return Verdict(PlanStep.REMOVE, Rejection.VICTIM_IN_USE, message, name)
 

@@ -6,7 +6,7 @@ force (acted on, same target). Otherwise (a stale or Shadow decision) it falls b
 the highest index. A victim it cannot drain now (in drain back-off) is rejected with its reason
 in ``status.planRejections`` and kept, and no other cell stands in for it: the autoscaler's next
 plan chooses again, and the refusal stands until the back-off ends. A cancelled spare
-(``lastDecision.unusedVictims``: chosen as a cell that never ran a pod) that runs a GPU pod by
+(``lastDecision.emptyVictims``: chosen while it ran no pod) that runs a GPU pod by
 the time the provisioner acts is kept the same way (VictimInUse): draining it would strand the
 pod the scheduler just bound to it.
 """
@@ -116,7 +116,7 @@ async def test_a_cancelled_spare_that_took_a_pod_is_kept_not_replaced(
         await run.converge(ready_with(3), timeout_s=60)
         # The scheduler bound a waiting pod to spr-2 between the cancel and this pass.
         await workload_api.create(gpu_pod(namespace, "waited", "spr-2"))
-        cancel = {"reason": "SparesCancelled", "victims": ["spr-2"], "unusedVictims": ["spr-2"]}
+        cancel = {"reason": "SparesCancelled", "victims": ["spr-2"], "emptyVictims": ["spr-2"]}
         await publish(infra_api, run.key, 2, **cancel)
 
         def rejected(pool: JSON | None) -> bool:
@@ -132,7 +132,7 @@ async def test_a_cancelled_spare_that_took_a_pod_is_kept_not_replaced(
         for guest in await infra_api.list(KINDS["SwiftGuest"], namespace):
             assert DRAIN_STARTED_ANNOTATION not in guest["metadata"].get("annotations", {})
         # The next cancel names a spare that runs no pod: carried out as planned.
-        await publish(infra_api, run.key, 2, victims=["spr-1"], unusedVictims=["spr-1"])
+        await publish(infra_api, run.key, 2, victims=["spr-1"], emptyVictims=["spr-1"])
         done = await run.converge(ready_with(2), timeout_s=60)
         assert await names(infra_api, "SwiftGuest", namespace) == {"spr-0", "spr-2"}
         assert not status(done).get("planRejections")

@@ -220,15 +220,15 @@ def test_a_cancelled_spare_stays_marked_unused_while_it_is_carried() -> None:
         "True",
         "SparesCancelled",
         ("p-5", "p-4"),
-        unused_victims=("p-5", "p-4"),
+        empty_victims=("p-5", "p-4"),
     )
-    assert carry_victims(cancel, (), live).unused_victims == ("p-5", "p-4")
+    assert carry_victims(cancel, (), live).empty_victims == ("p-5", "p-4")
     # The next decision holds at 4 before the provisioner acted: the victims are carried, and
     # so is the mark (the provisioner keeps a carried spare that took a pod meanwhile).
     hold = Outcome(4, "DemandSatisfied", "m", True, 0, 0, "True", "DemandSatisfied")
     carried = carry_victims(hold, ("p-5", "p-4"), live, frozenset({"p-5", "p-4"}))
-    assert carried.victims == ("p-5", "p-4") and carried.unused_victims == ("p-5", "p-4")
+    assert carried.victims == ("p-5", "p-4") and carried.empty_victims == ("p-5", "p-4")
     # A scale-down step after it: its own victim is not marked; a spare gone is dropped.
     down = replace(hold, desired=3, reason="ScaledDown", victims=("p-1",))
     stepped = carry_victims(down, ("p-5", "p-4"), live[:5], frozenset({"p-5", "p-4"}))
-    assert stepped.victims == ("p-4", "p-1") and stepped.unused_victims == ("p-4",)
+    assert stepped.victims == ("p-4", "p-1") and stepped.empty_victims == ("p-4",)

@@ -174,10 +174,10 @@ def test_published_rejections_stay_within_the_crds_bound() -> None:
 
 
 def test_an_unused_victim_that_runs_a_pod_by_now_is_kept_not_replaced() -> None:
-    # A cancel of spare boots (victims chosen as cells that never ran a pod): p-1's boot ended
+    # A cancel of spare boots (victims chosen while they ran no pod): p-1's boot ended
     # and a waiting pod was bound to it before this pass; p-3 is still empty.
     cells = (CellFact("p-0"), CellFact("p-1", runs_pods=True), CellFact("p-2"), CellFact("p-3"))
-    cancel = Plan(2, ("p-1", "p-3"), 3, unused_victims=("p-1", "p-3"))
+    cancel = Plan(2, ("p-1", "p-3"), 3, empty_victims=("p-1", "p-3"))
     checked = check_plan(cancel, cells, BOUNDS, NOW)
     assert checked.victims == ("p-3",) and checked.held == ("p-1",)
     (verdict,) = checked.rejections
@@ -193,10 +193,10 @@ def test_an_unused_victim_that_runs_a_pod_by_now_is_kept_not_replaced() -> None:
 
 
 def test_a_scale_down_victim_with_pods_is_drained_as_planned() -> None:
-    # Victims not chosen as unused (a scale-down of cells below the threshold) may run pods:
+    # Victims not chosen empty (a scale-down of cells below the threshold) may run pods:
     # the drain re-homes them; only an unused victim's pod is a change the plan did not see.
     cells = (CellFact("p-0", runs_pods=True), CellFact("p-1", runs_pods=True), CellFact("p-2"))
-    checked = check_plan(Plan(1, ("p-0", "p-1"), 3, unused_victims=("p-1",)), cells, BOUNDS, NOW)
+    checked = check_plan(Plan(1, ("p-0", "p-1"), 3, empty_victims=("p-1",)), cells, BOUNDS, NOW)
     assert checked.victims == ("p-0",) and checked.held == ("p-1",)
     plain = check_plan(Plan(1, ("p-0", "p-1"), 3), cells, BOUNDS, NOW)
     assert plain.victims == ("p-0", "p-1") and plain.rejections == ()

@@ -109,7 +109,7 @@ def test_scale_down_repacks_a_lightly_used_cell() -> None:
     cells = (ready("a", 0, 4800, 1), ready("b", 1, 12000, 2))  # 20 % and 50 %
     d = run(cells=cells, memory=PolicyMemory(idle_since={"a": 0.0, "b": 0.0}))
     assert (d.reason, d.victims) == (Reason.SCALED_DOWN, ("a",))
-    assert d.unused_victims == ()  # a drain re-homes its pods: not a bet the pod voids
+    assert d.empty_victims == ()  # a drain re-homes its pods: not a bet the pod voids
 
 
 def test_victims_cheapest_first_and_budget_bounds_busy_ones() -> None:
@@ -118,6 +118,7 @@ def test_victims_cheapest_first_and_budget_bounds_busy_ones() -> None:
     d = run(cells=cells, memory=mem)
     # empty cells first, newest (highest index) first; then a, whose pod re-packs onto e
     assert d.victims == ("d", "c", "a")
+    assert d.empty_victims == ("d", "c")  # kept by the provisioner if a pod lands on them
     assert d.desired_replicas == 1
     busy_drain = CellView("z", 9, CellState.DRAINING, 0.0, gpus=(GPUUsage(1, 0, 1),), pods=1)
     d = run(cells=(*cells, busy_drain), memory=mem)

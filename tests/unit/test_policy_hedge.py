@@ -116,7 +116,7 @@ def test_spares_are_cancelled_once_their_pods_found_cells_even_right_after_a_sca
     assert d.desired_replicas == 9 - 4
     # c3 (newest) holds the pod as packed; c8 (oldest empty) is the spare; the rest go
     assert d.victims == ("c4", "c5", "c6", "c7")
-    assert d.unused_victims == d.victims  # never ran a pod: kept if one runs one by then
+    assert d.empty_victims == d.victims  # ran no pod: kept if one runs on it by then
     assert d.memory.scale_events[-1] == (NOW, -4)
     assert d.memory.last_scale_down_at is None
     assert d.steady is None  # a scale event was recorded: no promise to skip ticks

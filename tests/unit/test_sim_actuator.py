@@ -94,7 +94,7 @@ def test_a_cancelled_spare_that_took_a_pod_is_kept_as_the_provisioner_keeps_it()
         "",
         PolicyMemory(),
         ("cell-2", "cell-1"),
-        unused_victims=("cell-2", "cell-1"),
+        empty_victims=("cell-2", "cell-1"),
     )
     todo = actions(cancel, w.cells.values(), CONFIG, None, 0.0)
     assert todo.drain == ("cell-2",)

@@ -65,7 +65,7 @@ def actions(
     live = sum(map(LIVE.__contains__, map(_STATE, all_cells)))
     per_cell = max(config.shape.gpus, 1)
     free = None if physical_gpus is None else max(physical_gpus - len(all_cells) * per_cell, 0)
-    plan = Plan(decision.desired_replicas, decision.victims, None, decision.unused_victims)
+    plan = Plan(decision.desired_replicas, decision.victims, None, decision.empty_victims)
     bounds = Bounds(config.min_replicas, config.max_replicas, None, free, per_cell)
     # most decisions: accepted as they stand, no cell read (none is ever in drain back-off)
     checked = accepted_as_is(plan, (), bounds, now)

@@ -49,14 +49,14 @@ class ExecLag:
         Its victims are published as the live loop publishes them (``explain.carry_victims``):
         the held plan's victims still live first, then its own, up to its excess - a hold at the
         target of a scale-down not carried out yet keeps that scale-down's victims, and a
-        cancelled spare stays marked unused (``Decision.unused_victims``).
+        victim chosen empty stays marked so (``Decision.empty_victims``).
         """
         live = [c.name for c in cells if c.state in LIVE]
         in_force = self.plan.victims if self.plan is not None else ()
-        unused = self.plan.unused_victims if self.plan is not None else ()
-        out = carry_victims(outcome(decision, True), in_force, live, unused)
-        if (out.victims, out.unused_victims) != (decision.victims, decision.unused_victims):
-            decision = replace(decision, victims=out.victims, unused_victims=out.unused_victims)
+        empty = self.plan.empty_victims if self.plan is not None else ()
+        out = carry_victims(outcome(decision, True), in_force, live, empty)
+        if (out.victims, out.empty_victims) != (decision.victims, decision.empty_victims):
+            decision = replace(decision, victims=out.victims, empty_victims=out.empty_victims)
         due = now + self.seconds
         self.held.append((due, decision))
         self.plan = decision
