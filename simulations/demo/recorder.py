@@ -24,6 +24,7 @@ from autoscaler.policy.demand import pod_ask
 from autoscaler.policy.types import GPUAsk
 from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.rest import RestClient
+from simulations.demo.boot_order import BootSeen, boots_in_order
 from simulations.demo.config import SHAPE
 from simulations.demo.run_log import CellEvent, DecisionSeen
 from simulations.simulator.engine import Sample
@@ -84,6 +85,8 @@ class Recorder:
     draining: dict[str, float] = field(default_factory=dict)  # name -> Draining first seen
     # (asked for, cell index, boot): a wave's cells share the first, their names order them
     ready_after: list[tuple[float, float, float]] = field(default_factory=list)
+    # The same for a boot seen leaving before it was Ready (cancelled): how long it had run
+    cancelled_boots: list[tuple[float, float, float]] = field(default_factory=list)
     drains: list[float] = field(default_factory=list)  # Draining seen -> guest gone
     first_guest: float | None = None
     first_request: float | None = None  # the first scale-up decision seen in status
@@ -243,6 +246,8 @@ class Recorder:
                 self._status_ready.add(name)
                 self._booted(name, now)
             elif cell.get("phase") in ("Draining", "Deleting") and name in self._live:
+                if name not in self.draining and name in self.booting:
+                    self._cancelled_boot(name, now)
                 if name not in self.draining and self._lowered:
                     lowered = self._lowered.popleft()
                     self.lags.append(now - lowered)
@@ -281,6 +286,11 @@ class Recorder:
             self._placeable[name] = now
             self.cell_events.append(CellEvent(now, name, "Node placeable"))
             self._booted(name, now)
+
+    def _cancelled_boot(self, name: str, now: float) -> None:
+        created = self.booting[name]
+        order = _cell_index(name, self._guest_seen.get(name, created))
+        self.cancelled_boots.append((created, order, now - created))
 
     def _booted(self, name: str, now: float) -> None:
         """A booting cell is Ready once the status says so and, with the Node watch, HAMi
@@ -378,8 +388,11 @@ class Recorder:
         wave's shortest boot and became Ready first every time) nor by which guest the
         provisioner's concurrent creates finished first (the simulator's lowest cell of a wave
         then stood for another twin cell, and HAMi's ties, which go to the lower name in the
-        twin and the lower index in the simulator, went to different cells)."""
-        return [boot for _, _, boot in sorted(self.ready_after)]
+        twin and the lower index in the simulator, went to different cells). A boot cancelled
+        before it was Ready keeps its place, estimated (``boot_order``)."""
+        ready = (BootSeen(*entry) for entry in self.ready_after)
+        cancelled = (BootSeen(*entry, censored=True) for entry in self.cancelled_boots)
+        return boots_in_order([*ready, *cancelled])
 
     @property
     def guest_boots(self) -> list[float]:
