@@ -85,6 +85,8 @@ def validate_config(config: PolicyConfig) -> tuple[str, ...]:
         errors.append("shape: gpus, memory_mib, cores_percent and slots must all be > 0")
     if not 0.0 <= config.utilization_threshold <= 1.0:
         errors.append("utilization_threshold must be within [0, 1]")
+    if not 0.0 <= config.idle_hand_over_boots <= 1.0:
+        errors.append("idle_hand_over_boots must be within [0, 1]")
     if config.max_cells_in_flight < 0 or config.disruption_budget < 0:
         errors.append("max_cells_in_flight and disruption_budget must be >= 0")
     if config.headroom_cells < 0:

@@ -51,8 +51,8 @@ from autoscaler.policy.hedge import (
 )
 from autoscaler.policy.packing import PackingResult, pack_bins
 from autoscaler.policy.scale_down import (
+    hand_over_idle,
     pods_to_move,
-    update_idle_since,
     with_idle_cells,
 )
 from autoscaler.policy.types import (
@@ -255,13 +255,17 @@ def _remember(
     now: float,
     raw: int,
     never_used: frozenset[str],
-    cells: Sequence[CellView],
+    idle: tuple[dict[str, float], tuple[tuple[float, float], ...]],
 ) -> PolicyMemory:
-    """Memory after this call, before any scale event is recorded."""
+    """Memory after this call, before any scale event is recorded (``idle``: ``_idle``)."""
+    # A swap seen in halves (a pod took an idle cell; the cell about to fall idle has not yet)
+    # is recorded as the pool still having the idle cell whose time waits (``_idle``): the
+    # half-seen swap's one-observation rise does not hold a whole stabilisation window.
+    waiting = len(idle[1])
+    kept = raw if raw > inp.current else max(config.min_replicas, raw - waiting)
     recs = limits.trim(
-        (*memory.recommendations, (now, raw)), now, limits.recommendation_horizon(config)
+        (*memory.recommendations, (now, kept)), now, limits.recommendation_horizon(config)
     )
-    idle = update_idle_since(memory.idle_since, inp.below, now, cells) if inp.trusted else {}
     samples = memory.demand_samples
     if inp.trusted:
         used = float(inp.packing.cells_used())
@@ -274,7 +278,8 @@ def _remember(
         memory,
         scale_ups=ups,
         recommendations=recs,
-        idle_since=idle,
+        idle_since=idle[0],
+        idle_left=idle[1],
         demand_samples=samples,
         scale_events=events,
         boots_proven=evidence == limits.PROVEN,
@@ -282,11 +287,23 @@ def _remember(
     )
 
 
+def _idle(
+    memory: PolicyMemory, config: PolicyConfig, inp: Inputs, now: float, cells: Sequence[CellView]
+) -> tuple[dict[str, float], tuple[tuple[float, float], ...]]:
+    """Each idle cell's first idle time and the idle times waiting to be handed over
+    (``scale_down.hand_over_idle``); nothing when the metrics cannot be trusted."""
+    if not inp.trusted:
+        return {}, ()
+    grace = config.idle_hand_over_boots * config.boot_seconds
+    return hand_over_idle(memory.idle_since, memory.idle_left, inp.below, now, cells, grace)
+
+
 def decide(
     observation: Observation, memory: PolicyMemory, config: PolicyConfig, now: float
 ) -> Decision:
     """The target cell count for one pool, why, and the memory to hand back next time."""
     inp = _inputs(observation, memory, config, now)
+    idle = _idle(memory, config, inp, now, observation.cells)
     hedged = _hedge(observation, memory, inp, config, now)
     inp = replace(inp, spares=hedged.missing)
     raw = _raw(inp, config, observation.workload_cluster_reachable)
@@ -296,7 +313,7 @@ def decide(
     cancelling = bool(cancel) and raw <= inp.current
     if cancelling:  # the surplus boots going now are not needed either
         raw = max(keep, raw - min(cancel, len(hedged.surplus)))
-    mem = _remember(memory, config, inp, now, raw, unused, observation.cells)
+    mem = _remember(memory, config, inp, now, raw, unused, idle)
     if cancelling:
         decision = cancel_boots(hedged, cancel, inp.current, mem, now)
     elif raw > inp.current:
@@ -308,14 +325,19 @@ def decide(
     used = float(inp.packing.cells_used()) if inp.trusted else None
     packed, down = bool(inp.fitting or inp.displaced), raw < inp.current
     reads = same_facts.reads(observation, config, decision.reason, down, packed, hedged != NO_HEDGE)
-    # ``steady`` reads only the decision's memory: one copy of the decision carries it all
+    # ``steady`` reads only the decision's memory: one copy of the decision carries it all.
+    # No promise while an idle time waits to be handed over: what is recorded moves at its
+    # grace's end (``_remember``), within seconds.
+    steady = None
+    if not decision.memory.idle_left:
+        steady = next_change.steady(observation, memory, decision, config, now, raw, used, reads)
     return replace(
         decision,
         cells_needed=inp.packing.new_cells,
         pending_asks=len(inp.fitting),
         unschedulable=inp.unschedulable,
         forecast_cells=inp.forecast,
-        steady=next_change.steady(observation, memory, decision, config, now, raw, used, reads),
+        steady=steady,
         act=decision.act and config.mode != Mode.SHADOW,
     )
 

@@ -72,26 +72,40 @@ def update_idle_since(
     now: float,
     cells: Sequence[CellView] = (),
 ) -> dict[str, float]:
+    """``hand_over_idle`` within one observation (nothing carried over from earlier ones)."""
+    return hand_over_idle(previous, (), below, now, cells, 0.0)[0]
+
+
+def hand_over_idle(
+    previous: Mapping[str, float],
+    left_before: Sequence[tuple[float, float]],
+    below: Sequence[CellView],
+    now: float,
+    cells: Sequence[CellView],
+    grace_seconds: float,
+) -> tuple[dict[str, float], tuple[tuple[float, float], ...]]:
     """Keep the first time each below-threshold cell was seen so; forget all other cells.
+    Returns that and the idle times still waiting to be handed over, as (since, left at).
 
     A swap keeps the pool's idle time: a cell that left the threshold while still Ready in
-    ``cells`` (a pod landed on it) hands its time, oldest first, to a cell that fell below it
-    in the same observation (lowest index first). The pool has had that many idle cells all
-    along; which cell a pod landed on is a race of moments (HAMi placing a pod as another pod
-    ends), and without the hand-over one placement would restart a whole scale-down window in
-    one world and not in the other. A cell that left the pool, or is draining, hands nothing.
+    ``cells`` (a pod landed on it) hands its time, oldest first, to a cell that falls below it
+    (lowest index first) in this observation or one within ``grace_seconds`` after
+    (``left_before`` carries the times not handed over yet). The pool has had that many idle
+    cells all along; which cell a pod landed on is a race of moments (HAMi placing a pod as
+    another pod ends, seen in one observation or in two a fraction of a second apart), and
+    without the hand-over one placement would restart a whole scale-down window in one world
+    and not in the other. A cell that left the pool, or is draining, hands nothing.
     """
     still = {c.name for c in below}
-    left = {name: t for name, t in previous.items() if name not in still}
-    fresh = [c for c in below if c.name not in previous]
-    handed: dict[str, float] = {}
-    if left and fresh:
-        carried = sorted(
-            left[c.name] for c in cells if c.state is CellState.READY and c.name in left
-        )
-        newcomers = sorted(fresh, key=lambda c: (c.index, c.name))
-        handed = {cell.name: since for cell, since in zip(newcomers, carried, strict=False)}
-    return {c.name: previous.get(c.name, handed.get(c.name, now)) for c in below}
+    ready = {c.name for c in cells if c.state is CellState.READY}
+    left_now = [(t, now) for name, t in previous.items() if name not in still and name in ready]
+    waiting = sorted(
+        (since, at) for since, at in (*left_before, *left_now) if now - at <= grace_seconds
+    )
+    fresh = sorted((c for c in below if c.name not in previous), key=lambda c: (c.index, c.name))
+    handed = {cell.name: since for cell, (since, _) in zip(fresh, waiting, strict=False)}
+    idle = {c.name: previous.get(c.name, handed.get(c.name, now)) for c in below}
+    return idle, tuple(e for e in waiting[len(handed) :] if now - e[1] < grace_seconds)
 
 
 def idle_for(

@@ -236,6 +236,9 @@ class PolicyMemory:
     # With the warm spare's lone-arrival rule: the recent growth episodes, oldest first
     # (policy.warm_spare.grown)
     growth_episodes: tuple[GrowthEpisode, ...] = ()
+    # Idle times of Ready cells a pod took off the idle set, not handed over yet, as (idle
+    # since, left at), oldest first (``scale_down.hand_over_idle``)
+    idle_left: tuple[tuple[float, float], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,6 +285,11 @@ class PolicyConfig:
     scale_down_enabled: bool = True
     scale_down_delay_after_scale_up_seconds: float = 600.0
     utilization_threshold: float = 0.5  # a cell below this is a scale-down candidate
+    # A Ready cell that a pod took off the idle set hands its idle time to the next cell that
+    # falls idle within this share of the expected boot (``boot_seconds``): the pod landed on
+    # one idle cell as another's pod ended, and which came first is a race of moments between
+    # worlds (``scale_down.hand_over_idle``; docs/autoscaling.md, session 23). Not an API field.
+    idle_hand_over_boots: float = 0.05
     max_cells_in_flight: int = 4  # chosen from the sweep in docs/autoscaling.md
     disruption_budget: int = 1  # cells draining at once
     headroom_cells: int = 0

@@ -4,12 +4,15 @@
 lands on an idle cell just as another cell's pod ends, the pool still has as many idle cells
 as before; the cell that fell idle takes over the busy one's time, so the scale-down window is
 not restarted by where HAMi happened to put the pod (a race of moments between two worlds).
+``scale_down.hand_over_idle`` does the same when the two changes are seen in two observations
+within ``PolicyConfig.idle_hand_over_boots`` of a boot, in either order's first half: the pod
+landing first, the cell falling idle after (the time waits in ``PolicyMemory.idle_left``).
 """
 
 from __future__ import annotations
 
 from autoscaler.policy.decide import decide
-from autoscaler.policy.scale_down import update_idle_since
+from autoscaler.policy.scale_down import hand_over_idle, update_idle_since
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -107,3 +110,30 @@ def test_a_removed_idle_cell_does_not_make_the_next_one_old() -> None:
     seen = decide(Observation((), after), memory, CONFIG, NOW)
     assert seen.memory.idle_since == {"b": NOW}
     assert seen.desired_replicas == 2 and seen.reason is not Reason.SCALED_DOWN
+
+
+def test_a_cell_falling_idle_just_after_a_pod_took_an_idle_one_takes_its_time() -> None:
+    # a pod lands on a (idle since NOW - 25) at NOW; b's pod ends 3 s later, seen apart
+    took = (_cell("a", 0, busy=True), _cell("b", 1, busy=True))
+    idle, left = hand_over_idle({"a": NOW - 25}, (), [], NOW, took, 15.0)
+    assert idle == {} and left == ((NOW - 25, NOW),)
+    fell = (_cell("a", 0, busy=True), _cell("b", 1, busy=False))
+    idle, left = hand_over_idle(idle, left, [fell[1]], NOW + 3, fell, 15.0)
+    assert idle == {"b": NOW - 25} and left == ()
+    # past the grace the pool did lose an idle cell for a while: b's window starts anew
+    _, late = hand_over_idle({"a": NOW - 25}, (), [], NOW, took, 15.0)
+    assert hand_over_idle({}, late, [fell[1]], NOW + 16, fell, 15.0) == ({"b": NOW + 16}, ())
+
+
+def test_decide_keeps_the_pools_window_across_a_swap_seen_in_two_observations() -> None:
+    busy = _cell("busy", 2, busy=True)
+    before = (_cell("a", 0, busy=False), _cell("b", 1, busy=True), busy)
+    first = decide(Observation((), before), PolicyMemory(), CONFIG, NOW - 25)
+    took = (_cell("a", 0, busy=True), _cell("b", 1, busy=True), busy)
+    landed = decide(Observation((), took), first.memory, CONFIG, NOW)
+    assert landed.memory.idle_since == {} and landed.memory.idle_left == ((NOW - 25, NOW),)
+    fell = (_cell("a", 0, busy=True), _cell("b", 1, busy=False), busy)
+    seen = decide(Observation((), fell), landed.memory, CONFIG, NOW + 2)
+    assert seen.memory.idle_since == {"b": NOW - 25} and seen.memory.idle_left == ()
+    at_end = decide(Observation((), fell), seen.memory, CONFIG, NOW + 5)
+    assert (at_end.reason, at_end.victims) == (Reason.SCALED_DOWN, ("b",))
