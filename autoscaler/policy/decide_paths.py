@@ -13,7 +13,13 @@ from dataclasses import dataclass, replace
 
 from autoscaler.policy import limits, warm_spare
 from autoscaler.policy.packing import PackingResult
-from autoscaler.policy.scale_down import VictimLimits, choose_victims, drain_order, idle_for
+from autoscaler.policy.scale_down import (
+    VictimLimits,
+    choose_victims,
+    drain_order,
+    idle_for,
+    is_empty,
+)
 from autoscaler.policy.types import (
     CellState,
     CellView,
@@ -284,9 +290,7 @@ def scale_down(
 def running_nothing(cells: Sequence[CellView], victims: Sequence[str]) -> tuple[str, ...]:
     """Of ``victims``, those no pod runs on now (no pod, no GPU slot held): if one runs a pod
     by the time the provisioner acts, it is kept (``plan_check``'s ``VictimInUse``)."""
-    empty = {
-        c.name for c in cells if c.pods == 0 and not c.pod_asks and not any(g.slots for g in c.gpus)
-    }
+    empty = {c.name for c in cells if is_empty(c, c.gpus)}
     return tuple(v for v in victims if v in empty)
 
 
