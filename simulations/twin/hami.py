@@ -291,7 +291,7 @@ class SimulatedHAMi(PollingController):
             # the verdicts on the pods that did not fit change nothing the others read, so they
             # are written together: one after another, a burst of N pending pods reached the
             # autoscaler spread over N writes (1-2 s wall at load ~15), its scale-up with them.
-            binds = [partial(self._bind, *b) for b in self._binds]
+            binds = [partial(self._bind, *b) for b in await self._still_placeable(self._binds)]
             raise_first(await each_bounded(binds, BIND_WRITES))
             writes = [partial(mark_unschedulable, self.workload, *v) for v in self._verdicts]
             raise_first(await each_bounded(writes, UNSCHEDULABLE_WRITES))
@@ -301,6 +301,19 @@ class SimulatedHAMi(PollingController):
                 for name in sorted(states, key=natural_key)
                 if states[name].registered
             }
+
+    async def _still_placeable(self, binds: Sequence[tuple[JSON, str]]) -> list[tuple[JSON, str]]:
+        """The pass's bindings whose Node is still there and placeable now. kube-scheduler
+        filters each pod against its cache as that pod's cycle starts; the pass filtered every
+        pod against one list of Nodes taken at its start, and a burst's placements take a
+        write each (0.35 s wall for 15 pods at load 1), so a Node deleted or cordoned meanwhile
+        (a cancelled boot drained as it turned Ready) got pods bound to it that no kubelet
+        would ever run. The others keep their annotation: the next pass places them again."""
+        if not binds:
+            return []
+        nodes = await self.workload.list(KINDS["Node"], label_selector=self.node_label_selector)
+        placeable = {n.name for n in map(node_state, nodes) if n.blocked is None}
+        return [(pod, node) for pod, node in binds if node in placeable]
 
     async def _finish_allocations(self, pods: Sequence[JSON], states: dict[str, NodeState]) -> None:
         """The device plugin's step for bound pods a previous pass left ``allocating``."""
