@@ -78,7 +78,7 @@ def outcome(decision: Decision, reachable: bool) -> Outcome:
         decision.pending_asks,
         *cond,
         decision.victims,
-        tuple(v for v in decision.empty_victims if v in decision.victims),
+        decision.empty_victims,  # a subset of ``victims`` as every path builds it
     )
 
 

@@ -147,10 +147,9 @@ async def victims_running_pods(
         return frozenset()
     running = set()
     for name in plan.empty_victims:
-        cell = cells.get(name)
-        if cell is None or leaving(cell, rows.get(name)):
+        cell, row = cells.get(name), rows.get(name)
+        if cell is None or leaving(cell, row):
             continue
-        row = rows.get(name)
         node = (row.node_name if row is not None else None) or name
         if await gpu_pods_on_node(workload, node):
             running.add(name)
