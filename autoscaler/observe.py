@@ -38,6 +38,7 @@ from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase, PlanStep
 JSON = dict[str, Any]
 ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
 _TERMINAL = ("Succeeded", "Failed")
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 _BOOTING = {
     CellPhase.PENDING,
     CellPhase.ALLOCATING_GPU,
@@ -214,6 +215,26 @@ def ready_cell_usage(
     return raised(annotated, reported), True
 
 
+def is_workload_pod(pod: JSON) -> bool:
+    """Whether a pod bound to a cell's Node counts as running on the cell: not finished, and
+    not a DaemonSet or mirror (static) pod.
+
+    Every cell runs DaemonSet pods: HAMi's device plugin (hami-facts: its DaemonSet serves each
+    Node labelled ``gpu=on``), and in most clusters a CNI agent and kube-proxy. Counted, they
+    made no cell ever empty: the warm spare and ``headroomCells`` were never met (a scale-up
+    per decision up to ``maxReplicas``), spare boots were never taken for spares, and empty
+    victims were never marked. Cluster Autoscaler judges an empty node the same way
+    (DaemonSet and mirror pods do not count); the drainer never evicts them either
+    (``provisioner.fsm.drain``).
+    """
+    if (pod.get("status") or {}).get("phase") in _TERMINAL:
+        return False
+    meta = pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return False
+    return not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or ())
+
+
 def live_cell_names(pool: GPUCellPool) -> list[str]:
     """The pool's Ready and Booting cells by their status rows (what scale-downs remove)."""
     live = (CellState.READY, CellState.BOOTING)
@@ -234,7 +255,7 @@ def cells_for_pool(
         created = row.creation_time.timestamp() if row.creation_time else since
         node_name = row.node_name or row.name
         bound = inputs.node_pods.get(node_name, ())
-        pods = [p for p in bound if (p.get("status") or {}).get("phase") not in _TERMINAL]
+        pods = [p for p in bound if is_workload_pod(p)]
         if state is CellState.BOOTING and pods and _serves_gpu_pods(node_name, bound, inputs):
             state = CellState.READY
         gpus: tuple[GPUUsage, ...] = ()

@@ -13,7 +13,12 @@ inside the VM:
   owner; the harness runs no garbage collector, so the agent plays it);
 * HAMi device plugin: after a delay sets ``gpu=on``, the ``hami.io/node-nvidia-register``
   annotation (v2.8+ JSON) and allocatable ``nvidia.com/gpu = gpus x split count``; with ``dra``
-  HAMi's kubelet plugin instead: the Node's ResourceSlice (``twin.hami_dra``).
+  HAMi's kubelet plugin instead: the Node's ResourceSlice (``twin.hami_dra``). The plugin is
+  itself a DaemonSet pod on every Node labelled ``gpu=on`` (hami-facts): with
+  ``plugin_pods`` the agent plays the DaemonSet controller and pod GC for it: one Running pod
+  owned by the ``hami-device-plugin`` DaemonSet in ``kube-system`` is bound to each Node it
+  registers, and deleted when that Node is. No Node of a real cell is ever without pods, so
+  whatever judges a cell empty or busy must see past DaemonSet pods.
 
 * kubelet, pods: a pod bound to one of its Nodes that carries a deletionTimestamp (an eviction
   or a graceful delete) is finished off (deleted with grace 0, as the kubelet does once the
@@ -36,7 +41,7 @@ from typing import Any
 import yaml
 
 from gpucellpool.api.clock import Clock
-from provisioner.kube import JSON, KINDS, Conflict, KubeApi
+from provisioner.kube import JSON, KINDS, Conflict, Kind, KubeApi
 from simulations.twin.common import (
     PollingController,
     each_bounded,
@@ -47,6 +52,9 @@ from simulations.twin.common import (
 from simulations.twin.hami_dra import hami_slice
 
 LEASE_NAMESPACE = "kube-node-lease"
+PLUGIN_NAMESPACE = "kube-system"
+PLUGIN_DAEMONSET = "hami-device-plugin"
+DAEMONSET = Kind("apps/v1", "DaemonSet", "daemonsets")
 REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 _LABELS_RE = re.compile(r"node-labels[=:]\s*\"?([^\s\"']+)")
 
@@ -70,6 +78,7 @@ class _Registered:
     node_uid: str = ""
     last_renew: float = 0.0
     ready: bool = True
+    plugin_pod: bool = False  # its device-plugin DaemonSet pod was created
 
 
 def parse_user_data(user_data: str) -> dict[str, str]:
@@ -113,8 +122,11 @@ class SimulatedNodeAgent(PollingController):
     dra: bool = False
     """HAMi DRA mode: publish a ResourceSlice per Node (``hami_dra.hami_slice``) instead of the
     register annotation, ``gpu=on`` and allocatable ``nvidia.com/gpu``."""
+    plugin_pods: bool = True
+    """Bind a device-plugin DaemonSet pod to each Node registered (see the module docstring)."""
     _booted_at: dict[str, float] = field(default_factory=dict)
     _nodes: dict[str, _Registered] = field(default_factory=dict)
+    _daemonset_uid: str = ""
 
     async def step(self) -> None:
         """One pass of every simulated VM. Each VM's kubelet is independent, so they run
@@ -174,19 +186,19 @@ class SimulatedNodeAgent(PollingController):
         if existing is not None:
             reg.gone = True  # name taken by another Node: registration fails
             return
+        labels = {"kubernetes.io/hostname": node_name, **parse_user_data(user_data)}
         node = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {
-                "name": node_name,
-                "labels": {"kubernetes.io/hostname": node_name, **parse_user_data(user_data)},
-            },
+            "metadata": {"name": node_name, "labels": labels},
         }
         created = await self.workload.create(node)
         reg.node_uid = str(created["metadata"]["uid"])
         ip = ((guest.get("status") or {}).get("network") or {}).get("primaryIP", "")
         await self._node_status(reg, now, ip)
         await self._renew(reg, now)
+        if labels.get("gpu") == "on":  # the DaemonSet's nodeSelector
+            await self._plugin_pod(reg, now)
 
     async def _cloud_init(self, guest: JSON) -> tuple[str, str]:
         ns = guest["metadata"]["namespace"]
@@ -253,6 +265,8 @@ class SimulatedNodeAgent(PollingController):
             owners = ((lease or {}).get("metadata") or {}).get("ownerReferences") or []
             if any(o.get("uid") == reg.node_uid for o in owners):
                 await self.workload.delete(KINDS["Lease"], LEASE_NAMESPACE, reg.node)
+            if reg.plugin_pod:  # pod GC: a pod bound to a deleted Node goes
+                await self.workload.delete(KINDS["Pod"], PLUGIN_NAMESPACE, _plugin_pod_name(reg))
             return
         if reg.vm_off:
             return  # the VM is gone: no more heartbeats
@@ -271,7 +285,53 @@ class SimulatedNodeAgent(PollingController):
             await self._node_status(reg, now)
             await self._renew(reg, now)
 
+    async def _plugin_pod(self, reg: _Registered, now: float) -> None:
+        """The device plugin's DaemonSet pod on ``reg``'s Node, Running (once per Node)."""
+        if not self.plugin_pods or reg.plugin_pod:
+            return
+        owner = {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": PLUGIN_DAEMONSET,
+            "uid": await self._daemonset(),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": _plugin_pod_name(reg),
+                "namespace": PLUGIN_NAMESPACE,
+                "labels": {"app": PLUGIN_DAEMONSET},
+                "ownerReferences": [owner],
+            },
+            "spec": {"nodeName": reg.node, "containers": [_PLUGIN_CONTAINER]},
+        }
+        with contextlib.suppress(Conflict):  # created before this agent restarted
+            await self.workload.create(pod)
+        status = {"phase": "Running", "startTime": rfc3339(now)}
+        name = _plugin_pod_name(reg)
+        await self.workload.patch(
+            KINDS["Pod"], PLUGIN_NAMESPACE, name, {"status": status}, status=True
+        )
+        reg.plugin_pod = True
+
+    async def _daemonset(self) -> str:
+        """The uid of the device plugin's DaemonSet (created on first use): the garbage
+        collector deletes a pod whose owner does not exist."""
+        if not self._daemonset_uid:
+            found = await self.workload.get(DAEMONSET, PLUGIN_NAMESPACE, PLUGIN_DAEMONSET)
+            if found is None:
+                with contextlib.suppress(Conflict):
+                    found = await self.workload.create(_plugin_daemonset())
+                if found is None:
+                    found = await self.workload.get(DAEMONSET, PLUGIN_NAMESPACE, PLUGIN_DAEMONSET)
+            self._daemonset_uid = str((found or {}).get("metadata", {}).get("uid", ""))
+        return self._daemonset_uid
+
     async def _advertise(self, reg: _Registered) -> None:
+        await self._plugin_pod(reg, self.clock.now())
         if self.dra:
             body = hami_slice(
                 reg.node, reg.node_uid, reg.gpus, self.device_memory_mib, reg.guest_uid[:8]
@@ -313,3 +373,26 @@ def _failed(guest: JSON) -> bool:
 def _booted(guest: JSON) -> bool:
     status = guest.get("status") or {}
     return status.get("phase") == "Running" and bool((status.get("network") or {}).get("primaryIP"))
+
+
+_PLUGIN_CONTAINER = {"name": "device-plugin", "image": "projecthami/hami:v2.8.0"}
+
+
+def _plugin_pod_name(reg: _Registered) -> str:
+    return f"{PLUGIN_DAEMONSET}-{reg.node}"[:253]
+
+
+def _plugin_daemonset() -> JSON:
+    labels = {"app": PLUGIN_DAEMONSET}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": PLUGIN_DAEMONSET, "namespace": PLUGIN_NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"nodeSelector": {"gpu": "on"}, "containers": [_PLUGIN_CONTAINER]},
+            },
+        },
+    }

@@ -27,6 +27,7 @@ from autoscaler.observe import (
     with_requested,
 )
 from autoscaler.policy.pool_demand import counts_as_demand, remember_first_seen, selector_matches
+from autoscaler.policy.scale_down import is_empty
 from autoscaler.policy.types import CellShape, CellState, CellView, GPUUsage, MetricsHealth
 from gpucellpool.api.autoscaling import DemandSelection
 from gpucellpool.api.base import LabelSelector
@@ -232,3 +233,31 @@ def test_a_cancelled_spare_stays_marked_unused_while_it_is_carried() -> None:
     down = replace(hold, desired=3, reason="ScaledDown", victims=("p-1",))
     stepped = carry_victims(down, ("p-5", "p-4"), live[:5], frozenset({"p-5", "p-4"}))
     assert stepped.victims == ("p-4", "p-1") and stepped.empty_victims == ("p-4",)
+
+
+def test_daemonset_mirror_and_finished_pods_do_not_make_a_cell_busy() -> None:
+    """Every real cell runs HAMi's device-plugin DaemonSet pod (and often a CNI agent and a
+    static pod): counted, no cell was ever empty, so the warm spare and headroomCells asked for
+    a cell on every decision. A workload pod without a GPU still counts (a drain evicts it)."""
+    daemon = {
+        "metadata": {"ownerReferences": [{"kind": "DaemonSet", "name": "hami-device-plugin"}]},
+        "spec": {"nodeName": "p-0"},
+        "status": {"phase": "Running"},
+    }
+    static = {
+        "metadata": {"annotations": {"kubernetes.io/config.mirror": "abc"}},
+        "spec": {"nodeName": "p-0"},
+        "status": {"phase": "Running"},
+    }
+    done = {"metadata": {}, "spec": {"nodeName": "p-0"}, "status": {"phase": "Succeeded"}}
+    cpu_job = {
+        "metadata": {"ownerReferences": [{"kind": "ReplicaSet", "name": "web"}]},
+        "spec": {"nodeName": "p-1"},
+        "status": {"phase": "Running"},
+    }
+    pods = {"p-0": [daemon, static, done], "p-1": [dict(daemon), cpu_job]}
+    inputs = CellInputs(CellShape(), {"p-0": {}, "p-1": {}}, pods)
+    cells, unknown = cells_for_pool(_two_ready_cells(), inputs, now=100.0)
+    assert unknown == []
+    assert [(c.pods, c.evictable_pods) for c in cells] == [(0, 0), (1, 1)]
+    assert is_empty(cells[0], cells[0].gpus) and not is_empty(cells[1], cells[1].gpus)
