@@ -1,7 +1,7 @@
 """The twin's boots in the order the simulator creates cells, cancelled boots included.
 
 Why this module exists: the simulator hands the twin's measured boots to its cells in creation
-order (a wave's cells by index, ``Recorder.boots``). A boot the operator cancelled was never
+order (a wave's cells by index, ``twin_measures.boots``). A boot the operator cancelled was never
 measured, and leaving it out shifted every later cell of its wave (and of the run) onto another
 cell's boot: the simulator's cells turned Ready while the twin's same cells were still booting,
 so at a wave's end the two worlds cancelled different cells. In a loaded 2 h run (session 23)

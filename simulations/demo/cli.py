@@ -21,7 +21,7 @@ from simulations.simulator import argtypes as at
 
 if TYPE_CHECKING:  # the twin's imports wait until a run (a bad flag is refused at once)
     from simulations.demo.config import DemoSpec
-    from simulations.demo.recorder import Snapshot
+    from simulations.demo.twin_records import Snapshot
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

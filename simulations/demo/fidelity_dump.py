@@ -27,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpucellpool.runtime.errors import UserError
 from simulations.demo.config import DemoSpec, WorldTimings
-from simulations.demo.recorder import PodTimes
 from simulations.demo.run_log import CellEvent, DecisionSeen
+from simulations.demo.twin_measures import cell_timeline
+from simulations.demo.twin_records import PodTimes
 from simulations.simulator.traces import TracePod
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class FidelityDump(BaseModel):
     pods: tuple[TracePod, ...]  # the replayed trace, compressed, in the player's order
     timings: WorldTimings  # measured_timings(run): the report's "twin's timings"
     timings_lag_free: WorldTimings  # measured_timings(run, lag=False)
-    twin_cells: tuple[tuple[float, float], ...]  # Recorder.cell_timeline()
+    twin_cells: tuple[tuple[float, float], ...]  # twin_measures.cell_timeline(rec)
     pod_times: dict[str, PodSeen]  # pod name -> what the twin did with it
     decisions: tuple[DecisionSeen, ...]  # each change of lastDecision or policyMemory
     cell_events: tuple[CellEvent, ...] = ()  # each cell's steps (absent in older dumps)
@@ -86,7 +87,7 @@ def dump_of(run: TwinResult) -> FidelityDump:
         pods=run.pods,
         timings=measured_timings(run),
         timings_lag_free=measured_timings(run, lag=False),
-        twin_cells=tuple(rec.cell_timeline()),
+        twin_cells=tuple(cell_timeline(rec)),
         pod_times={name: _seen(times) for name, times in rec.pods.items()},
         decisions=tuple(rec.decisions),
         cell_events=tuple(rec.cell_events),

@@ -6,7 +6,10 @@ the twin's run, so both must be measured from the outside, as a user would: Swif
 infrastructure cluster (a cell costs from its guest's creation until the guest is gone, as in
 the simulator), the pool's status (Ready cells, desired), and pods in the workload cluster
 (wait = creation until bound to a Node). Watches give every change; ``sample()`` adds a point
-at a fixed interval too, so the progress line and the timeline never go quiet.
+at a fixed interval too, so the progress line and the timeline never go quiet. What the
+observations measure (boots in creation order, the median reactions, the timeline in the
+simulator's shape) is derived after the run, in ``simulations.demo.twin_measures``; the
+records kept per pod and per instant are ``simulations.demo.twin_records``.
 """
 
 from __future__ import annotations
@@ -14,51 +17,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import statistics
 import time
-from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from autoscaler.policy.demand import pod_ask
 from autoscaler.policy.types import GPUAsk
 from gpucellpool.kube.cache import JSON, Query, WatchCache
 from gpucellpool.kube.rest import RestClient
-from simulations.demo.boot_order import BootSeen, boots_in_order
-from simulations.demo.config import SHAPE
 from simulations.demo.run_log import CellEvent, DecisionSeen
-from simulations.simulator.engine import Sample
-from simulations.simulator.engine import hami as sim_hami
+from simulations.demo.twin_records import PodTimes, Snapshot, snapshot_at
 from simulations.twin.hami_placement import node_state
 
 POOLS = "/apis/cells.kubeswift.io/v1alpha1/namespaces/{ns}/gpucellpools"
 GUESTS = "/apis/swift.kubeswift.io/v1alpha1/namespaces/{ns}/swiftguests"
 PODS = "/api/v1/namespaces/{ns}/pods"
 NODES = "/api/v1/nodes"
-
-
-@dataclass
-class PodTimes:
-    created: float
-    bound: float | None = None
-    node: str = ""
-    ended: float | None = None
-    ask: GPUAsk | None = None
-
-
-@dataclass
-class Snapshot:
-    """The state at one instant (what the progress line prints)."""
-
-    time_seconds: float
-    cells: int
-    ready: int
-    draining: int
-    desired: int
-    demand_cells: int
-    pods_created: int
-    pods_pending: int
-    pods_running: int
 
 
 def _cell_index(name: str, otherwise: float) -> float:
@@ -323,22 +296,6 @@ class Recorder:
             times.ended = now
         self.sample()
 
-    def binds_after_ready(self) -> list[float]:
-        """Per pod created before the cell it was bound to became Ready (it waited for that
-        boot): that cell's boot end -> the pod bound on it. The simulator places such a pod
-        ``bind_delay_seconds`` (the median of these) after the first cell of its wave is Ready:
-        HAMi's pass then opens every cell Ready by then."""
-        out = []
-        for times in self.pods.values():
-            if times.bound is None:
-                continue
-            bound, node = times.bound, times.node
-            boots = [at for name, at in self.readies if name == node and at <= bound]
-            ready = max(boots, default=None)
-            if ready is not None and times.created < ready:
-                out.append(bound - ready)
-        return out
-
     def _boot_reacted(self, seconds: float) -> None:
         bound = self.boot_reaction_max_s
         if bound is None or seconds <= bound:
@@ -356,49 +313,6 @@ class Recorder:
             self.reactions.append(now - min(waited))
         return bool(waited)
 
-    @property
-    def first_reaction(self) -> float | None:
-        """The run's first pod -> the first scale-up decision (the operator's first decision
-        also waits for its caches: 6-7 trace s at x20 where the median was 3), or None."""
-        if self.first_request is None or not self.pods:
-            return None
-        return max(0.0, self.first_request - min(p.created for p in self.pods.values()))
-
-    @property
-    def boot_reaction(self) -> float | None:
-        """Cell seen Ready -> the decision that followed it, the median over the changes of
-        ``desiredReplicas`` that answered no new pod (the next wave once boots are proven,
-        spares cancelled once their pods found the new cell), or None."""
-        return statistics.median(self.boot_reactions) if self.boot_reactions else None
-
-    @property
-    def reaction(self) -> float | None:
-        """Pending pod -> scale-up decision, the median over the decisions that answered new
-        pods (the first alone, where none did). The first decision of a run also waits for the
-        operator's caches to fill: at x20 it took 8-12 trace seconds where the later ones took
-        3-7, so the first alone gave the simulator a reaction the operator did not have."""
-        return statistics.median(self.reactions) if self.reactions else self.first_request
-
-    @property
-    def boots(self) -> list[float]:
-        """Cell asked for (or, without a decision to match, guest seen) to cell Ready, in the
-        order of the cells' names. A wave's cells share the decision's time: they are ordered
-        by their index, as the simulator numbers a wave's cells in creation order, not by how
-        long they booted (sorted on the boot, the simulator's first cell of a wave got the
-        wave's shortest boot and became Ready first every time) nor by which guest the
-        provisioner's concurrent creates finished first (the simulator's lowest cell of a wave
-        then stood for another twin cell, and HAMi's ties, which go to the lower name in the
-        twin and the lower index in the simulator, went to different cells). A boot cancelled
-        before it was Ready keeps its place, estimated (``boot_order``)."""
-        ready = (BootSeen(*entry) for entry in self.ready_after)
-        cancelled = (BootSeen(*entry, censored=True) for entry in self.cancelled_boots)
-        return boots_in_order([*ready, *cancelled])
-
-    @property
-    def guest_boots(self) -> list[float]:
-        """Guest created to cell Ready, in the same order: the boot once the lag is apart."""
-        return [boot for _, _, boot in sorted(self.ready_from_guest)]
-
     def _emptied(self, node: str, drain_start: float) -> float:
         """When a draining cell's last pod ended (its drain start if it was empty)."""
         ends = [
@@ -412,21 +326,8 @@ class Recorder:
 
     def sample(self) -> Snapshot:
         """Record (and return) the state now; repeated states are kept only at the interval."""
-        status = self._status
-        phases = Counter(c.get("phase") for c in status.get("cells") or [])
-        live = [p for p in self.pods.values() if p.ended is None]
-        asks = [p.ask for p in live if p.ask is not None]
-        snap = Snapshot(
-            time_seconds=max(0.0, self.now()),
-            cells=len(self._caches[0].objects) if self._caches else 0,
-            ready=int(status.get("readyCells") or 0),
-            draining=phases["Draining"] + phases["Deleting"],
-            desired=int(status.get("desiredReplicas") or 0),
-            demand_cells=sim_hami.pack_count(asks, SHAPE),
-            pods_created=len(self.pods),
-            pods_pending=sum(1 for p in live if p.bound is None),
-            pods_running=sum(1 for p in live if p.bound is not None),
-        )
+        cells = len(self._caches[0].objects) if self._caches else 0
+        snap = snapshot_at(max(0.0, self.now()), self._status, cells, self.pods)
         self.samples.append(snap)
         return snap
 
@@ -439,43 +340,3 @@ class Recorder:
         while True:
             await asyncio.sleep(interval_s)
             self.sample()
-
-    # -- results ------------------------------------------------------------------------------
-
-    def cell_timeline(self) -> list[tuple[float, float]]:
-        """(seconds, cells incl. booting and draining): the fidelity check's twin side."""
-        return [(s.time_seconds, float(s.cells)) for s in self.samples]
-
-    def timeline(self) -> tuple[Sample, ...]:
-        """The simulator's ``Sample`` shape, for the report and the plot."""
-        return tuple(
-            Sample(
-                time_seconds=s.time_seconds,
-                demand_cells=s.demand_cells,
-                ready=s.ready,
-                booting=max(0, s.cells - s.ready - s.draining),
-                draining=s.draining,
-                desired=s.desired,
-            )
-            for s in self.samples
-        )
-
-    def waits(self, end: float) -> tuple[float, ...]:
-        """Per pod: creation to bound (censored at ``end`` for pods never bound)."""
-        return tuple(
-            max(0.0, (p.bound if p.bound is not None else end) - p.created)
-            for p in self.pods.values()
-        )
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "guests_created": len(self.created_guests),
-            "guests_deleted": self.deleted_guests,
-            "pods": len(self.pods),
-            "pods_never_bound": sum(1 for p in self.pods.values() if p.bound is None),
-            "boot_seconds": list(self.boots),
-            "drain_seconds": list(self.drains),
-            "cancel_seconds": list(self.cancels),
-            "first_scale_up_seconds": self.first_request,
-            "first_guest_seconds": self.first_guest,
-        }

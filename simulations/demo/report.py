@@ -26,6 +26,18 @@ from simulations.demo.config import (
     sim_policy,
     unhostable_count,
 )
+from simulations.demo.twin_measures import (
+    binds_after_ready,
+    boot_reaction,
+    boots,
+    cell_timeline,
+    first_reaction,
+    guest_boots,
+    reaction,
+    summary,
+    timeline,
+    waits,
+)
 from simulations.demo.twin_run import TwinResult
 from simulations.demo.utilisation import mean_utilisation
 from simulations.simulator.baselines.oracle import oracle
@@ -76,7 +88,7 @@ class TwinSide:
 
     spec: DemoSpec
     pods: tuple[TracePod, ...]
-    cells: tuple[tuple[float, float], ...]  # the twin's cell timeline (Recorder.cell_timeline)
+    cells: tuple[tuple[float, float], ...]  # the twin's cell timeline (twin_measures.cell_timeline)
     end_seconds: float  # the replay's end
 
 
@@ -92,12 +104,12 @@ def cells_of(result: SimResult) -> list[tuple[float, float]]:
 def twin_result(run: TwinResult, horizon: float, fidelity: Fidelity) -> SimResult:
     """The twin run in the simulator's result shape (compressed seconds)."""
     rec = run.recorder
-    counts = rec.summary()
+    counts = summary(rec)
     return SimResult(
         policy=TWIN,
         pods=len(run.pods),
         cost_cell_hours=fidelity.cell_hours_a,
-        waits_seconds=rec.waits(run.end_seconds),
+        waits_seconds=waits(rec, run.end_seconds),
         unplaced=counts["pods_never_bound"],
         unschedulable=0,
         evictions=0,
@@ -114,7 +126,7 @@ def twin_result(run: TwinResult, horizon: float, fidelity: Fidelity) -> SimResul
         events=len(rec.samples),
         decisions=0,
         reasons=(),
-        timeline=rec.timeline(),
+        timeline=timeline(rec),
         boot_seconds=run.spec.wall(run.spec.boot_seconds),
     )
 
@@ -142,12 +154,12 @@ def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
     and the bind delay after a boot (without: the model before either)."""
     rec = run.recorder
     timings = WorldTimings.measured(
-        run.spec, rec.boots, rec.drains, rec.reaction, rec.boot_reaction, rec.first_reaction
+        run.spec, boots(rec), rec.drains, reaction(rec), boot_reaction(rec), first_reaction(rec)
     )
     if not lag:
         return timings
-    return timings.with_lag(rec.guest_boots, rec.lags, rec.cancels).with_binds(
-        rec.binds_after_ready()
+    return timings.with_lag(guest_boots(rec), rec.lags, rec.cancels).with_binds(
+        binds_after_ready(rec)
     )
 
 
@@ -162,7 +174,7 @@ def simulate_against(
 
 
 def _simulate(run: TwinResult, timings: WorldTimings, name: str) -> tuple[SimResult, Fidelity]:
-    twin = TwinSide(run.spec, run.pods, tuple(run.recorder.cell_timeline()), run.end_seconds)
+    twin = TwinSide(run.spec, run.pods, tuple(cell_timeline(run.recorder)), run.end_seconds)
     return simulate_against(twin, timings, sim_policy(run.spec, name))
 
 
@@ -191,17 +203,17 @@ def build_report(run: TwinResult) -> DemoReport:
         fidelity_nominal=fidelity_nominal,
         fidelity_lag_free=fidelity_lag_free,
         lags=tuple(run.recorder.lags),
-        binds=tuple(run.recorder.binds_after_ready()),
+        binds=tuple(binds_after_ready(run.recorder)),
         timings=timings,
         results=results,
         summaries=summaries,
         wall_seconds=run.wall_seconds,
         cpu_seconds=dict(run.cpu_seconds),
-        twin_counts=run.recorder.summary(),
+        twin_counts=summary(run.recorder),
         panels_total=len(run.panels),
         panels_empty=tuple(f"{q.where}: `{q.expr}`" for q, n in run.panels.items() if n <= 0),
         timelines={
-            "twin": run.recorder.cell_timeline(),
+            "twin": cell_timeline(run.recorder),
             "simulator": cells_of(simulated),
             "simulator_nominal": cells_of(nominal),
         },

@@ -37,7 +37,8 @@ from simulations.demo.config import DemoSpec, compressed_pods, pool_manifest
 from simulations.demo.fidelity_dump import dump_if_asked
 from simulations.demo.panels import PanelQuery, series_counts
 from simulations.demo.prometheus import Prometheus
-from simulations.demo.recorder import Recorder, Snapshot
+from simulations.demo.recorder import Recorder
+from simulations.demo.twin_records import Snapshot
 from simulations.harness import ClusterEndpoint, Harness
 from simulations.harness.procs import ManagedProcess, free_port
 from simulations.simulator.traces import TracePod

@@ -7,21 +7,21 @@ and HAMi's strings, so the operator under test sees exactly what it would see in
 
 Every ``poll_s`` this controller:
 
-* rebuilds HAMi's cache, as the real scheduler does after a restart: Nodes (listed every pass)
-  with the ``hami.io/node-nvidia-register`` annotation and allocatable ``nvidia.com/gpu`` > 0,
-  and usage from the ``hami.io/vgpu-devices-allocated`` annotation of every non-terminal pod
-  labelled ``hami.io/vgpu-node`` (all namespaces: HAMi sees every pod). That pod list is the
-  expensive read (every placed pod), so it is taken on the first pass and then once per
-  ``refresh_s``, or per four times what the last one took if that is longer (at 1,000 placed
-  pods on a loaded 2-core box one list took 1.5 s: listing each pass made a pass last that
-  long and kept the apiserver at a full core); in between, the last list plus this
-  controller's own bookings stand in. Usage
-  grows only through bookings, so the stand-in never under-counts: no double allocation. A pod
-  ended by the twin's kubelet (``twin.pod_lifecycle``, wired to ``release``) leaves the stand-in
-  at once, as the real scheduler's pod informer drops a pod on its update to a terminal phase:
-  its GPU is free for the next pass, as the simulator frees it at the pod's end (waiting for the
-  next refresh held it up to ``refresh_s`` longer, 20 trace seconds at x20). A pod ended by
-  anything else is seen at the next refresh. A restarted twin starts from a fresh list;
+* rebuilds HAMi's cache (``twin.hami_cache``), as the real scheduler does after a restart: Nodes
+  (listed every pass) with the ``hami.io/node-nvidia-register`` annotation and allocatable
+  ``nvidia.com/gpu`` > 0, and usage from the ``hami.io/vgpu-devices-allocated`` annotation of
+  every non-terminal pod labelled ``hami.io/vgpu-node`` (all namespaces: HAMi sees every pod).
+  That pod list is the expensive read (every placed pod), so it is taken on the first pass and
+  then once per ``refresh_s``, or per four times what the last one took if that is longer (at
+  1,000 placed pods on a loaded 2-core box one list took 1.5 s: listing each pass made a pass
+  last that long and kept the apiserver at a full core); in between, the last list plus this
+  controller's own bookings stand in. Usage grows only through bookings, so the stand-in never
+  under-counts: no double allocation. A pod ended by the twin's kubelet (``twin.pod_lifecycle``,
+  wired to ``release``) leaves the stand-in at once, as the real scheduler's pod informer drops
+  a pod on its update to a terminal phase: its GPU is free for the next pass, as the simulator
+  frees it at the pod's end (waiting for the next refresh held it up to ``refresh_s`` longer, 20
+  trace seconds at x20). A pod ended by anything else is seen at the next refresh. A restarted
+  twin starts from a fresh list;
 * places each unbound ``hami-scheduler`` pod of ``namespace`` (oldest first) with the
   simulator's own placement (``twin.hami_placement``): node ``binpack`` (default) or
   ``spread``, GPU ``spread`` (a pod's ``hami.io/node-scheduler-policy`` and
@@ -52,17 +52,23 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from autoscaler.policy.demand import constraints_from_pod, container_ask
 from autoscaler.policy.errors import AskError
-from autoscaler.policy.types import GPUAsk, PlacementConstraints
 from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound, kind_of
-from simulations.simulator.engine.hami import allocate
 from simulations.twin.common import (
     PollingController,
     each_bounded,
     mark_unschedulable,
     raise_first,
+)
+from simulations.twin.hami_cache import (
+    PodAsks,
+    annotations_of,
+    book,
+    metadata_of,
+    plan_for,
+    pod_asks,
+    rebuild,
 )
 from simulations.twin.hami_codec import (
     ALLOCATED,
@@ -72,13 +78,9 @@ from simulations.twin.hami_codec import (
     TO_ALLOCATE,
     VGPU_NODE,
     VGPU_TIME,
-    ContainerAllocation,
     NodeAllocation,
     emptied_plan,
-    format_plan,
-    idle_since,
     natural_key,
-    parse_plan,
     unschedulable_message,
 )
 from simulations.twin.hami_exporter import render_metrics
@@ -91,124 +93,15 @@ from simulations.twin.hami_placement import (
     node_state,
     place,
 )
-from simulations.twin.pod_lifecycle import BOUND_AT_ANNOTATION, parse_rfc3339
+from simulations.twin.pod_lifecycle import BOUND_AT_ANNOTATION
 
 log = logging.getLogger("simulations.twin.hami")
 BINDING = kind_of("Binding", "v1")
-_TERMINAL = ("Succeeded", "Failed")
 NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
 GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"  # binpack | spread simulated
 UNSCHEDULABLE_WRITES = 16  # a pass's Unschedulable verdicts written at once
 BIND_WRITES = 16  # a pass's bindings (Binding, then Allocate) run at once
 LIST_COST_FACTOR = 4.0  # the placed-pod list takes at most about a quarter of the time
-
-
-@dataclass(frozen=True, slots=True)
-class PodAsks:
-    """A pod's containers in HAMi's order (init first), each with its ask or None."""
-
-    names: tuple[str, ...]
-    asks: tuple[GPUAsk | None, ...]
-    constraints: PlacementConstraints
-
-
-def pod_asks(pod: Mapping[str, Any]) -> PodAsks | AskError:
-    """Per-container asks read as HAMi's scheduler reads the stored pod (no webhook)."""
-    spec = pod.get("spec") or {}
-    containers = list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
-    asks: list[GPUAsk | None] = []
-    for container in containers:
-        ask = container_ask(container.get("resources") or {})
-        if isinstance(ask, AskError):
-            return ask
-        asks.append(ask)
-    constraints = constraints_from_pod(pod)
-    if isinstance(constraints, AskError):
-        return constraints
-    names = tuple(str(c.get("name", i)) for i, c in enumerate(containers))
-    return PodAsks(names, tuple(asks), constraints)
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return _meta(obj).get("annotations") or {}
-
-
-def _started_at(pod: Mapping[str, Any]) -> float | None:
-    return parse_rfc3339((pod.get("status") or {}).get("startTime"))
-
-
-def _phase(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def book(node: NodeState, pod: Mapping[str, Any], plan: str) -> None:
-    """Add a pod's allocation plan to a node's usage (unknown devices are ignored)."""
-    position = {d.uuid: i for i, d in enumerate(node.devices)}
-    spec = pod.get("spec") or {}
-    names = [c.get("name", "") for c in (spec.get("initContainers") or [])]
-    names += [c.get("name", "") for c in (spec.get("containers") or [])]
-    meta = _meta(pod)
-    seen: dict[int, int] = {}
-    for entry in parse_plan(plan):
-        i = position.get(entry.uuid)
-        if i is None:
-            continue
-        ask = GPUAsk(1, entry.memory_mib, None, entry.cores)
-        allocate(node.usage, node.shape, ask, (i,))
-        vdevice = seen.get(entry.container_index, 0)
-        seen[entry.container_index] = vdevice + 1
-        name = names[entry.container_index] if entry.container_index < len(names) else ""
-        node.containers.append(
-            ContainerAllocation(
-                str(meta.get("namespace", "")),
-                str(meta.get("name", "")),
-                entry.container_index,
-                str(name),
-                vdevice,
-                entry.uuid,
-                entry.memory_mib,
-                entry.cores,
-                idle_since(_annotations(pod), _started_at(pod)),
-            )
-        )
-
-
-def rebuild(nodes: Sequence[JSON], allocated_pods: Sequence[JSON]) -> dict[str, NodeState]:
-    """HAMi's cache from Nodes and the pods' ``vgpu-devices-allocated`` annotations.
-
-    A bound pod counts on its Node; an unbound pod annotated for a node that may take pods
-    counts there too (its binding is about to be retried); terminal pods count nowhere.
-    """
-    states = {s.name: s for s in (node_state(n) for n in nodes)}
-    for pod in allocated_pods:
-        if _phase(pod) in _TERMINAL:
-            continue
-        target = (pod.get("spec") or {}).get("nodeName") or _annotations(pod).get(VGPU_NODE)
-        node = states.get(str(target or ""))
-        if node is None or not node.registered:
-            continue
-        if not (pod.get("spec") or {}).get("nodeName") and node.blocked is not None:
-            continue
-        book(node, pod, _annotations(pod).get(ALLOCATED, ""))
-    return states
-
-
-def plan_for(placement: Placement, node: NodeState, asks: Sequence[GPUAsk | None]) -> str:
-    """The device plan string of a placement (memory resolved on the node's GPUs)."""
-    containers = []
-    for ask, gpus in zip(asks, placement.gpus, strict=True):
-        devices = []
-        for i in gpus:
-            assert ask is not None
-            memory = ask.memory_on(node.devices[i].devmem)
-            devices.append((node.devices[i].uuid, memory, min(ask.cores_percent, 100)))
-        containers.append(devices)
-    return format_plan(containers)
 
 
 @dataclass
@@ -239,15 +132,15 @@ class SimulatedHAMi(PollingController):
     def release(self, pod: Mapping[str, Any]) -> None:
         """``pod`` ended: its allocation leaves HAMi's cache now (the informer's update to a
         terminal phase), not at the next refresh of the placed-pod list."""
-        uid = str(_meta(pod).get("uid"))
+        uid = str(metadata_of(pod).get("uid"))
         self._released[uid] = self.clock.now()
-        self._placed = [p for p in self._placed if str(_meta(p).get("uid")) != uid]
+        self._placed = [p for p in self._placed if str(metadata_of(p).get("uid")) != uid]
 
     def _refreshed(self, listed: Sequence[JSON], asked: float) -> list[JSON]:
         """A fresh list of placed pods without those released since it was asked for (it may
         still show them running); releases before that are in the list as it is."""
         self._released = {u: t for u, t in self._released.items() if t >= asked}
-        return [p for p in listed if str(_meta(p).get("uid")) not in self._released]
+        return [p for p in listed if str(metadata_of(p).get("uid")) not in self._released]
 
     def allocations(self) -> dict[str, NodeAllocation]:
         """Per node (HAMi's cache after the last pass): devices, usage, container allocations."""
@@ -259,7 +152,7 @@ class SimulatedHAMi(PollingController):
 
     def policies_for(self, pod: Mapping[str, Any]) -> tuple[str, str]:
         """Node and GPU policy: the pod's ``hami.io/*-scheduler-policy`` annotations win."""
-        notes = _annotations(pod)
+        notes = annotations_of(pod)
         node = notes.get(NODE_POLICY_ANNOTATION, self.policy)
         gpu = notes.get(GPU_POLICY_ANNOTATION, self.gpu_policy)
         return (
@@ -285,7 +178,7 @@ class SimulatedHAMi(PollingController):
                 await self._finish_allocations(self._placed, states)
             self._verdicts, self._binds = [], []
             for pod in sorted(pending, key=_age_key):
-                if _meta(pod).get("deletionTimestamp") is None:
+                if metadata_of(pod).get("deletionTimestamp") is None:
                     await self._schedule(pod, states, now)
             # Placements take turns (each books capacity the next one sees); the bindings and
             # the verdicts on the pods that did not fit change nothing the others read, so they
@@ -319,11 +212,11 @@ class SimulatedHAMi(PollingController):
         """The device plugin's step for bound pods a previous pass left ``allocating``."""
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
-            if node in states and _annotations(pod).get(BIND_PHASE) == "allocating":
+            if node in states and annotations_of(pod).get(BIND_PHASE) == "allocating":
                 await self._device_plugin_allocate(pod)
 
     async def _schedule(self, pod: JSON, states: dict[str, NodeState], now: float) -> None:
-        resumed = _annotations(pod).get(VGPU_NODE)
+        resumed = annotations_of(pod).get(VGPU_NODE)
         node = states.get(str(resumed or ""))
         if resumed and node is not None and node.blocked is None:
             self._binds.append((pod, str(resumed)))  # filtered by an earlier pass, bind it now
@@ -347,7 +240,7 @@ class SimulatedHAMi(PollingController):
         """/filter's and /bind's annotations (one write); the Binding, then Allocate, once the
         pass has placed every pod (``step``)."""
         plan = plan_for(placement, node, parsed.asks)
-        meta = _meta(pod)
+        meta = metadata_of(pod)
         stamp = str(int(now))
         patch = {
             "metadata": {
@@ -374,7 +267,7 @@ class SimulatedHAMi(PollingController):
         self._binds.append((pod, node.name))
 
     async def _bind(self, pod: JSON, node: str) -> None:
-        meta = _meta(pod)
+        meta = metadata_of(pod)
         binding = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -389,7 +282,7 @@ class SimulatedHAMi(PollingController):
         await self._device_plugin_allocate(pod)
 
     async def _device_plugin_allocate(self, pod: JSON) -> None:
-        meta = _meta(pod)
+        meta = metadata_of(pod)
         spec = pod.get("spec") or {}
         containers = len(spec.get("initContainers") or []) + len(spec.get("containers") or [])
         patch = {
@@ -409,5 +302,5 @@ class SimulatedHAMi(PollingController):
 
 
 def _age_key(pod: Mapping[str, Any]) -> tuple[str, tuple[object, ...]]:
-    meta = _meta(pod)
+    meta = metadata_of(pod)
     return str(meta.get("creationTimestamp", "")), natural_key(str(meta.get("name", "")))

@@ -9,6 +9,7 @@ another cell's boot; the recorder records such a boot when it sees the cell leav
 from __future__ import annotations
 
 from simulations.demo.boot_order import BootSeen, boots_in_order
+from simulations.demo.twin_measures import boots
 from tests.unit.test_demo_exec_lag import guest, pool, recorder
 
 
@@ -43,5 +44,5 @@ def test_the_recorder_keeps_a_boot_cancelled_before_its_cell_was_ready() -> None
     clock.t = 16.5
     rec._pool("MODIFIED", pool(2, {"pool-0": "Deleting", "pool-1": "Ready", "pool-2": "Ready"}))
     # pool-0 stands first, as the simulator's lowest cell of the wave: it ran 16.5 s at least
-    assert rec.boots == [16.5, 15.0, 15.0]
+    assert boots(rec) == [16.5, 15.0, 15.0]
     assert rec.cancelled_boots == [(0.0, 0.0, 16.5)]

@@ -20,7 +20,7 @@ from simulations.demo.config import (
     sim_config,
     sim_policy,
 )
-from simulations.demo.recorder import Snapshot
+from simulations.demo.twin_records import Snapshot
 
 SPEC = replace(DemoSpec(), hours=0.5, multiplier=0.4, compression=20.0)
 

@@ -1,6 +1,6 @@
 """The twin's execution lag, measured from the outside and handed to the simulator: the demo
 recorder pairs each decision with the guest it created or the drain it started
-(``Recorder.lags``), keeps the guest-to-Ready boots apart (``guest_boots``), and
+(``Recorder.lags``), keeps the guest-to-Ready boots apart (``twin_measures.guest_boots``), and
 ``WorldTimings.with_lag`` gives the simulator both (``SimConfig.exec_lag_seconds``)."""
 
 from __future__ import annotations
@@ -10,6 +10,14 @@ from typing import Any
 
 from simulations.demo.config import DemoSpec, WorldTimings, sim_config
 from simulations.demo.recorder import Recorder
+from simulations.demo.twin_measures import (
+    binds_after_ready,
+    boot_reaction,
+    boots,
+    first_reaction,
+    guest_boots,
+    reaction,
+)
 from tests.unit.test_twin_hami_placement import manifest
 
 SPEC = replace(DemoSpec(), hours=0.5, multiplier=0.4, compression=20.0)
@@ -52,8 +60,8 @@ def test_each_decision_is_paired_with_the_guest_or_drain_that_carried_it_out() -
     rec._pool("MODIFIED", pool(2, {"c0": "Ready"}))
     clock.t = 22.0
     rec._pool("MODIFIED", pool(2, {"c0": "Ready", "c1": "Ready"}))
-    assert rec.boots == [20.0, 22.0]  # from the decision, as before
-    assert rec.guest_boots == [17.0, 17.0]  # from each guest's creation
+    assert boots(rec) == [20.0, 22.0]  # from the decision, as before
+    assert guest_boots(rec) == [17.0, 17.0]  # from each guest's creation
     clock.t = 30.0
     rec._pool("MODIFIED", pool(1, {"c0": "Ready", "c1": "Ready"}))  # one cell to leave
     clock.t = 34.0
@@ -95,7 +103,7 @@ def pending_pod(name: str) -> dict[str, Any]:
 
 def test_the_reaction_is_the_median_from_a_new_pending_pod_to_its_scale_up() -> None:
     rec, clock = recorder()
-    assert rec.reaction is None  # nothing seen: the spec's nominal reaction applies
+    assert reaction(rec) is None  # nothing seen: the spec's nominal reaction applies
     clock.t = 1.0
     rec._pod("ADDED", pending_pod("a"))
     clock.t = 12.0  # the first decision also waited for the operator's caches
@@ -114,7 +122,7 @@ def test_the_reaction_is_the_median_from_a_new_pending_pod_to_its_scale_up() -> 
     rec._pool("MODIFIED", pool(5, {}))
     assert rec.reactions == [11.0, 4.0, 6.0]
     assert rec.first_request == 12.0
-    assert rec.reaction == 6.0  # the median, not the first
+    assert reaction(rec) == 6.0  # the median, not the first
 
 
 def test_a_waves_boots_are_in_its_cells_order_not_by_length() -> None:
@@ -130,8 +138,8 @@ def test_a_waves_boots_are_in_its_cells_order_not_by_length() -> None:
     clock.t = 40.0
     rec._pool("MODIFIED", pool(3, {"c2": "Ready", "c1": "Ready", "c0": "Ready"}))
     # the simulator gives its first cell of the wave the first boot: c0's, the longest
-    assert rec.boots == [40.0, 35.0, 30.0]
-    assert rec.guest_boots == [38.0, 32.0, 26.0]
+    assert boots(rec) == [40.0, 35.0, 30.0]
+    assert guest_boots(rec) == [38.0, 32.0, 26.0]
 
 
 def test_a_cancelled_boot_is_timed_from_its_decision_to_its_guest_gone() -> None:
@@ -157,7 +165,7 @@ def test_a_cancelled_boot_is_timed_from_its_decision_to_its_guest_gone() -> None
     clock.t = 50.0
     rec._guest("DELETED", guest("c0"))
     assert rec.cancels == [12.0]
-    timings = WorldTimings.nominal(SPEC).with_lag(rec.guest_boots, rec.lags, rec.cancels)
+    timings = WorldTimings.nominal(SPEC).with_lag(guest_boots(rec), rec.lags, rec.cancels)
     assert timings.exec_lag_seconds == 2.0 and timings.cancel_seconds == 10.0  # 12 - 2
     assert sim_config(SPEC, timings).cancel_seconds == 10.0
     assert WorldTimings.nominal(SPEC).with_lag([17.0], [2.0]).cancel_seconds == 0.0  # none seen
@@ -171,8 +179,8 @@ def test_a_waves_cells_reported_ready_together_are_ready_together_in_the_simulat
         rec._guest("ADDED", guest(f"c{i}"))
     clock.t = 20.0
     rec._pool("MODIFIED", pool(3, {"c0": "Ready", "c1": "Ready", "c2": "Ready"}))  # one update
-    assert rec.guest_boots == [19.0, 18.0, 17.0]  # the last guest's boot is the shortest
-    timings = WorldTimings.measured(SPEC, rec.boots, [], None).with_lag(rec.guest_boots, rec.lags)
+    assert guest_boots(rec) == [19.0, 18.0, 17.0]  # the last guest's boot is the shortest
+    timings = WorldTimings.measured(SPEC, boots(rec), [], None).with_lag(guest_boots(rec), rec.lags)
     assert timings.exec_lag_seconds == 2.0
     assert timings.boots == (18.0, 18.0, 18.0)  # created together at 2, Ready together at 20
 
@@ -191,8 +199,8 @@ def test_the_reaction_to_a_ready_cell_is_timed_from_it_to_the_change_it_prompted
     assert rec.boot_reactions == [11.0] and rec.reactions == [2.0]
     clock.t = 40.0
     rec._pool("MODIFIED", pool(2, {"c0": "Ready"}))  # no cell Ready since the last change
-    assert rec.boot_reaction == 11.0
-    timings = WorldTimings.measured(SPEC, [17.0], [], rec.reaction, rec.boot_reaction)
+    assert boot_reaction(rec) == 11.0
+    timings = WorldTimings.measured(SPEC, [17.0], [], reaction(rec), boot_reaction(rec))
     assert sim_config(SPEC, timings).boot_react_delay_seconds == 11.0
     assert sim_config(SPEC, timings).react_delay_seconds == 2.0
 
@@ -210,10 +218,10 @@ def test_with_the_node_watch_a_boot_ends_when_hami_could_place_on_the_node() -> 
     rec._node("MODIFIED", manifest("c0"))  # placeable
     clock.t = 20.0
     rec._pool("MODIFIED", pool(2, {"c0": "Ready", "c1": "Ready"}))  # c1's Node not yet
-    assert rec.boots == [14.0]
+    assert boots(rec) == [14.0]
     clock.t = 23.0
     rec._node("MODIFIED", manifest("c1"))  # after the status said Ready
-    assert rec.boots == [14.0, 23.0] and rec.guest_boots == [12.0, 21.0]
+    assert boots(rec) == [14.0, 23.0] and guest_boots(rec) == [12.0, 21.0]
 
 
 def test_a_waves_boots_follow_its_cells_names_not_which_create_finished_first() -> None:
@@ -226,7 +234,7 @@ def test_a_waves_boots_follow_its_cells_names_not_which_create_finished_first() 
         clock.t = at
         rec._pool("MODIFIED", pool(3, {name: "Ready"}))
     # the simulator's lowest cell of the wave stands for the twin's lowest name
-    assert rec.boots == [30.0, 31.0, 32.0]
+    assert boots(rec) == [30.0, 31.0, 32.0]
 
 
 def test_the_first_reaction_is_from_the_runs_first_pod_to_its_first_scale_up() -> None:
@@ -235,10 +243,10 @@ def test_the_first_reaction_is_from_the_runs_first_pod_to_its_first_scale_up() -
     rec._pod("ADDED", pending_pod("p0"))
     clock.t = 7.0
     rec._pool("MODIFIED", pool(1, {}))
-    assert rec.first_reaction == 6.5
-    timings = WorldTimings.measured(SPEC, [17.0], [], 3.0, None, rec.first_reaction)
+    assert first_reaction(rec) == 6.5
+    timings = WorldTimings.measured(SPEC, [17.0], [], 3.0, None, first_reaction(rec))
     assert sim_config(SPEC, timings).first_react_delay_seconds == 6.5
-    assert recorder()[0].first_reaction is None  # no scale-up yet
+    assert first_reaction(recorder()[0]) is None  # no scale-up yet
 
 
 def test_a_change_long_after_a_ready_cell_is_not_a_reaction_to_it() -> None:
@@ -251,7 +259,7 @@ def test_a_change_long_after_a_ready_cell_is_not_a_reaction_to_it() -> None:
     rec._pool("MODIFIED", pool(1, {"c0": "Ready"}))
     clock.t = 550.0
     rec._pool("MODIFIED", pool(0, {"c0": "Ready"}))  # a scale-down after its window
-    assert rec.boot_reactions == [] and rec.boot_reaction is None
+    assert rec.boot_reactions == [] and boot_reaction(rec) is None
 
 
 def pod(name: str, node: str = "") -> dict[str, Any]:
@@ -274,4 +282,4 @@ def test_a_pod_that_waited_for_a_boot_is_timed_from_the_boot_to_its_bind() -> No
     clock.t = 23.0
     rec._pod("MODIFIED", pod("waiting", "c0"))
     rec._pod("MODIFIED", pod("later", "c0"))
-    assert rec.binds_after_ready() == [3.0]
+    assert binds_after_ready(rec) == [3.0]

@@ -38,9 +38,10 @@ from simulations.demo.fidelity_dump import (
     load_dump,
     write_dump,
 )
-from simulations.demo.recorder import PodTimes, Recorder, Snapshot
+from simulations.demo.recorder import Recorder
 from simulations.demo.report import build_report
 from simulations.demo.run_log import CellEvent, DecisionSeen
+from simulations.demo.twin_records import PodTimes, Snapshot
 from simulations.demo.twin_run import TwinResult
 from simulations.simulator.fidelity import compare
 from simulations.simulator.traces import TracePod

@@ -20,7 +20,7 @@ from autoscaler.policy.types import (
 from simulations.simulator.engine import hami as engine
 from simulations.simulator.engine.world import World
 from simulations.simulator.traces import TracePod
-from simulations.twin.hami import PodAsks, book, plan_for, pod_asks, rebuild
+from simulations.twin.hami_cache import PodAsks, book, plan_for, pod_asks, rebuild
 from simulations.twin.hami_codec import Device
 from simulations.twin.hami_placement import (
     CORDONED,

@@ -4,13 +4,19 @@ Why this module exists: cost and utilisation are time integrals over a piecewise
 world; keeping the integration here (advance the clock, add count x dt) keeps the event loop
 free of bookkeeping and makes the definitions easy to find: a cell costs from the moment it is
 requested until its drain completes (booting, ready and draining all cost); utilisation is the
-time-weighted mean over Ready cells of max(memory, cores, slots) allocated.
+time-weighted mean over Ready cells of max(memory, cores, slots) allocated. A run's result is
+assembled here too (``run_result``), so what its waits and unplaced pods count is defined next
+to the fields: a wait still open when the run ends is censored there.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulations.simulator.engine.sim import Simulation
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +115,38 @@ class Counters:
         if self.reasons is None:
             self.reasons = Counter()
         self.reasons[name] += 1
+
+
+def run_result(sim: Simulation, now: float) -> SimResult:
+    """The run of ``sim``, ended at ``now``. A pod still pending waited until ``now``, and so
+    did each member of an atomic gang never admitted (from its arrival): both waits are added
+    to ``sim.waits`` and counted unplaced, with the pods that never arrived."""
+    for entry in sim.world.pending.values():
+        sim.waits[entry.pod.key] += now - entry.since
+    held = [p for gang in sim.book.gangs.values() if not gang.admitted for p in gang.arrived]
+    held = held if sim.book.atomic else []
+    for pod in held:  # atomic gangs never admitted: waited from arrival to the end
+        sim.waits[pod.key] += now - pod.arrival_seconds
+    counters = sim.counters
+    return SimResult(
+        policy=sim.policy.name,
+        pods=len(sim.pods),
+        cost_cell_hours=sim.integrals.cell_seconds / 3600.0,
+        waits_seconds=tuple(sim.waits.values()),
+        unplaced=len(sim.world.pending) + (len(sim.pods) - sim.arrived) + len(held),
+        unschedulable=sim.unschedulable,
+        evictions=counters.evictions,
+        scale_up_cells=counters.scale_up_cells,
+        scale_down_cells=counters.scale_down_cells,
+        boot_failures=counters.boot_failures,
+        mean_utilisation=sim.integrals.mean_utilisation(),
+        end_seconds=now,
+        events=counters.events,
+        decisions=counters.decisions,
+        reasons=tuple(sorted((counters.reasons or {}).items())),
+        timeline=tuple(sim.timeline.samples),
+        cells=tuple(sim.timeline.cells),
+        boot_seconds=sim.cfg.boot.median_seconds,
+        drains_abandoned=counters.drains_abandoned,
+        gangs=sim.book.stats(now, sim.waits),
+    )

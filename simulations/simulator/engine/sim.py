@@ -6,14 +6,16 @@ seeded RNG (boot times and boot failures only) the same inputs always give the s
 The time of the event being handled is kept on ``Simulation.clock``, the one virtual clock
 (``engine.clock.VirtualClock``) that the live loop's tests run on as well.
 
-Events at the same instant run in this order: pod ends, boots, cells opening to pods (a boot's
-end plus ``bind_delay_seconds``), drains, arrivals, ticks, timeline samples; ties by insertion
-order. After every event the pending queue is offered to HAMi placement if capacity may have
-grown. A policy's ``Decision`` is applied as the provisioner would, through its plan check
-(``engine.actuator``): create cells up to ``desired_replicas`` within the free physical GPUs;
-drain the named ``victims`` (at most down to ``desired_replicas``); nothing when ``act`` is
-False. Whether a tick calls ``decide`` or repeats the last decision is ``engine.decider``'s rule
-(idle ticks cost almost nothing).
+Events at the same instant run in the order of their kinds (``engine.events``): pod ends, boots,
+cells opening to pods (a boot's end plus ``bind_delay_seconds``), drains, arrivals, ticks,
+timeline samples; ties by insertion order. After every event the pending queue is offered to
+HAMi placement if capacity may have grown. A policy's ``Decision`` is applied as the
+provisioner would, through its plan check (``engine.actuator``): create cells up to
+``desired_replicas`` within the free physical GPUs; drain the named ``victims`` (at most down
+to ``desired_replicas``); nothing when ``act`` is False. Whether a tick calls ``decide`` or
+repeats the last decision is ``engine.decider``'s rule (idle ticks cost almost nothing). What
+a cell's events do (boots ending, drains, evictions) is ``engine.cell_lifecycle``; the run's
+result is assembled by ``engine.metrics.run_result``.
 """
 
 from __future__ import annotations
@@ -25,26 +27,36 @@ from dataclasses import replace
 from typing import Any
 
 from autoscaler.policy.types import CellState, Decision
-from simulations.simulator.engine import gc_pause, hami
+from simulations.simulator.engine import cell_lifecycle, gc_pause, hami
 from simulations.simulator.engine.actuator import actions, unchanged
 from simulations.simulator.engine.clock import VirtualClock
 from simulations.simulator.engine.config import BootModel, DrainMode, SimConfig
 from simulations.simulator.engine.decider import Decider
+from simulations.simulator.engine.events import (
+    ARRIVAL,
+    BOOT,
+    DRAIN,
+    DRAIN_TIMEOUT,
+    END,
+    EXECUTE,
+    OPEN,
+    REACT,
+    SAMPLE,
+    TICK,
+)
 from simulations.simulator.engine.exec_lag import ExecLag
 from simulations.simulator.engine.gangs import GangBook, GangScaleUp, hostable_gangs
 from simulations.simulator.engine.hostable import hostable_pods
-from simulations.simulator.engine.metrics import Counters, Integrals, SimResult
+from simulations.simulator.engine.metrics import Counters, Integrals, SimResult, run_result
 from simulations.simulator.engine.policy import ScalingPolicy
 from simulations.simulator.engine.reactions import Reactions
 from simulations.simulator.engine.timeline import Timeline
-from simulations.simulator.engine.world import Pending, Running, SimCell, World, busy_until
+from simulations.simulator.engine.world import Pending, Running, World
 from simulations.simulator.traces.model import TracePod
 
 # the set-up values live in engine.config; importing them from here keeps working
 __all__ = ["BootModel", "DrainMode", "SimConfig", "Simulation", "simulate"]
 
-END, BOOT, OPEN, DRAIN, DRAIN_TIMEOUT, ARRIVAL, TICK, REACT, SAMPLE = range(9)
-EXECUTE = 9  # a held decision's actions (engine.exec_lag), after the samples of its instant
 # ~0.1 s of work between progress reports, so a bar moves several times a second.
 PROGRESS_EVERY_EVENTS = 1024
 
@@ -130,7 +142,7 @@ class Simulation:
         self.integrals.advance(now)
         if progress is not None:
             progress(1.0)
-        return self._result(now)
+        return run_result(self, now)
 
     def _start(self) -> None:
         initial = self.cfg.policy_config.min_replicas
@@ -157,13 +169,13 @@ class Simulation:
         if kind == END:
             self._pod_end(payload, now)
         elif kind == BOOT:
-            self._boot_done(payload, now)
+            cell_lifecycle.boot_done(self, payload, now)
         elif kind == OPEN:
-            self._open(payload)
+            cell_lifecycle.open_cells(self, payload)
         elif kind == DRAIN:
-            self._drain_done(payload)
+            cell_lifecycle.drain_done(self, payload)
         elif kind == DRAIN_TIMEOUT:
-            self._drain_timeout(payload, now)
+            cell_lifecycle.drain_timeout(self, payload, now)
         elif kind == ARRIVAL:
             self._arrival(payload, now)
         elif kind in (TICK, REACT):
@@ -203,14 +215,14 @@ class Simulation:
             pod = replace(pod, key=key)
         if pod.gang and self.book.arrive(pod, now):  # atomic: held until its gang is admitted
             if self.book.waiting:
-                self._react(self.reactions.after_pod(now))
+                self.push_react(self.reactions.after_pod(now))
             return
         self.world.enqueue(pod, now, pod.duration_seconds)
         self.dirty = True
         if not self._try_place(self.world.pending[key], now):
-            self._react(self.reactions.after_pod(now))
+            self.push_react(self.reactions.after_pod(now))
 
-    def _react(self, at: float | None) -> None:
+    def push_react(self, at: float | None) -> None:
         """A REACT at ``at`` (``engine.reactions``; None: none, or one comes sooner)."""
         if at is not None:
             self.push(at, REACT)
@@ -251,99 +263,7 @@ class Simulation:
             self.push(now + self.cfg.drain_seconds, DRAIN, cell.name)
         # live, a pod's end is a change on its Node, which wakes the pool (routing.route_pod):
         # a cell left idle starts its scale-down window then, not at the next tick
-        self._react(self.reactions.after_pod(now))
-
-    # ----- cells -----------------------------------------------------------------------------
-
-    def _boot_done(self, payload: tuple[str, bool], now: float) -> None:
-        name, failed = payload
-        cell = self.world.cells.get(name)
-        if cell is None or cell.state is not CellState.BOOTING:
-            return  # cancelled while booting
-        if failed:
-            self.world.remove_cell(name)
-            self.counters.boot_failures += 1
-        else:
-            delay = self.cfg.bind_delay_seconds
-            if delay > 0:  # Ready (billed, seen by the policy); HAMi places on it later
-                cell.accepting = False
-                self.closed.add(name)
-                self.push(now + delay, OPEN, name)
-            self.world.set_state(cell, CellState.READY, now)
-            self.capacity_up = True
-        self.dirty = True
-        self._react(self.reactions.after_boot(now))
-
-    def _open(self, name: str) -> None:
-        """A booted cell's bind delay is over: HAMi's pass places pods on it, and on every
-        other cell Ready by now (the pass sees every placeable node). A wave's cells turn Ready
-        within a second of each other: opened one by one, its oldest pods took whichever cell
-        opened first, where the twin's HAMi binds them oldest first to the lowest names of
-        the wave together."""
-        if name not in self.closed:
-            return  # opened with an earlier cell's pass
-        for other in sorted(self.closed):
-            cell = self.world.cells.get(other)
-            if cell is not None:  # Ready, or drained since (then it takes nothing anyway)
-                self.world.open_cell(cell)
-                self.capacity_up = self.dirty = True
-        self.closed.clear()
-
-    def _drain_done(self, name: str) -> None:
-        if self.world.remove_cell(name) is not None:
-            self.dirty = True
-
-    def _drain_timeout(self, name: str, now: float) -> None:
-        cell = self.world.cells.get(name)
-        if cell is not None and cell.state is CellState.DRAINING and cell.pods:
-            self.world.set_state(cell, CellState.READY, now)  # abandoned: uncordon, keep
-            self.counters.drains_abandoned += 1
-            self.capacity_up = self.dirty = True
-
-    def _evict_all(self, cell: SimCell, now: float) -> None:
-        for running in list(cell.pods.values()):
-            if self.running.get(running.pod.key) is not running:
-                continue  # stopped with its gang by an earlier eviction of this loop
-            stopped = (
-                self.book.evict(running, now)
-                if running.pod.gang
-                else [(running, running.end_at - now)]
-            )
-            for member, remaining in stopped:  # a started gang stops with any of its members
-                self.world.unbind(member)
-                del self.running[member.pod.key]
-                self.counters.evictions += 1
-                if not member.pod.gang and now >= busy_until(member):
-                    continue  # its work was done: an idle pod evicted is not re-run
-                self.world.enqueue(member.pod, now, remaining)
-        self.capacity_up = self.dirty = True
-        self._react(self.reactions.after_pod(now))
-
-    def _start_drain(self, cell: SimCell, now: float) -> None:
-        self.counters.scale_down_cells += 1
-        self.dirty = True
-        if cell.state is CellState.BOOTING:  # a cancelled boot (its BOOT event is dropped)
-            if self.cfg.cancel_seconds > 0:
-                self.world.set_state(cell, CellState.DRAINING, now)
-                self.push(now + self.cfg.cancel_seconds, DRAIN, cell.name)
-            else:
-                self.world.remove_cell(cell.name)
-            return
-        self.world.set_state(cell, CellState.DRAINING, now)
-        if cell.pods and self.cfg.drain_mode is DrainMode.EVICT:
-            self._evict_all(cell, now)
-        if not cell.pods:
-            self.push(now + self.cfg.drain_seconds, DRAIN, cell.name)
-        elif self.cfg.drain_timeout_seconds is not None:
-            self.push(now + self.cfg.drain_timeout_seconds, DRAIN_TIMEOUT, cell.name)
-
-    def _create_cells(self, count: int, now: float) -> None:
-        for _ in range(count):
-            cell = self.world.add_cell(now, CellState.BOOTING)
-            seconds, failed = self.cfg.boot.sample(self.rng)
-            self.push(now + seconds, BOOT, (cell.name, failed))
-        self.counters.scale_up_cells += count
-        self.dirty = True
+        self.push_react(self.reactions.after_pod(now))
 
     # ----- the policy ------------------------------------------------------------------------
 
@@ -366,7 +286,7 @@ class Simulation:
         decision, repeated = self.decider.decide(observation, now)
         self.counters.decisions += 1
         self.counters.reason(str(decision.reason))
-        self._react(self.reactions.after_decision(now, decision.steady))
+        self.push_react(self.reactions.after_decision(now, decision.steady))
         if repeated:  # applied before to this very world without changing it: a no-op again
             self.desired = decision.desired_replicas
             return
@@ -402,44 +322,13 @@ class Simulation:
             return  # the count kept, no victim: nothing to do (engine.actuator.unchanged)
         todo = actions(decision, cells.values(), config, self.cfg.physical_gpus, now)
         if todo.create:
-            self._create_cells(todo.create, now)
+            cell_lifecycle.create_cells(self, todo.create, now)
         for name in todo.drain:
-            self._start_drain(cells[name], now)
+            cell_lifecycle.start_drain(self, cells[name], now)
 
     def _sample(self, now: float) -> None:
         self.push(now + self.timeline.every_seconds, SAMPLE)
         self.timeline.sample(self.world, self.desired, now)
-
-    def _result(self, now: float) -> SimResult:
-        for entry in self.world.pending.values():
-            self.waits[entry.pod.key] += now - entry.since
-        held = [p for gang in self.book.gangs.values() if not gang.admitted for p in gang.arrived]
-        held = held if self.book.atomic else []
-        for pod in held:  # atomic gangs never admitted: waited from arrival to the end
-            self.waits[pod.key] += now - pod.arrival_seconds
-        counters = self.counters
-        return SimResult(
-            policy=self.policy.name,
-            pods=len(self.pods),
-            cost_cell_hours=self.integrals.cell_seconds / 3600.0,
-            waits_seconds=tuple(self.waits.values()),
-            unplaced=len(self.world.pending) + (len(self.pods) - self.arrived) + len(held),
-            unschedulable=self.unschedulable,
-            evictions=counters.evictions,
-            scale_up_cells=counters.scale_up_cells,
-            scale_down_cells=counters.scale_down_cells,
-            boot_failures=counters.boot_failures,
-            mean_utilisation=self.integrals.mean_utilisation(),
-            end_seconds=now,
-            events=counters.events,
-            decisions=counters.decisions,
-            reasons=tuple(sorted((counters.reasons or {}).items())),
-            timeline=tuple(self.timeline.samples),
-            cells=tuple(self.timeline.cells),
-            boot_seconds=self.cfg.boot.median_seconds,
-            drains_abandoned=counters.drains_abandoned,
-            gangs=self.book.stats(now, self.waits),
-        )
 
 
 def simulate(
