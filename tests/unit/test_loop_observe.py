@@ -239,18 +239,22 @@ def test_daemonset_mirror_and_finished_pods_do_not_make_a_cell_busy() -> None:
     """Every real cell runs HAMi's device-plugin DaemonSet pod (and often a CNI agent and a
     static pod): counted, no cell was ever empty, so the warm spare and headroomCells asked for
     a cell on every decision. A workload pod without a GPU still counts (a drain evicts it)."""
-    daemon = {
+    daemon: dict[str, Any] = {
         "metadata": {"ownerReferences": [{"kind": "DaemonSet", "name": "hami-device-plugin"}]},
         "spec": {"nodeName": "p-0"},
         "status": {"phase": "Running"},
     }
-    static = {
+    static: dict[str, Any] = {
         "metadata": {"annotations": {"kubernetes.io/config.mirror": "abc"}},
         "spec": {"nodeName": "p-0"},
         "status": {"phase": "Running"},
     }
-    done = {"metadata": {}, "spec": {"nodeName": "p-0"}, "status": {"phase": "Succeeded"}}
-    cpu_job = {
+    done: dict[str, Any] = {
+        "metadata": {},
+        "spec": {"nodeName": "p-0"},
+        "status": {"phase": "Succeeded"},
+    }
+    cpu_job: dict[str, Any] = {
         "metadata": {"ownerReferences": [{"kind": "ReplicaSet", "name": "web"}]},
         "spec": {"nodeName": "p-1"},
         "status": {"phase": "Running"},
