@@ -263,6 +263,11 @@ def cells_for_pool(
             gpus, known = ready_cell_usage(node_name, bound, inputs)
             if not known:
                 unknown.append(row.name)
+        elif state is CellState.DRAINING and node_name in inputs.nodes:
+            # What its pods still hold: in Evict mode they are re-homed before their eviction
+            # (decide._displaced), as the simulator sees its draining cells. Unknown here
+            # freezes nothing: the cell is leaving either way.
+            gpus = ready_cell_usage(node_name, bound, inputs)[0]
         views.append(
             CellView(
                 name=row.name,

@@ -26,9 +26,19 @@ from autoscaler.observe import (
     usage_from_pods,
     with_requested,
 )
+from autoscaler.policy.decide import decide
 from autoscaler.policy.pool_demand import counts_as_demand, remember_first_seen, selector_matches
 from autoscaler.policy.scale_down import is_empty
-from autoscaler.policy.types import CellShape, CellState, CellView, GPUUsage, MetricsHealth
+from autoscaler.policy.types import (
+    CellShape,
+    CellState,
+    CellView,
+    GPUUsage,
+    MetricsHealth,
+    PolicyConfig,
+    PolicyMemory,
+    Reason,
+)
 from gpucellpool.api.autoscaling import DemandSelection
 from gpucellpool.api.base import LabelSelector
 from gpucellpool.api.pool import GPUCellPool
@@ -265,3 +275,26 @@ def test_daemonset_mirror_and_finished_pods_do_not_make_a_cell_busy() -> None:
     assert unknown == []
     assert [(c.pods, c.evictable_pods) for c in cells] == [(0, 0), (1, 1)]
     assert is_empty(cells[0], cells[0].gpus) and not is_empty(cells[1], cells[1].gpus)
+
+
+def test_a_draining_cell_shows_what_its_pods_hold_so_evict_mode_rehomes_them() -> None:
+    """The live path gave Draining cells no usage (only Ready cells were read), so in Evict mode
+    ``decide`` never found or started room for the pods about to be evicted; the simulator's
+    draining cells always had theirs."""
+    rows = [
+        {"name": "p-0", "index": 0, "phase": "Ready", "nodeName": "p-0"},
+        {"name": "p-1", "index": 1, "phase": "Draining", "nodeName": "p-1"},
+    ]
+    pool = GPUCellPool.model_validate(with_cells(pool_manifest("p"), rows))
+    full = running("GPU-a,NVIDIA,24576,100:;")
+    pods = {"p-0": [full], "p-1": [running("GPU-b,NVIDIA,24576,100:;")]}
+    inputs = CellInputs(CellShape(), {"p-0": {}, "p-1": {}}, pods)
+    cells, unknown = cells_for_pool(pool, inputs, now=100.0)
+    assert unknown == [] and cells[1].state is CellState.DRAINING
+    assert cells[1].gpus == (GPUUsage(24576, 100, 1),)
+    obs = observation((), cells, unknown, MetricsHealth(), True)
+    config = PolicyConfig(max_replicas=5, rehome_draining_pods=True)
+    d = decide(obs, PolicyMemory(), config, 100.0)
+    assert (d.reason, d.desired_replicas, d.cells_needed) == (Reason.SCALED_UP, 2, 1)
+    waiting = decide(obs, PolicyMemory(), PolicyConfig(max_replicas=5), 100.0)
+    assert waiting.desired_replicas == 1  # WaitForIdle: the pod stays where it is
