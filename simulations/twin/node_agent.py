@@ -10,7 +10,8 @@ inside the VM:
   and renews a Lease in ``kube-node-lease``. It registers once per guest incarnation (a deleted
   Node is not re-created, as a running kubelet does not re-register) and stops renewing when
   the guest goes away; a Node that was deleted also loses its Lease (the Lease has the Node as
-  owner; the harness runs no garbage collector, so the agent plays it);
+  owner: the harness's garbage collector takes it, and the agent deletes it too, for a twin
+  run without controller-manager);
 * HAMi device plugin: after a delay sets ``gpu=on``, the ``hami.io/node-nvidia-register``
   annotation (v2.8+ JSON) and allocatable ``nvidia.com/gpu = gpus x split count``; with ``dra``
   HAMi's kubelet plugin instead: the Node's ResourceSlice (``twin.hami_dra``). The plugin is
