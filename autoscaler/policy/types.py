@@ -145,7 +145,8 @@ class CellView:
     """One cell as the policy sees it.
 
     ``gpus`` holds per-GPU usage for Ready and Draining cells (length = shape.gpus); a Booting
-    cell has no usage yet (treated as empty). ``pods`` is the number of pods running on it and
+    cell has no usage yet (treated as empty). ``pods`` is the number of pods running on it
+    (DaemonSet and mirror pods do not count: ``observe.is_workload_pod``) and
     ``evictable_pods`` how many of them the Eviction API could remove now; both feed the
     drain-cost ordering of scale-down victims.
     """
