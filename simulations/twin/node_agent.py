@@ -324,11 +324,11 @@ class SimulatedNodeAgent(PollingController):
         if not self._daemonset_uid:
             found = await self.workload.get(DAEMONSET, PLUGIN_NAMESPACE, PLUGIN_DAEMONSET)
             if found is None:
-                with contextlib.suppress(Conflict):
+                try:
                     found = await self.workload.create(_plugin_daemonset())
-                if found is None:
+                except Conflict:  # another agent created it meanwhile
                     found = await self.workload.get(DAEMONSET, PLUGIN_NAMESPACE, PLUGIN_DAEMONSET)
-            self._daemonset_uid = str((found or {}).get("metadata", {}).get("uid", ""))
+            self._daemonset_uid = str(((found or {}).get("metadata") or {}).get("uid", ""))
         return self._daemonset_uid
 
     async def _advertise(self, reg: _Registered) -> None:

@@ -15,14 +15,14 @@ from gpucellpool.runtime.clock import SystemClock
 from provisioner.kube import KINDS
 from simulations.harness import ClusterEndpoint
 from simulations.twin.node_agent import PLUGIN_DAEMONSET, PLUGIN_NAMESPACE
-from simulations.twin.scenario import Twin, api_for, join_secret
+from simulations.twin.scenario import Twin
 from tests.integration.test_loop_helpers import (
     autoscaled_pool,
-    client_for,
     condition,
     create_pool,
     shut_down,
     start_app,
+    twin_clients,
     watch_pool,
 )
 
@@ -32,12 +32,9 @@ POOLS = "/apis/cells.kubeswift.io/v1alpha1/namespaces/{ns}/gpucellpools/{name}"
 async def test_headroom_cell_with_daemonset_pod_counts_as_empty(
     infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
 ) -> None:
-    infra_api, workload_api = await client_for(infra), await client_for(workload)
-    twin_infra, twin_workload = (
-        await api_for(infra.kubeconfig_path),
-        await api_for(workload.kubeconfig_path),
+    infra_api, workload_api, twin_infra, twin_workload = await twin_clients(
+        infra, workload, namespace
     )
-    await twin_infra.apply(join_secret(namespace))
     app = await start_app(infra, namespace, "solo", provision=True)
     watch, task = await watch_pool(infra_api, namespace, "hr")
     pool = autoscaled_pool("hr", namespace, "hr")

@@ -23,8 +23,9 @@ from gpucellpool.kube.cache import Query, WatchCache
 from gpucellpool.kube.rest import RestClient, client_from_kubeconfig
 from gpucellpool.operator.app import App
 from gpucellpool.operator.settings import Settings
+from provisioner.kube import KubeApi
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import kubeconfig_secret, swiftguest_pool
+from simulations.twin.scenario import api_for, join_secret, kubeconfig_secret, swiftguest_pool
 
 JSON = dict[str, Any]
 
@@ -218,3 +219,15 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[index]
+
+
+async def twin_clients(
+    infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
+) -> tuple[RestClient, RestClient, KubeApi, KubeApi]:
+    """The test's clients of both clusters and the twin's (infra, workload), with the join
+    Secret the twin's guests boot from applied in ``namespace``."""
+    infra_api, workload_api = await client_for(infra), await client_for(workload)
+    twin_infra = await api_for(infra.kubeconfig_path)
+    twin_workload = await api_for(workload.kubeconfig_path)
+    await twin_infra.apply(join_secret(namespace))
+    return infra_api, workload_api, twin_infra, twin_workload

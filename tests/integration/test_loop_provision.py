@@ -14,15 +14,15 @@ import time
 
 from gpucellpool.runtime.clock import SystemClock
 from simulations.harness import ClusterEndpoint
-from simulations.twin.scenario import Twin, api_for, join_secret
+from simulations.twin.scenario import Twin
 from tests.integration.test_loop_helpers import (
     autoscaled_pool,
-    client_for,
     create_pending,
     create_pool,
     decision,
     shut_down,
     start_app,
+    twin_clients,
     watch_pool,
 )
 
@@ -30,12 +30,9 @@ from tests.integration.test_loop_helpers import (
 async def test_pending_pod_becomes_a_ready_cell(
     infra: ClusterEndpoint, workload: ClusterEndpoint, namespace: str
 ) -> None:
-    infra_api, workload_api = await client_for(infra), await client_for(workload)
-    twin_infra, twin_workload = (
-        await api_for(infra.kubeconfig_path),
-        await api_for(workload.kubeconfig_path),
+    infra_api, workload_api, twin_infra, twin_workload = await twin_clients(
+        infra, workload, namespace
     )
-    await twin_infra.apply(join_secret(namespace))
     app = await start_app(infra, namespace, "solo", provision=True)
     watch, task = await watch_pool(infra_api, namespace, "e2e")
     try:
