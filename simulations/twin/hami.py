@@ -53,6 +53,7 @@ from functools import partial
 from typing import Any
 
 from autoscaler.policy.errors import AskError
+from autoscaler.policy.pool_demand import metadata as metadata_of
 from gpucellpool.api.clock import Clock
 from provisioner.kube import JSON, KINDS, Conflict, KubeApi, NotFound, kind_of
 from simulations.twin.common import (
@@ -65,7 +66,6 @@ from simulations.twin.hami_cache import (
     PodAsks,
     annotations_of,
     book,
-    metadata_of,
     plan_for,
     pod_asks,
     rebuild,

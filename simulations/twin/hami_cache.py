@@ -17,6 +17,7 @@ from typing import Any
 
 from autoscaler.policy.demand import constraints_from_pod, container_ask
 from autoscaler.policy.errors import AskError
+from autoscaler.policy.pool_demand import metadata as metadata_of
 from autoscaler.policy.types import GPUAsk, PlacementConstraints
 from provisioner.kube import JSON
 from simulations.simulator.engine.hami import allocate
@@ -58,12 +59,6 @@ def pod_asks(pod: Mapping[str, Any]) -> PodAsks | AskError:
         return constraints
     names = tuple(str(c.get("name", i)) for i, c in enumerate(containers))
     return PodAsks(names, tuple(asks), constraints)
-
-
-def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """An object's ``metadata`` (empty when absent or not an object)."""
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
 
 
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
