@@ -37,8 +37,8 @@ The rule, over one observation (pure, no clock):
   too; the grace is what keeps the cell a pod was bound to as it turned Ready (live, the pod
   may show on it a decision or two later);
 * a scale-up whose cells the cancels have all taken back is forgotten (``forget_cancelled``):
-  it restarts no post-scale-up delay and leaves no recommendation above the count it returned
-  to, so a bet that was never needed holds no idle cell for a window.
+  it restarts no post-scale-up delay and leaves no recommendation made since it at or above
+  the count it returned to, so a bet that was never needed holds no idle cell for a window.
 """
 
 from __future__ import annotations
@@ -275,12 +275,15 @@ def cancel_boots(
 def forget_cancelled(memory: PolicyMemory, count: int, now: float) -> PolicyMemory:
     """``memory`` without the scale-ups that cancelled bets have taken back to ``count`` cells:
     a scale-up whose cells all went before running a pod restarts no
-    ``scaleDownDelayAfterScaleUp`` and leaves no recommendation above ``count`` in the
-    stabilisation windows (the one made ``now`` stays). Without it, a pod that waited seconds
-    for a GPU another pod was freeing (in one world and not the other, a race of seconds)
-    held a pool's idle cell for the whole ten-minute window after its spares were cancelled.
-    Memory whose last scale-up is not its newest record (stored by an earlier version) is
-    kept as it is."""
+    ``scaleDownDelayAfterScaleUp`` and leaves no recommendation of ``count`` or more made
+    since it in the stabilisation windows (the one made ``now`` stays). Without it, a pod that
+    waited seconds for a GPU another pod was freeing (in one world and not the other, a race
+    of seconds) held a pool's idle cell for the whole ten-minute window after its spares were
+    cancelled. A recommendation made meanwhile counted the cells being taken back: one of
+    exactly ``count`` (the pool less its idle cells, booting spares included) held the idle
+    cells as firmly as a higher one, and only where a decision happened to fall inside the
+    bet (the operator decides on every event, the simulator on fewer). Memory whose last
+    scale-up is not its newest record (stored by an earlier version) is kept as it is."""
     ups = list(memory.scale_ups)
     if not ups or ups[-1][0] != memory.last_scale_up_at:
         return memory
@@ -290,5 +293,5 @@ def forget_cancelled(memory: PolicyMemory, count: int, now: float) -> PolicyMemo
     if not undone:
         return memory
     first, _, before = undone[-1]
-    recs = tuple((t, r) for t, r in memory.recommendations if t < first or t >= now or r <= count)
+    recs = tuple((t, r) for t, r in memory.recommendations if t < first or t >= now or r < count)
     return replace(memory, last_scale_up_at=before, scale_ups=tuple(ups), recommendations=recs)

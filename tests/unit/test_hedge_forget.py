@@ -129,3 +129,24 @@ def test_the_scale_ups_survive_a_restart() -> None:
     memory = PolicyMemory(last_scale_up_at=300.0, scale_ups=((100.0, 2, None), (300.0, 4, 100.0)))
     assert decode_memory(encode_memory(memory)) == memory
     assert "ups" not in encode_memory(PolicyMemory())
+
+
+def test_a_decision_inside_the_bet_holds_nothing_after_it() -> None:
+    """The operator decides on every event, the simulator on fewer. A decision made while the
+    pod still waited counted the booting cells: six cells less the idle c2 and c3 (their pods
+    re-pack onto c0) is 4, exactly the count the cancel returns to. That recommendation must
+    not keep the idle cells past their window where a world without that decision lets them
+    go (the twin held one for 30 s more: 93 % within +/-1 cell instead of >= 98 %)."""
+    before = (_ready(0, 13), _ready(1, 24), _ready(2, 7), _ready(3, 4))
+    memory = replace(MEMORY, idle_since={"c2": NOW - 550.0, "c3": NOW - 550.0})
+    up = decide(Observation((_pod(21),), before), memory, CONFIG, NOW)
+    assert (up.reason, up.desired_replicas) == (Reason.SCALED_UP, 6)
+    booting = (_booting(4), _booting(5))
+    inside = decide(Observation((_pod(21),), before + booting), up.memory, CONFIG, NOW + 10.0)
+    assert inside.memory.recommendations[-1] == (NOW + 10.0, 4)
+    served = (_ready(0, 13), _ready(1, 21), _ready(2, 7), _ready(3, 4))
+    cancel = decide(Observation((), served + booting), inside.memory, CONFIG, NOW + 20.0)
+    assert (cancel.reason, cancel.desired_replicas) == (Reason.SPARES_CANCELLED, 4)
+    assert all(r < 4 for t, r in cancel.memory.recommendations if NOW <= t < NOW + 20.0)
+    down = decide(Observation((), served), cancel.memory, CONFIG, NOW + 60.0)
+    assert (down.reason, down.desired_replicas) == (Reason.SCALED_DOWN, 3)
