@@ -27,10 +27,9 @@ from simulations.twin.hami_codec import (
     ContainerAllocation,
     format_plan,
     idle_since,
-    natural_key,
     parse_plan,
 )
-from simulations.twin.hami_placement import NodeState, Placement, PodAge, node_state
+from simulations.twin.hami_placement import NodeState, Placement, node_state
 from simulations.twin.pod_lifecycle import parse_rfc3339
 
 _TERMINAL = ("Succeeded", "Failed")
@@ -75,19 +74,8 @@ def _phase(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
-def pod_age(pod: Mapping[str, Any]) -> PodAge:
-    """(creationTimestamp, namespace, name): the trace player's arrival order for its pods."""
-    meta = metadata_of(pod)
-    stamp = str(meta.get("creationTimestamp", ""))
-    return stamp, str(meta.get("namespace", "")), natural_key(str(meta.get("name", "")))
-
-
 def book(node: NodeState, pod: Mapping[str, Any], plan: str) -> None:
-    """Add a pod's allocation plan to a node's usage (unknown devices are ignored), and the
-    pod's age to the node's oldest (``place``'s tie-break)."""
-    age = pod_age(pod)
-    if node.oldest_pod is None or age < node.oldest_pod:
-        node.oldest_pod = age
+    """Add a pod's allocation plan to a node's usage (unknown devices are ignored)."""
     position = {d.uuid: i for i, d in enumerate(node.devices)}
     spec = pod.get("spec") or {}
     names = [c.get("name", "") for c in (spec.get("initContainers") or [])]

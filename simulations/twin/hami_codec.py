@@ -141,7 +141,7 @@ class NodeAllocation:
 
 
 def natural_key(name: str) -> tuple[object, ...]:
-    """``pool-2`` before ``pool-10``: the simulator's "lowest cell index", HAMi's last tie-break."""
+    """``pool-2`` before ``pool-10``: the simulator's "lowest cell index" tie-break."""
     return tuple(int(p) if p.isdigit() else p for p in _NATURAL.split(name))
 
 

@@ -45,9 +45,6 @@ from simulations.twin.hami_codec import (
     parse_register,
 )
 
-# a pod's age: (metadata.creationTimestamp, namespace, name in natural order); the stamp has
-# one-second resolution, the name orders a second's pods (the trace player's arrival order)
-PodAge = tuple[str, str, tuple[object, ...]]
 BINPACK = engine.BINPACK
 SPREAD = engine.SPREAD
 # kube-scheduler's own filter messages (the plugins run before the HAMi extender).
@@ -75,8 +72,6 @@ class NodeState:
     blocked: str | None = None
     usage: list[GPUUsage] = field(default_factory=list)
     containers: list[ContainerAllocation] = field(default_factory=list)
-    # the age (``hami_cache.pod_age``) of the oldest pod booked here; None: no pod
-    oldest_pod: PodAge | None = None
 
     def __post_init__(self) -> None:
         if not self.usage:
@@ -192,15 +187,10 @@ def place(
 ) -> Placement | list[str]:
     """HAMi's choice for one pod, or every node's reason (kube-scheduler's, else HAMi's).
 
-    ``binpack`` takes the highest node score before the pod, ``spread`` the lowest. Among nodes
-    of equal score the one whose oldest pod is oldest wins (``NodeState.oldest_pod``), then
-    the node whose name sorts first naturally (so a tie between empty nodes goes to the first
-    name, the simulator's lowest cell index). Real HAMi breaks ties arbitrarily; a rule over
-    the pods, which the twin and the simulator replay alike, keeps both worlds' packing the
-    same whatever order equal nodes became placeable in (their names carried the sub-second
-    order in which a wave's Nodes turned Ready into the packing, and the worlds diverged).
+    ``binpack`` takes the highest node score before the pod, ``spread`` the lowest; ties go to
+    the node whose name sorts first naturally (the simulator's lowest cell index).
     """
-    best: tuple[tuple[float, tuple[object, ...]], Placement] | None = None
+    best: tuple[float, tuple[object, ...], Placement] | None = None
     reasons: list[str] = []
     sign = -1.0 if policy == BINPACK else 1.0
     for node in nodes:
@@ -210,16 +200,10 @@ def place(
         if reason is not None:
             reasons.append(reason)
             continue
-        key = (sign * engine.node_score(node.usage, node.shape), _age_rank(node))
-        if best is None or key < best[0]:
-            best = (key, Placement(node.name, gpus))
-    return best[1] if best is not None else reasons
-
-
-def _age_rank(node: NodeState) -> tuple[object, ...]:
-    """The tie-break after the score: oldest pod first, nodes with no pod after, then name."""
-    oldest = node.oldest_pod
-    return (0, oldest, natural_key(node.name)) if oldest else (1, natural_key(node.name))
+        key = (sign * engine.node_score(node.usage, node.shape), natural_key(node.name))
+        if best is None or key < best[:2]:
+            best = (key[0], key[1], Placement(node.name, gpus))
+    return best[2] if best is not None else reasons
 
 
 def fits_some_empty_node(asks: Sequence[GPUAsk | None], nodes: Sequence[NodeState]) -> bool:

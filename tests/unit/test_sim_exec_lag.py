@@ -54,7 +54,7 @@ def test_the_policy_sees_the_held_plan_as_the_provisioner_will_have_it() -> None
 def test_the_production_policy_asks_once_per_cell_through_the_lag() -> None:
     # A second ask while a decision is held would start every wave's cells twice; a lag
     # alone moves a run's packing, and so its count, by a cell either way on some traces
-    # (seeds 0, 3 and 4 here), so each seed may differ by one and ten together by a few.
+    # (seeds 0 and 4 here), so each seed may differ by one and ten together by a few.
     # without the hedge: its spares follow how long pods have waited, which the lag changes
     kw = {"react_on_arrival": True, "policy_config": PolicyConfig(boot_hedge_fraction=0.0)}
     counts, waits = [], []

@@ -8,7 +8,6 @@ inputs, so a stale memo or a missed invalidation fails a test instead of shiftin
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
@@ -75,8 +74,7 @@ def test_facts_by_identity_never_answer_for_another_usage() -> None:
 
 
 def _brute_find(world: World, ask: GPUAsk) -> tuple[SimCell, tuple[int, ...]] | None:
-    """HAMi's node choice as a plain scan: best score (binpack high, spread low), then the
-    cell whose oldest pod (arrival, key) is oldest (empty cells after), then index."""
+    """HAMi's node choice as a plain scan: best score (binpack high, spread low), then index."""
     sign = -1.0 if world.node_policy == hami.BINPACK else 1.0
     best = None
     for cell in world.cells.values():
@@ -85,9 +83,7 @@ def _brute_find(world: World, ask: GPUAsk) -> tuple[SimCell, tuple[int, ...]] | 
         chosen = hami.choose_gpus(cell.gpus, world.shape, ask, world.gpu_policy)
         if chosen is None:
             continue
-        ages = [(r.pod.arrival_seconds, r.pod.key) for r in cell.pods.values()]
-        oldest = min(ages) if ages else (math.inf, "")
-        key = (sign * hami.node_score(cell.gpus, world.shape), oldest, cell.index)
+        key = (sign * hami.node_score(cell.gpus, world.shape), cell.index)
         if best is None or key < best[0]:
             best = (key, cell, chosen)
     return None if best is None else (best[1], best[2])
@@ -122,8 +118,7 @@ def test_find_cell_keeps_hami_node_order_through_every_change(node_policy: str) 
             continue
         assert (found[0].name, found[1]) == (expected[0].name, expected[1]), step
         if roll >= 0.35:
-            # arrivals out of step with the cells' indexes: the oldest-pod tie-break is exercised
-            pod = TracePod(f"p{step}", float(rng.randrange(400)), 60.0, ask)
+            pod = TracePod(f"p{step}", float(step), 60.0, ask)
             world.enqueue(pod, float(step), 60.0)
             entry: Pending = world.pending[pod.key]
             running.append(world.bind(entry, found[0], found[1], float(step), step))

@@ -20,7 +20,7 @@ from autoscaler.policy.types import (
 from simulations.simulator.engine import hami as engine
 from simulations.simulator.engine.world import World
 from simulations.simulator.traces import TracePod
-from simulations.twin.hami_cache import PodAsks, book, plan_for, pod_age, pod_asks, rebuild
+from simulations.twin.hami_cache import PodAsks, book, plan_for, pod_asks, rebuild
 from simulations.twin.hami_codec import Device
 from simulations.twin.hami_placement import (
     CORDONED,
@@ -195,14 +195,10 @@ def test_the_twin_places_exactly_where_the_simulator_does(seed: int) -> None:
             continue
         cell, gpus = expected
         assert got == Placement(cell.name, (gpus,))
-        # arrivals as the player creates them: a second's pods in name (= trace) order
-        pod = TracePod(f"trace-{n:05d}", float(n // 7), 3600.0, ask)
+        pod = TracePod(f"p{n}", 0.0, 3600.0, ask)
         world.enqueue(pod, 0.0, 3600.0)  # book as the simulator does, so its memos follow
         world.bind(world.pending[pod.key], cell, gpus, 0.0, token=n)
-        twin_node = by_name[cell.name]
-        engine.allocate(twin_node.usage, shape, ask, gpus)
-        age = pod_age({"metadata": {"name": pod.key, "creationTimestamp": f"T{n // 7:04d}"}})
-        twin_node.oldest_pod = min(twin_node.oldest_pod or age, age)
+        engine.allocate(by_name[cell.name].usage, shape, ask, gpus)
 
 
 def test_book_ignores_devices_the_node_does_not_have() -> None:

@@ -7,9 +7,7 @@ own ``autoscaler.policy.fit.gpu_fit`` (HAMi v2.10 ``Fit``: slots, memory, cores,
 fits. What is added here is what only the world does: HAMi's GPU choice (``spread`` = least-used
 GPU first, ``binpack`` = most-used) and node choice (score ``10 x (slots used/slots + cores
 used/cores + memory used/memory)`` before the pod; ``binpack`` takes the highest, ``spread`` the
-lowest), hami-facts §6. HAMi's ties are arbitrary; the world's go to the cell whose oldest pod
-is oldest, then the lowest cell index (``engine.node_order``: a rule over the pods, which the
-twin replays alike, so both keep the same packing whatever order equal cells became Ready in).
+lowest; ties go to the lowest cell index where HAMi's are arbitrary), hami-facts §6.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Ready cells in HAMi's node order, kept up to date by moving only the cells that changed.
 
 Why this module exists: HAMi tries nodes best score first (``binpack``: highest; ``spread``:
-lowest), and the simulator asks for that order after almost every event. Real HAMi breaks
-ties arbitrarily; here they go to the cell whose oldest pod is oldest (``SimCell.oldest_pod``),
-then, as between empty cells, to the lowest cell index. A rule over the pods, which the twin
-replays exactly as the simulator does, keeps both worlds' packing the same whatever order
-equal cells became Ready in; by index alone, a wave's sub-second Ready order in the twin
-(names) and the simulator (indexes) sent a pod next to different neighbours.
-
-Sorting every Ready cell again after each bind or unbind cost more than the placement itself
-on a pool of hundreds of cells; one event changes one or two cells, so those are taken out and
-put back where their new key belongs (a bind or unbind changes the cell's score and its oldest
-pod together, and the world reports both as one change). The order is a total one (the index
-breaks the last ties), so it is exactly what a full sort gives
-(tests/unit/test_sim_speed_identity.py).
+lowest; ties to the lowest cell index here), and the simulator asks for that order after almost
+every event. Sorting every Ready cell again after each bind or unbind cost more than the
+placement itself on a pool of hundreds of cells; one event changes one or two cells, so those
+are taken out and put back where their new score belongs. The order is a total one (the index
+breaks ties), so it is exactly what a full sort gives (tests/unit/test_sim_speed_identity.py).
 """
 
 from __future__ import annotations
@@ -27,7 +19,7 @@ from simulations.simulator.engine import hami
 
 class Scored(Protocol):
     """What the order reads of a cell: its index, its state, whether HAMi places on it yet,
-    HAMi's node score and its oldest pod's rank (``world.pod_rank``)."""
+    and HAMi's node score."""
 
     @property
     def index(self) -> int: ...
@@ -40,23 +32,20 @@ class Scored(Protocol):
 
     def score(self, shape: CellShape) -> float: ...
 
-    def oldest_pod(self) -> tuple[float, str]: ...
-
 
 C = TypeVar("C", bound=Scored)
-Key = tuple[float, tuple[float, str], int]  # (signed score, oldest pod's rank, index)
 
 
 class NodeOrder(Generic[C]):
     """The Ready cells of one world HAMi places on (``accepting``), sorted by (signed score,
-    oldest pod's rank, index)."""
+    index)."""
 
     def __init__(self, shape: CellShape, node_policy: str) -> None:
         self.shape = shape
         self._sign = -1.0 if node_policy == hami.BINPACK else 1.0
-        self._keys: list[Key] = []
+        self._keys: list[tuple[float, int]] = []
         self._cells: list[C] = []
-        self._key_of: dict[int, Key] = {}  # cell index -> its key while listed
+        self._key_of: dict[int, tuple[float, int]] = {}  # cell index -> its key while listed
         self._stale: dict[int, tuple[C, bool]] = {}  # changed since: (cell, still in world)
 
     def changed(self, cell: C, present: bool = True) -> None:
@@ -78,7 +67,7 @@ class NodeOrder(Generic[C]):
             del self._keys[at]
             del self._cells[at]
         if present and cell.state is CellState.READY and cell.accepting:
-            key = (self._sign * cell.score(self.shape), cell.oldest_pod(), cell.index)
+            key = (self._sign * cell.score(self.shape), cell.index)
             at = bisect_left(self._keys, key)
             self._keys.insert(at, key)
             self._cells.insert(at, cell)

@@ -8,7 +8,6 @@ live loop builds it from HAMi annotations.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from autoscaler.policy.types import (
@@ -35,13 +34,6 @@ LIVE = (CellState.BOOTING, CellState.READY)
 Choices = dict[int, tuple[int, ...] | None]  # HAMi's GPU choice per ask number on one usage
 
 
-# A pod's place in the trace: (arrival, key), the order ``traces.sort_pods`` gives and the
-# twin's player names its pods in (``trace-00000``, ``trace-00001``, ...), so a cell's oldest
-# pod here is the same pod as the twin's Node's oldest (``twin.hami_cache.pod_age``)
-PodRank = tuple[float, str]
-NO_POD: PodRank = (math.inf, "")  # an empty cell's rank: after every cell with a pod
-
-
 @dataclass(slots=True)
 class Running:
     """A pod placed on a cell."""
@@ -52,11 +44,6 @@ class Running:
     started_at: float
     end_at: float
     token: int
-
-
-def pod_rank(running: Running) -> PodRank:
-    """Where the running pod stands in the trace's arrival order."""
-    return running.pod.arrival_seconds, running.pod.key
 
 
 def busy_until(running: Running) -> float:
@@ -95,7 +82,6 @@ class SimCell:
     # after every event, while a cell's usage changes rarely. The dict is the world's for
     # this usage, shared by every cell with an equal one (None: not looked up since a change)
     cached_choice: Choices | None = None
-    cached_oldest: PodRank | None = None  # ``oldest_pod()`` until the pods change
 
     def touch(self) -> None:
         self.cached_view = None
@@ -103,14 +89,6 @@ class SimCell:
         self.cached_score = None
         self.cached_usage = None
         self.cached_choice = None
-        self.cached_oldest = None
-
-    def oldest_pod(self) -> PodRank:
-        """The rank of the cell's oldest pod (``pod_rank``; ``NO_POD`` when it has none):
-        HAMi's tie-break between cells of equal score, memoised until the pods change."""
-        if self.cached_oldest is None:
-            self.cached_oldest = min(map(pod_rank, self.pods.values()), default=NO_POD)
-        return self.cached_oldest
 
     def score(self, shape: CellShape) -> float:
         """``hami.node_score`` of this cell, memoised until the usage changes."""
@@ -164,7 +142,7 @@ class World:
         self.live = 0  # cells Booting or Ready (kept as cells come, go and change state)
         self._pending_views: tuple[PendingPod, ...] | None = None
         self._observation: Observation | None = None
-        # Ready cells in HAMi's node order (best score first, then oldest pod, then index)
+        # Ready cells in HAMi's node order (best score first, then index)
         self._order: NodeOrder[SimCell] = NodeOrder(shape, node_policy)
         # since the last change: find_cell's answer per ask number, the cells' views, the
         # Ready cells' utilisation sum (all cleared by ``_changed``)
@@ -238,10 +216,9 @@ class World:
 
     def find_cell(self, ask: GPUAsk) -> tuple[SimCell, tuple[int, ...]] | None:
         """The Ready cell and GPUs HAMi would choose for ``ask``, or None: the first cell in
-        node order (``binpack``: highest score first; ``spread``: lowest; then the cell whose
-        oldest pod is oldest, then lowest index) that fits. The order is kept until a cell
-        changes, so most calls stop early; the answer per ask, too (asks repeat: arrivals into
-        a full pool, the pending queue)."""
+        node order (``binpack``: highest score first; ``spread``: lowest; then lowest index)
+        that fits. The order is kept until a cell changes, so most calls stop early; the
+        answer per ask, too (asks repeat: arrivals into a full pool, the pending queue)."""
         number = self._ask_numbers.get(ask)
         if number is None:
             number = self._ask_numbers[ask] = len(self._ask_numbers)
