@@ -131,7 +131,8 @@ class PoolObserver:
         )
         parsed = {u: v for u, v in state.parsed.items() if u in state.first_seen}  # still here
         state.parsed = parsed
-        pending, bad = pending_for_pool(pool, mine, ns_labels, state.first_seen, claims, parsed)
+        seen = state.first_seen
+        pending, bad = pending_for_pool(pool, mine, ns_labels, seen, claims, parsed, now)
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         # One pending pod, one pool: the others of this cluster compute the same answer.

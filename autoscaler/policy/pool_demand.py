@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+from autoscaler.policy.bind_in_flight import bind_in_flight
 from autoscaler.policy.demand import is_pending_hami_pod, pending_pod_from_manifest
 from autoscaler.policy.dra_demand import dra_scheduler_name, pending_claim_pod, waits_on_claims
 from autoscaler.policy.errors import AskError
@@ -125,6 +126,7 @@ def pending_for_pool(
     first_seen: Mapping[str, float],
     claims: Mapping[str, JSON] | None = None,
     memo: ParseMemo | None = None,
+    now: float | None = None,
 ) -> tuple[tuple[PendingPod, ...], tuple[tuple[str, AskError], ...]]:
     """The pool's pending pods (with remembered first-seen times) and the malformed ones.
 
@@ -132,7 +134,9 @@ def pending_for_pool(
     ``memo`` (the caller's, per pool; device-plugin mode only): each pod's parse by UID, reused
     while the pod is the same object with the same first-seen time (a cached manifest is
     replaced, never edited, when the pod changes), so a pool's decision does not re-read the
-    asks of pods that waited through earlier decisions; entries are added, never pruned."""
+    asks of pods that waited through earlier decisions; entries are added, never pruned.
+    ``now`` (Unix seconds; None: no such test): pods HAMi has placed whose bind is in flight
+    are left out (``bind_in_flight``)."""
     selection = pool.spec.autoscaling.demand
     out: list[PendingPod] = []
     bad: list[tuple[str, AskError]] = []
@@ -140,6 +144,8 @@ def pending_for_pool(
         meta = metadata(pod)
         ns_labels = namespace_labels.get(str(meta.get("namespace", "")))
         if not counts_as_demand(pod, selection, ns_labels):
+            continue
+        if now is not None and bind_in_flight(pod, now):
             continue
         uid = str(meta.get("uid", ""))
         seen = first_seen.get(uid)
