@@ -30,6 +30,7 @@ from autoscaler.loop_publish import requested_target, victims_in_force
 from autoscaler.loop_state import PoolState
 from autoscaler.observe import (
     CellInputs,
+    cell_nodes,
     cells_for_pool,
     free_gpus_for_new_cells,
     nodes_to_read,
@@ -88,10 +89,10 @@ class PoolObserver:
         index = snap.pod_index or index_pods(snap.pods)
         shape = pool_shape(pool).shape
         claims, claim_use = claim_inputs(pool, snap.claims, snap.slices, shape.gpus)
-        pending = self._pending(state, snap, index, claims, now)
         nodes = snap.nodes_by_name
         if nodes is None:
             nodes = {str((n.get("metadata") or {}).get("name")): n for n in snap.nodes}
+        pending = self._pending(state, snap, index, claims, now, cell_nodes(pool, nodes))
         names, prom_usage, health = await self._read_usage(pool, nodes, now)
         asked = frozenset(names) if prom_usage is not None else None
         state.pod_changes.see(index.by_node, names, now)
@@ -115,6 +116,7 @@ class PoolObserver:
         index: PodIndex,
         claims: Mapping[str, JSON] | None,
         now: float,
+        on_cells: frozenset[str],
     ) -> tuple[PendingPod, ...]:
         """The pool's pending pods, after its share against the rival pools (``state.share``)."""
         pool = state.pool
@@ -132,7 +134,7 @@ class PoolObserver:
         parsed = {u: v for u, v in state.parsed.items() if u in state.first_seen}  # still here
         state.parsed = parsed
         seen = state.first_seen
-        pending, bad = pending_for_pool(pool, mine, ns_labels, seen, claims, parsed, now)
+        pending, bad = pending_for_pool(pool, mine, ns_labels, seen, claims, parsed, now, on_cells)
         for name, error in bad:
             log.info("pending pod skipped: %s", error, extra={"pod": name})
         # One pending pod, one pool: the others of this cluster compute the same answer.

@@ -241,6 +241,13 @@ def live_cell_names(pool: GPUCellPool) -> list[str]:
     return [row.name for row in pool.status.cells or [] if _state(row.phase) in live]
 
 
+def cell_nodes(pool: GPUCellPool, nodes: Collection[str]) -> frozenset[str]:
+    """The Nodes of the pool's cells (by their status rows) that exist among ``nodes``."""
+    return frozenset(
+        n for n in (r.node_name or r.name for r in pool.status.cells or []) if n in nodes
+    )
+
+
 def cells_for_pool(
     pool: GPUCellPool, inputs: CellInputs, now: float
 ) -> tuple[tuple[CellView, ...], list[str]]:

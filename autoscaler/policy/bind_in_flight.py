@@ -18,7 +18,7 @@ counts as demand again, so no pod waits on a stale annotation for longer than th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 VGPU_NODE = "hami.io/vgpu-node"
@@ -29,10 +29,17 @@ BIND_GRACE_SECONDS = 30.0
 (a Binding takes well under a second; HAMi's node lock expires after five minutes)."""
 
 
-def bind_in_flight(pod: Mapping[str, Any], now: float, grace_s: float = BIND_GRACE_SECONDS) -> bool:
-    """Whether HAMi placed ``pod`` on a node and its bind started within ``grace_s`` of
-    ``now`` (Unix seconds; ``bind-time`` is whole seconds, written by HAMi's clock), the pod
-    still unbound. Anything malformed or missing: False (the pod is judged as any other)."""
+def bind_in_flight(
+    pod: Mapping[str, Any],
+    now: float,
+    nodes: Container[str] | None = None,
+    grace_s: float = BIND_GRACE_SECONDS,
+) -> bool:
+    """Whether HAMi placed ``pod`` on a node (one of ``nodes``, the pool's cells' Nodes that
+    exist; None: any) and its bind started within ``grace_s`` of ``now`` (Unix seconds;
+    ``bind-time`` is whole seconds, written by HAMi's clock), the pod still unbound. A node
+    gone (a cancelled boot's, the usual reason a bind fails) leaves the pod demand at once.
+    Anything malformed or missing: False (the pod is judged as any other)."""
     meta = pod.get("metadata")
     spec = pod.get("spec")
     if not isinstance(meta, Mapping) or (isinstance(spec, Mapping) and spec.get("nodeName")):
@@ -40,7 +47,8 @@ def bind_in_flight(pod: Mapping[str, Any], now: float, grace_s: float = BIND_GRA
     notes = meta.get("annotations")
     if not isinstance(notes, Mapping) or notes.get(BIND_PHASE) != "allocating":
         return False
-    if not notes.get(VGPU_NODE):
+    node = notes.get(VGPU_NODE)
+    if not node or (nodes is not None and node not in nodes):
         return False
     try:
         started = float(str(notes.get(BIND_TIME)))

@@ -12,7 +12,7 @@ survives across decisions. ``autoscaler.observe`` builds the rest of the observa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Container, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from autoscaler.policy.bind_in_flight import bind_in_flight
@@ -127,6 +127,7 @@ def pending_for_pool(
     claims: Mapping[str, JSON] | None = None,
     memo: ParseMemo | None = None,
     now: float | None = None,
+    cell_nodes: Container[str] | None = None,
 ) -> tuple[tuple[PendingPod, ...], tuple[tuple[str, AskError], ...]]:
     """The pool's pending pods (with remembered first-seen times) and the malformed ones.
 
@@ -135,8 +136,9 @@ def pending_for_pool(
     while the pod is the same object with the same first-seen time (a cached manifest is
     replaced, never edited, when the pod changes), so a pool's decision does not re-read the
     asks of pods that waited through earlier decisions; entries are added, never pruned.
-    ``now`` (Unix seconds; None: no such test): pods HAMi has placed whose bind is in flight
-    are left out (``bind_in_flight``)."""
+    ``now`` (Unix seconds; None: no such test): pods HAMi has placed on one of
+    ``cell_nodes`` (the pool's cells' Nodes) whose bind is in flight are left out
+    (``bind_in_flight``)."""
     selection = pool.spec.autoscaling.demand
     out: list[PendingPod] = []
     bad: list[tuple[str, AskError]] = []
@@ -145,7 +147,7 @@ def pending_for_pool(
         ns_labels = namespace_labels.get(str(meta.get("namespace", "")))
         if not counts_as_demand(pod, selection, ns_labels):
             continue
-        if now is not None and bind_in_flight(pod, now):
+        if now is not None and bind_in_flight(pod, now, cell_nodes):
             continue
         uid = str(meta.get("uid", ""))
         seen = first_seen.get(uid)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.observe import cell_nodes
 from autoscaler.policy.bind_in_flight import BIND_GRACE_SECONDS, bind_in_flight
 from autoscaler.policy.decide import decide
 from autoscaler.policy.pool_demand import pending_for_pool
@@ -79,9 +80,31 @@ def test_a_bound_pod_or_one_without_a_node_is_not_in_flight() -> None:
     assert not bind_in_flight(nowhere, NOW)
 
 
-def _pending(pods: list[JSON], now: float | None) -> tuple[str, ...]:
+def test_a_pod_placed_on_a_node_gone_or_not_the_pools_is_not_in_flight() -> None:
+    """A bind fails most often because its Node went (a cancelled boot drained as it turned
+    Ready); the pod, placed again on nothing, must count at once, not after the grace."""
+    assert bind_in_flight(placed("a"), NOW, frozenset({"c0", "c1"}))
+    assert not bind_in_flight(placed("a"), NOW, frozenset({"c1"}))
+    assert not bind_in_flight(placed("a"), NOW, frozenset())
+
+
+def test_the_pools_cell_nodes_are_those_of_its_rows_that_exist() -> None:
+    rows = [
+        {"name": "c0", "index": 0, "phase": "Ready", "nodeName": "node-c0"},
+        {"name": "c1", "index": 1, "phase": "Booting"},
+        {"name": "c2", "index": 2, "phase": "Ready", "nodeName": "node-c2"},
+    ]
+    manifest = pool_manifest("p")
+    manifest["status"] = {"cells": rows}
+    pool = GPUCellPool.model_validate(manifest)
+    assert cell_nodes(pool, {"node-c0", "c1", "elsewhere"}) == {"node-c0", "c1"}
+
+
+def _pending(
+    pods: list[JSON], now: float | None, on: frozenset[str] | None = None
+) -> tuple[str, ...]:
     seen = {p["metadata"]["uid"]: NOW - 5.0 for p in pods}
-    pending, bad = pending_for_pool(POOL, pods, {}, seen, now=now)
+    pending, bad = pending_for_pool(POOL, pods, {}, seen, now=now, cell_nodes=on)
     assert bad == ()
     return tuple(p.key for p in pending)
 
@@ -91,6 +114,8 @@ def test_pool_demand_leaves_out_pods_being_bound_only_while_the_grace_lasts() ->
     assert _pending(pods, NOW) == ("default/stuck", "default/waiting")
     assert _pending(pods, None) == ("default/going", "default/stuck", "default/waiting")
     assert _pending(pods, NOW + BIND_GRACE_SECONDS + 1) == _pending(pods, None)
+    assert _pending(pods, NOW, frozenset({"c0"})) == _pending(pods, NOW)
+    assert _pending(pods, NOW, frozenset({"c9"})) == _pending(pods, None)  # c0 is gone
 
 
 def test_no_cell_is_started_for_a_pod_already_placed() -> None:
