@@ -170,6 +170,7 @@ class WorldTimings:
     boot_react_seconds: float | None = None  # a cell Ready -> the decision it prompts (None: react)
     first_react_seconds: float | None = None  # the run's first pod -> first scale-up (None: react)
     bind_delay_seconds: float = 0.0  # a cell's boot end -> a pod waiting for it bound there
+    removal_step_seconds: float = 0.0  # a guest gone -> the next gone, when it was queued behind
 
     @classmethod
     def nominal(cls, spec: DemoSpec) -> WorldTimings:
@@ -252,6 +253,16 @@ class WorldTimings:
             return self
         return replace(self, bind_delay_seconds=statistics.median(binds))
 
+    def with_removal_step(self, step: float | None) -> WorldTimings:
+        """These timings with the twin's removal step (``twin_measures.removal_step``: a queued
+        guest gone -> the next), unchanged when no removal queued. The provisioner deletes a
+        plan's guests together and KubeSwift releases their GPUs one after another: 12
+        retirements left over 1.4 wall s at load 5, where the simulator removed all 12 at one
+        instant and was 5-12 cells apart from the twin meanwhile."""
+        if step is None:
+            return self
+        return replace(self, removal_step_seconds=step)
+
     def boot_model(self) -> BootModel:
         if self.boots:
             return ObservedBoots(median_seconds=self.boot_seconds, observed=self.boots)
@@ -274,6 +285,7 @@ def sim_config(spec: DemoSpec, timings: WorldTimings | None = None) -> SimConfig
         boot_react_delay_seconds=t.boot_react_seconds,
         first_react_delay_seconds=t.first_react_seconds,
         bind_delay_seconds=t.bind_delay_seconds,
+        removal_step_seconds=t.removal_step_seconds,
         warm_start=False,  # the twin's pool starts empty too
         tail_seconds=spec.horizon_seconds,
         samples=4000,

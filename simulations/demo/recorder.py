@@ -98,6 +98,7 @@ class Recorder:
     cell_events: list[CellEvent] = field(default_factory=list)
     _phases: dict[str, str] = field(default_factory=dict)  # cell -> its row's last phase
     _live: set[str] = field(default_factory=set)
+    _deleting: set[str] = field(default_factory=set)  # guests seen with a deletionTimestamp
     _status: JSON = field(default_factory=dict)
     # With ``node_selector`` (the pool's cell Nodes in the workload cluster), a cell's boot ends
     # when HAMi could first place on its Node (registered, Ready, schedulable), not when the
@@ -175,7 +176,12 @@ class Recorder:
             self._live.add(name)
             self.first_guest = now if self.first_guest is None else self.first_guest
             self.cell_events.append(CellEvent(now, name, "guest created"))
+        elif kind == "MODIFIED" and obj["metadata"].get("deletionTimestamp"):
+            if name in self._live and name not in self._deleting:  # a finalizer holds it
+                self._deleting.add(name)
+                self.cell_events.append(CellEvent(now, name, "guest deleting"))
         elif kind == "DELETED":
+            self._deleting.discard(name)
             self.deleted_guests += 1
             self.cell_events.append(CellEvent(now, name, "guest gone"))
             self._phases.pop(name, None)

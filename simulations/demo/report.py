@@ -34,6 +34,7 @@ from simulations.demo.twin_measures import (
     first_reaction,
     guest_boots,
     reaction,
+    removal_step,
     summary,
     timeline,
     waits,
@@ -158,8 +159,9 @@ def measured_timings(run: TwinResult, lag: bool = True) -> WorldTimings:
     )
     if not lag:
         return timings
-    return timings.with_lag(guest_boots(rec), rec.lags, rec.cancels).with_binds(
-        binds_after_ready(rec)
+    with_lag = timings.with_lag(guest_boots(rec), rec.lags, rec.cancels)
+    return with_lag.with_binds(binds_after_ready(rec)).with_removal_step(
+        removal_step(rec.cell_events)
     )
 
 
@@ -243,7 +245,8 @@ def _timings_line(t: WorldTimings, factor: float) -> str:
         f"({_boot_react(t, factor)} after a boot), "
         f"execution lag {t.exec_lag_seconds * factor:.0f} s, a cancelled boot's cell "
         f"{t.cancel_seconds * factor:.0f} s more, bind delay after a boot "
-        f"{t.bind_delay_seconds * factor:.0f} s"
+        f"{t.bind_delay_seconds * factor:.0f} s, a queued removal "
+        f"{t.removal_step_seconds * factor:.1f} s after the one before"
     )
 
 

@@ -12,10 +12,12 @@ the bind delay after a boot) and the run in the simulator's shapes (the cell tim
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from simulations.demo.boot_order import BootSeen, boots_in_order
 from simulations.demo.recorder import Recorder
+from simulations.demo.run_log import CellEvent
 from simulations.simulator.engine import Sample
 
 # -- the timings the simulator is given -----------------------------------------------------
@@ -36,6 +38,26 @@ def binds_after_ready(rec: Recorder) -> list[float]:
         if ready is not None and times.created < ready:
             out.append(bound - ready)
     return out
+
+
+def removal_step(events: Sequence[CellEvent]) -> float | None:
+    """The median time between two guests gone one after another while the later one's
+    deletion was already under way (its ``guest deleting`` before the earlier ``guest gone``):
+    how long the infrastructure takes per removal when removals queue (the twin's KubeSwift
+    releases one GPU at a time). A guest gone without a ``guest deleting`` before it was
+    deleted at that instant and queued behind nothing. None: no removal was queued."""
+    asked: dict[str, float] = {}
+    last_gone: float | None = None
+    gaps: list[float] = []
+    for event in sorted(events, key=lambda e: e.time_seconds):
+        if event.event == "guest deleting":
+            asked.setdefault(event.cell, event.time_seconds)
+        elif event.event == "guest gone":
+            deleted_at = asked.pop(event.cell, event.time_seconds)
+            if last_gone is not None and deleted_at < last_gone:
+                gaps.append(event.time_seconds - last_gone)
+            last_gone = event.time_seconds
+    return statistics.median(gaps) if gaps else None
 
 
 def first_reaction(rec: Recorder) -> float | None:

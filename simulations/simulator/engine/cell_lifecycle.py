@@ -8,8 +8,10 @@ seen by the policy) and open to pods ``bind_delay_seconds`` later, with every ot
 by then (one HAMi pass). A
 drained cell waits for its pods or evicts them (``DrainMode``), is removed ``drain_seconds``
 after it is empty, and is kept, uncordoned, if it is still busy at ``drain_timeout_seconds``;
-a cancelled boot is removed at once or kept Draining for ``cancel_seconds``. Each handler is a
-function of the ``Simulation`` it changes.
+a cancelled boot is removed at once or kept Draining for ``cancel_seconds``. With
+``removal_step_seconds`` the removals queue: a cell leaves no sooner than that long after the
+one before it (``schedule_removal``). Each handler is a function of the ``Simulation`` it
+changes.
 """
 
 from __future__ import annotations
@@ -92,13 +94,24 @@ def _evict_all(sim: Simulation, cell: SimCell, now: float) -> None:
     sim.push_react(sim.reactions.after_pod(now))
 
 
+def schedule_removal(sim: Simulation, name: str, due: float) -> None:
+    """Remove cell ``name`` at ``due``, or ``removal_step_seconds`` after the removal before
+    it if that is later. The twin's KubeSwift releases a deleted guest's GPU under one ledger
+    lock, one guest after another: a plan's 12 retirements left over 1.4 wall s at load 5,
+    where the simulator had removed all 12 at one instant."""
+    step = sim.cfg.removal_step_seconds
+    at = max(due, sim.last_removal_at + step) if step > 0 else due
+    sim.last_removal_at = at
+    sim.push(at, DRAIN, name)
+
+
 def start_drain(sim: Simulation, cell: SimCell, now: float) -> None:
     sim.counters.scale_down_cells += 1
     sim.dirty = True
     if cell.state is CellState.BOOTING:  # a cancelled boot (its BOOT event is dropped)
-        if sim.cfg.cancel_seconds > 0:
+        if sim.cfg.cancel_seconds > 0 or sim.cfg.removal_step_seconds > 0:
             sim.world.set_state(cell, CellState.DRAINING, now)
-            sim.push(now + sim.cfg.cancel_seconds, DRAIN, cell.name)
+            schedule_removal(sim, cell.name, now + sim.cfg.cancel_seconds)
         else:
             sim.world.remove_cell(cell.name)
         return
@@ -106,7 +119,7 @@ def start_drain(sim: Simulation, cell: SimCell, now: float) -> None:
     if cell.pods and sim.cfg.drain_mode is DrainMode.EVICT:
         _evict_all(sim, cell, now)
     if not cell.pods:
-        sim.push(now + sim.cfg.drain_seconds, DRAIN, cell.name)
+        schedule_removal(sim, cell.name, now + sim.cfg.drain_seconds)
     elif sim.cfg.drain_timeout_seconds is not None:
         sim.push(now + sim.cfg.drain_timeout_seconds, DRAIN_TIMEOUT, cell.name)
 

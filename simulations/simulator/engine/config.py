@@ -81,8 +81,14 @@ class SimConfig:
     # A cell's boot end (Ready, the policy sees it) to HAMi placing pods on it: the scheduler's
     # next pass over the new node and the bind writes; 0 places waiting pods at the boot's end.
     bind_delay_seconds: float = 0.0
+    # The infrastructure releases one removed cell's GPU at a time (KubeSwift's GPU ledger): a
+    # cell leaves at least this long after the cell that left before it, so a batch of cancels
+    # or retirements leaves one after another; 0 lets each removal end at its own time.
+    removal_step_seconds: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.removal_step_seconds < 0:
+            raise ValueError(f"removal_step_seconds must be >= 0, got {self.removal_step_seconds}")
         if self.cancel_seconds < 0:
             raise ValueError(f"cancel_seconds must be >= 0, got {self.cancel_seconds}")
         if self.bind_delay_seconds < 0:

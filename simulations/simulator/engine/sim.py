@@ -21,6 +21,7 @@ result is assembled by ``engine.metrics.run_result``.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -89,6 +90,7 @@ class Simulation:
         self.decider = Decider(policy, config)
         self.lag = ExecLag(config.exec_lag_seconds)
         self.closed: set[str] = set()  # Ready cells HAMi places nothing on yet (bind delay)
+        self.last_removal_at = -math.inf  # when the last removal queued is due (the step's)
         self.desired = 0
         self.reactions = Reactions(
             self.react,
@@ -260,7 +262,7 @@ class Simulation:
             self.book.ended(running, now)
         self.capacity_up = self.dirty = True
         if cell.state is CellState.DRAINING and not cell.pods:
-            self.push(now + self.cfg.drain_seconds, DRAIN, cell.name)
+            cell_lifecycle.schedule_removal(self, cell.name, now + self.cfg.drain_seconds)
         # live, a pod's end is a change on its Node, which wakes the pool (routing.route_pod):
         # a cell left idle starts its scale-down window then, not at the next tick
         self.push_react(self.reactions.after_pod(now))
