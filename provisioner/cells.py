@@ -12,6 +12,7 @@ written to. Destructive steps re-read the Node first.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +44,7 @@ from provisioner.fsm.observations import observe_node, parse_time_s
 from provisioner.fsm.rows import cell_row, to_time, updated_status
 from provisioner.fsm.vocabulary import TEARDOWN_PHASES
 from provisioner.inventory import RESOURCE_SLICE
-from provisioner.kube import JSON, KINDS, KubeApi, KubeError
+from provisioner.kube import JSON, KINDS, Conflict, KubeApi, KubeError
 from provisioner.workload import NODE_LEASE_NAMESPACE, read_node
 
 
@@ -102,7 +103,15 @@ def _merged_taints(pool: GPUCellPool, node: JSON) -> list[dict[str, Any]] | None
 async def ensure_node_identity(
     api: KubeApi, pool: GPUCellPool, cell: CellObjects, node: JSON
 ) -> None:
-    """Patch only the difference: missing/wrong identity and user labels, annotations, taints."""
+    """Patch only the difference: missing/wrong identity and user labels, annotations, taints.
+
+    Labels and annotations are maps, merged key by key. Taints are a list, which a merge patch
+    replaces whole, and ``node`` may be a moment old: a taint another writer added since (the
+    node lifecycle controller's ``not-ready``, the kubelet, a user's ``kubectl taint``) would be
+    dropped. So a taint change carries ``node``'s resourceVersion and a 409 skips this pass:
+    that writer's change is a Node watch event that wakes the pool, whose next pass recomputes
+    from the fresh Node.
+    """
     labels, annotations = _wanted_node_metadata(pool, cell)
     meta: Mapping[str, Any] = node.get("metadata") or {}
     have_labels = meta.get("labels") or {}
@@ -115,8 +124,10 @@ async def ensure_node_identity(
     taints = _merged_taints(pool, node)
     if taints is not None:
         patch["spec"] = {"taints": taints}
+        patch.setdefault("metadata", {})["resourceVersion"] = meta.get("resourceVersion")
     if patch:
-        await api.patch(KINDS["Node"], None, cell.name, patch)
+        with contextlib.suppress(Conflict):  # the Node changed since: the next pass sees it
+            await api.patch(KINDS["Node"], None, cell.name, patch)
 
 
 async def _node_status(
