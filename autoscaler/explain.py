@@ -1,4 +1,4 @@
-"""Turn a ``Decision`` into what the autoscaler publishes: status fields, a condition, memory.
+"""Turn a ``Decision`` into what the autoscaler publishes: status fields and conditions.
 
 Why this module exists: "why did it scale?" must be answerable from ``kubectl describe``. The
 exact shape of what we write - ``status.desiredReplicas`` (omitted in Shadow mode, so the
@@ -7,31 +7,25 @@ Shadow), ``status.demand`` and ``demandFreeSince`` (only from a successful read)
 ``ScalingActive`` and ``CellShapeKnown`` conditions (transition time kept while the status
 does not change) - is decided here, purely, so it is unit-tested without a server.
 ``lastScaleUpTime`` / ``lastScaleDownTime`` (the original's window anchors) are read from the
-policy memory. ``PolicyMemory`` is serialised to compact JSON in ``status.policyMemory``,
-written with the rest of our status (one write per outcome), so stabilisation windows and
-cooldowns survive an operator restart; the annotation earlier versions wrote is still read
-when that is absent.
+policy memory. The memory itself rides in ``status.policyMemory`` on the same write; its
+encoding is ``autoscaler.policy_memory``'s.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from autoscaler.policy.decision import Decision, Reason
 from autoscaler.policy.expander import PoolShare
-from autoscaler.policy.types import Decision, GrowthEpisode, PolicyMemory, Reason
+from autoscaler.policy.types import PolicyMemory
 from gpucellpool.api.conditions import CellShapeReason, ConditionType
 from gpucellpool.api.pool import GPUCellPool
-from gpucellpool.api.status import MAX_POLICY_MEMORY_CHARS
 
 JSON = dict[str, Any]
-MEMORY_ANNOTATION = "autoscaler.cells.kubeswift.io/policy-memory"  # read only: before policyMemory
-MEMORY_FIELD = "policyMemory"
-MEMORY_VERSION = 1
 SCALE_TIME_FIELDS = ("lastScaleUpTime", "lastScaleDownTime")
 
 
@@ -338,86 +332,3 @@ def scale_times(memory: PolicyMemory, act: bool, raw_status: JSON) -> JSON:
         return {k: raw_status[k] for k in SCALE_TIME_FIELDS if isinstance(raw_status.get(k), str)}
     times = (memory.last_scale_up_at, memory.last_scale_down_at)
     return {k: rfc3339(t) for k, t in zip(SCALE_TIME_FIELDS, times, strict=True) if t is not None}
-
-
-def encode_memory(memory: PolicyMemory) -> str:
-    return json.dumps(
-        {
-            "v": MEMORY_VERSION,
-            "up": memory.last_scale_up_at,
-            "down": memory.last_scale_down_at,
-            "rec": [list(r) for r in memory.recommendations],
-            "idle": dict(memory.idle_since),
-            **({"il": [list(e) for e in memory.idle_left]} if memory.idle_left else {}),
-            "dem": [list(d) for d in memory.demand_samples],
-            "ev": [list(e) for e in memory.scale_events],
-            "bp": memory.boots_proven,
-            **({"nu": sorted(memory.never_used)} if memory.never_used else {}),
-            **({"ups": [list(u) for u in memory.scale_ups]} if memory.scale_ups else {}),
-            **({"ge": [list(g) for g in memory.growth_episodes]} if memory.growth_episodes else {}),
-        },
-        separators=(",", ":"),
-    )
-
-
-def memory_field(memory: PolicyMemory, limit: int = MAX_POLICY_MEMORY_CHARS) -> str:
-    """``encode_memory`` within the status field's bound: when too long (idle times of
-    thousands of cells), the rolling samples, the hedge's unused cells and the warm spare's
-    growth episodes go first (a restart re-learns them; an unused cell forgotten waits out the
-    idle window), then the rate events; when and how it last scaled always stays."""
-    text = encode_memory(memory)
-    if len(text) <= limit:
-        return text
-    slim = replace(
-        memory,
-        recommendations=(),
-        idle_since={},
-        idle_left=(),
-        demand_samples=(),
-        never_used=frozenset(),
-        growth_episodes=(),
-    )
-    text = encode_memory(slim)
-    return text if len(text) <= limit else encode_memory(replace(slim, scale_events=()))
-
-
-def stored_memory(pool: GPUCellPool) -> PolicyMemory:
-    """The memory the last autoscaler left: ``status.policyMemory``, else the annotation an
-    earlier version wrote, else a fresh one."""
-    text = pool.status.policy_memory or pool.metadata.annotations.get(MEMORY_ANNOTATION)
-    return decode_memory(text)
-
-
-def decode_memory(text: str | None) -> PolicyMemory:
-    """The stored memory, or a fresh one when absent or unreadable (never raises)."""
-    if not text:
-        return PolicyMemory()
-    try:
-        data = json.loads(text)
-        if data.get("v") != MEMORY_VERSION:
-            return PolicyMemory()
-        return PolicyMemory(
-            last_scale_up_at=data.get("up"),
-            last_scale_down_at=data.get("down"),
-            recommendations=tuple((float(t), int(n)) for t, n in data.get("rec") or ()),
-            idle_since={str(k): float(v) for k, v in (data.get("idle") or {}).items()},
-            idle_left=tuple((float(s), float(t)) for s, t in data.get("il") or ()),
-            demand_samples=tuple((float(t), float(n)) for t, n in data.get("dem") or ()),
-            scale_events=tuple((float(t), int(n)) for t, n in data.get("ev") or ()),
-            boots_proven=data.get("bp") is True,
-            never_used=frozenset(str(n) for n in data.get("nu") or ()),
-            scale_ups=tuple(_scale_up(u) for u in data.get("ups") or ()),
-            growth_episodes=tuple(_growth(g) for g in data.get("ge") or ()),
-        )
-    except (ValueError, TypeError, AttributeError):
-        return PolicyMemory()
-
-
-def _growth(stored: Any) -> GrowthEpisode:
-    first, last, cells, shared = stored
-    return float(first), float(last), int(cells), shared is True
-
-
-def _scale_up(stored: Any) -> tuple[float, int, float | None]:
-    at, before, previous = stored
-    return float(at), int(before), None if previous is None else float(previous)

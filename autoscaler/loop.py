@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autoscaler.explain import drifted, stored_memory
+from autoscaler.explain import drifted
 from autoscaler.loop_measure import record
 from autoscaler.loop_observe import PoolObserver
 from autoscaler.loop_ports import (
@@ -49,7 +49,8 @@ from autoscaler.loop_state import (
 from autoscaler.observe import plan_feedback
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
 from autoscaler.policy.decide import decide
-from autoscaler.policy.types import Decision
+from autoscaler.policy.decision import Decision
+from autoscaler.policy_memory import stored_memory
 from autoscaler.sharing import RivalBoard, sharing_facts
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.runtime.runner import KeyedRunner

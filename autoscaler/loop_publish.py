@@ -21,11 +21,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from autoscaler.explain import (
-    MEMORY_FIELD,
     Outcome,
     carry_victims,
     follows_from,
-    memory_field,
     note,
     outcome,
     parse_rfc3339,
@@ -41,7 +39,8 @@ from autoscaler.loop_state import LoopSettings, PoolState, scale_facts
 from autoscaler.measured_use import published
 from autoscaler.observe import live_cell_names, refused_victims
 from autoscaler.policy.config import pool_shape
-from autoscaler.policy.types import Decision
+from autoscaler.policy.decision import Decision
+from autoscaler.policy_memory import MEMORY_FIELD, memory_field
 
 
 def victims_in_force(state: PoolState) -> tuple[str, ...]:

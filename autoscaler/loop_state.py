@@ -19,17 +19,11 @@ from autoscaler.gang_pods import PLACEHOLDER_UID_PREFIX
 from autoscaler.loop_ports import PoolRecorder
 from autoscaler.observe import utilisation
 from autoscaler.policy.config import policy_config_from_spec, pool_shape
+from autoscaler.policy.decision import Decision, Reason, Steady
 from autoscaler.policy.expander import PoolShare
 from autoscaler.policy.next_change import advance
 from autoscaler.policy.pool_demand import ParseMemo
-from autoscaler.policy.types import (
-    Decision,
-    Observation,
-    PendingPod,
-    PolicyMemory,
-    Reason,
-    Steady,
-)
+from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
 from autoscaler.usage_freshness import PodChanges
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.runtime.runner import RunnerSettings

@@ -20,17 +20,16 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from autoscaler.policy.decision import Decision, Reason
 from autoscaler.policy.pool_demand import metadata
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
-    Decision,
     GPUUsage,
     MetricsHealth,
     Observation,
     PendingPod,
-    Reason,
 )
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.api.status import PRE_GPU_PHASES, CellPhase, PlanStep

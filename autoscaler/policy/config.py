@@ -21,16 +21,14 @@ from dataclasses import dataclass, replace
 
 from autoscaler.policy.forecast import METHODS
 from autoscaler.policy.packing import HEURISTICS
-from autoscaler.policy.types import (
-    CellShape,
+from autoscaler.policy.policy_config import (
     Mode,
-    NodeTemplate,
     PolicyConfig,
     RatePolicy,
     RatePolicyType,
     ScalingRules,
-    Taint,
 )
+from autoscaler.policy.types import CellShape, NodeTemplate, Taint
 from gpucellpool.api.autoscaling import DrainMode, EffectiveRules, ScaleDownSignal
 from gpucellpool.api.conditions import CellShapeReason
 from gpucellpool.api.pool import GPUCellPool

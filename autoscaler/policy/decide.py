@@ -34,6 +34,7 @@ from dataclasses import replace
 
 from autoscaler.policy import cell_index, limits, next_change, same_facts, warm_spare
 from autoscaler.policy.decide_paths import Inputs, hold, scale_down, scale_up
+from autoscaler.policy.decision import Decision, Reason, Unschedulable
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.forecast import forecast_demand
 from autoscaler.policy.hedge import (
@@ -50,23 +51,13 @@ from autoscaler.policy.hedge import (
     unused_grace_seconds,
 )
 from autoscaler.policy.packing import PackingResult, pack_bins
+from autoscaler.policy.policy_config import Mode, PolicyConfig
 from autoscaler.policy.scale_down import (
     hand_over_idle,
     pods_to_move,
     with_idle_cells,
 )
-from autoscaler.policy.types import (
-    CellState,
-    CellView,
-    Decision,
-    Mode,
-    Observation,
-    PendingPod,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-    Unschedulable,
-)
+from autoscaler.policy.types import CellState, CellView, Observation, PendingPod, PolicyMemory
 
 FORECAST_TOLERANCE = 0.1  # a forecast of 3.08 cells asks for 3, not 4 (HPA-style tolerance)
 

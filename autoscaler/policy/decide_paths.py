@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from autoscaler.policy import limits, warm_spare
+from autoscaler.policy.decision import Decision, Reason, Unschedulable
 from autoscaler.policy.packing import PackingResult
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.scale_down import (
     VictimLimits,
     choose_victims,
@@ -20,17 +22,7 @@ from autoscaler.policy.scale_down import (
     idle_for,
     is_empty,
 )
-from autoscaler.policy.types import (
-    CellState,
-    CellView,
-    Decision,
-    Observation,
-    PendingPod,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-    Unschedulable,
-)
+from autoscaler.policy.types import CellState, CellView, Observation, PendingPod, PolicyMemory
 
 
 @dataclass(frozen=True, slots=True)

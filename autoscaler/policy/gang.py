@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from autoscaler.policy import limits
 from autoscaler.policy.fit import fits_fresh_cell
 from autoscaler.policy.packing import pack
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -33,7 +34,6 @@ from autoscaler.policy.types import (
     NodeTemplate,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
 )
 

@@ -47,16 +47,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from autoscaler.policy.types import (
-    CellState,
-    CellView,
-    Decision,
-    GPUUsage,
-    PendingPod,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-)
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellState, CellView, GPUUsage, PendingPod, PolicyMemory
 
 # Spares are started for waves of at least this many cells by default
 # (``PolicyConfig.boot_hedge_min_wave``, where the measurements behind it are cited).

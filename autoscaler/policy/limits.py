@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import TypeVar
 
-from autoscaler.policy.types import PolicyConfig, RatePolicyType, ScalingRules
+from autoscaler.policy.policy_config import PolicyConfig, RatePolicyType, ScalingRules
 
 V = TypeVar("V", int, float)
 MAX_DEMAND_SAMPLES = 720

@@ -25,21 +25,15 @@ from dataclasses import replace
 
 from autoscaler.policy import limits, warm_spare
 from autoscaler.policy.cell_index import state_count
+from autoscaler.policy.decision import Decision, Reads, Steady
 from autoscaler.policy.hedge import (
     hedge_delay_clocks,
     hedge_delay_seconds,
     unused_grace_clocks,
     unused_grace_seconds,
 )
-from autoscaler.policy.types import (
-    CellState,
-    Decision,
-    Observation,
-    PolicyConfig,
-    PolicyMemory,
-    Reads,
-    Steady,
-)
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellState, Observation, PolicyMemory
 
 
 def _later(times: Sequence[float], now: float) -> float:

@@ -21,7 +21,9 @@ import operator
 from dataclasses import fields
 
 from autoscaler.policy.cell_index import fact_key, index_of
-from autoscaler.policy.types import CellView, Observation, PolicyConfig, Reads, Reason, Steady
+from autoscaler.policy.decision import Reads, Reason, Steady
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellView, Observation
 
 # Outcomes of the victim choice (``decide_paths.scale_down``'s last stage). DisruptionBudget
 # is given only with no budget left and no victim (``scale_down.choose_victims``): then no

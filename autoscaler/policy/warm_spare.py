@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -37,7 +38,6 @@ from autoscaler.policy.types import (
     GPUUsage,
     GrowthEpisode,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
 )
 

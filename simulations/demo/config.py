@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.policy.config import policy_config_from_spec
-from autoscaler.policy.types import CellShape, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape
 from gpucellpool.api.spares import WarmSpare
 from gpucellpool.api.spec import GPUCellPoolSpec
 from simulations.simulator.engine import BootModel, ProductionPolicy, SimConfig

@@ -21,8 +21,10 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.explain import decode_memory
-from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory
+from autoscaler.policy.decision import Decision
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import Observation, PolicyMemory
+from autoscaler.policy_memory import decode_memory
 from simulations.demo.config import DemoSpec, WorldTimings, sim_policy
 from simulations.demo.fidelity_dump import FidelityDump, PodSeen, load_dump
 from simulations.demo.report import TwinSide, cells_of, fidelity_lines, simulate_against

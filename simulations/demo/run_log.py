@@ -17,7 +17,7 @@ class DecisionSeen:
 
     ``time_seconds`` is the recorder's (seconds since the replay started); ``decided_at`` is
     ``lastDecision.time`` as written (RFC 3339, whole seconds); ``policy_memory`` is
-    ``status.policyMemory`` verbatim (``autoscaler.explain.decode_memory`` reads it; its times
+    ``status.policyMemory`` verbatim (``autoscaler.policy_memory.decode_memory`` reads it; its times
     are the operator's wall clock). The fidelity dump carries these (``fidelity_dump``).
     """
 

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 
-from autoscaler.policy.types import CellShape, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape
 from simulations.simulator import argtypes as at
 from simulations.simulator.baselines import PEERS
 from simulations.simulator.baselines.oracle import BOUND, PACK

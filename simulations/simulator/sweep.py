@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autoscaler.policy.types import PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
 from simulations.simulator import argtypes as at
 from simulations.simulator.baselines import PEERS
 from simulations.simulator.baselines.oracle import oracle

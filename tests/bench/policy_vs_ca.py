@@ -39,15 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.policy import limits
-from autoscaler.policy.types import (
-    CellShape,
-    CellState,
-    Decision,
-    Observation,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-)
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape, CellState, Observation, PolicyMemory
 from simulations.simulator.baselines import PEERS
 from simulations.simulator.baselines.oracle import BOUND, oracle
 from simulations.simulator.engine import ProductionPolicy, SimConfig, simulate

@@ -17,6 +17,7 @@ import pytest
 
 from autoscaler.policy.decide import decide
 from autoscaler.policy.packing import DEFAULT_HEURISTIC, HEURISTICS, lower_bound_cells, pack
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -25,7 +26,6 @@ from autoscaler.policy.types import (
     GPUUsage,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
 )
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.policy.types import CellShape, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape
 from simulations.simulator.baselines import PEERS
 from simulations.simulator.cli import POLICIES
 from simulations.simulator.engine import SimConfig

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from autoscaler.policy.types import PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
 from simulations.simulator.baselines import PEERS
 from simulations.simulator.engine import ProductionPolicy, SimConfig, simulate
 from simulations.simulator.engine.policy import atomic_gang_policy

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.policy.types import PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
 from simulations.simulator.engine import DrainMode, ProductionPolicy, SimConfig, simulate
 from simulations.simulator.report.intervals import Interval, ahead, interval, verdict
 from simulations.simulator.report.summary import summarise

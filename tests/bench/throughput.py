@@ -13,7 +13,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autoscaler.policy.types import CellShape, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape
 from simulations.simulator.baselines.oracle import BOUND, oracle
 from simulations.simulator.cli import POLICIES
 from simulations.simulator.distributed import executor

@@ -8,7 +8,7 @@ operator process resumes from that memory (its first decision starts from the st
 
 from __future__ import annotations
 
-from autoscaler.explain import MEMORY_ANNOTATION, MEMORY_FIELD, decode_memory
+from autoscaler.policy_memory import MEMORY_ANNOTATION, MEMORY_FIELD, decode_memory
 from simulations.harness import ClusterEndpoint
 from tests.integration.test_loop_helpers import (
     autoscaled_pool,

@@ -18,6 +18,8 @@ import pytest
 from autoscaler.observe import cell_nodes
 from autoscaler.policy.bind_in_flight import BIND_GRACE_SECONDS, bind_in_flight
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.pool_demand import pending_for_pool
 from autoscaler.policy.types import (
     CellShape,
@@ -25,9 +27,7 @@ from autoscaler.policy.types import (
     CellView,
     GPUUsage,
     Observation,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
 from gpucellpool.api.pool import GPUCellPool
 from tests.unit.test_loop_fakes import pending_pod, pool_manifest

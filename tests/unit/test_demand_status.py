@@ -22,7 +22,8 @@ from autoscaler.explain import (
     with_cell_shape,
     with_demand,
 )
-from autoscaler.policy.types import Decision, PolicyMemory, Reason, Unschedulable
+from autoscaler.policy.decision import Decision, Reason, Unschedulable
+from autoscaler.policy.types import PolicyMemory
 from gpucellpool.api.pool import GPUCellPool
 from tests.unit import test_loop
 from tests.unit.test_loop_fakes import FakeWriter, pending_pod, pool_manifest

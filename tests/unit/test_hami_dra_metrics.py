@@ -15,8 +15,9 @@ import respx
 
 import tests.unit.test_loop_measured_use as measured
 from autoscaler.measured_use import judge
+from autoscaler.policy.decision import Reason
 from autoscaler.policy.hami_dra import DEVICE_CLASS, claim_usage
-from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
+from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.signals.hami_metrics import (
     CATALOGUE,
     CURRENT,

@@ -8,22 +8,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.explain import decode_memory, encode_memory
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Decision, Reason
 from autoscaler.policy.hedge import forget_cancelled
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
-    Decision,
     GPUAsk,
     GPUUsage,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
+from autoscaler.policy_memory import decode_memory, encode_memory
 
 NOW = 10_000.0
 CONFIG = PolicyConfig(

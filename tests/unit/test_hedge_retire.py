@@ -8,23 +8,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.explain import decode_memory, encode_memory, memory_field
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Decision, Reason
 from autoscaler.policy.hedge import unused_grace_seconds
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
-    Decision,
     GPUAsk,
     GPUUsage,
     MetricsHealth,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
+from autoscaler.policy_memory import decode_memory, encode_memory, memory_field
 
 NOW = 10_000.0
 CONFIG = PolicyConfig(max_replicas=100, shape=CellShape(gpus=1), boot_hedge_fraction=0.75)

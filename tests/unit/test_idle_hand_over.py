@@ -12,6 +12,8 @@ landing first, the cell falling idle after (the time waits in ``PolicyMemory.idl
 from __future__ import annotations
 
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.policy_config import PolicyConfig, ScalingRules
 from autoscaler.policy.scale_down import hand_over_idle, update_idle_since
 from autoscaler.policy.types import (
     CellShape,
@@ -19,10 +21,7 @@ from autoscaler.policy.types import (
     CellView,
     GPUUsage,
     Observation,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
-    ScalingRules,
 )
 
 SHAPE = CellShape(gpus=1, memory_mib=24000, cores_percent=100, slots=10)

@@ -18,15 +18,16 @@ from typing import Any
 
 import pytest
 
-from autoscaler.explain import (
+from autoscaler.loop import Autoscaler, LoopSettings
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.types import PolicyMemory
+from autoscaler.policy_memory import (
     MEMORY_ANNOTATION,
     MEMORY_FIELD,
     decode_memory,
     encode_memory,
     memory_field,
 )
-from autoscaler.loop import Autoscaler, LoopSettings
-from autoscaler.policy.types import PolicyMemory, Reason
 from simulations.simulator.engine.clock import VirtualClock, settle
 from tests.unit.test_loop_fakes import (
     FakeWorkload,

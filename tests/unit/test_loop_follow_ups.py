@@ -17,7 +17,7 @@ import pytest
 
 from autoscaler.explain import Outcome, follows_from
 from autoscaler.loop import LoopSettings
-from autoscaler.policy.types import Reason
+from autoscaler.policy.decision import Reason
 from tests.unit.test_loop_fakes import (
     FakeWriter,
     World,

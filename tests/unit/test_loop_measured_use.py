@@ -17,7 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.loop import Autoscaler
-from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.signals.hami_activity import ActivityReading, PodActivity, Verdict, failed
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.operator.metrics import OperatorMetrics

@@ -27,6 +27,8 @@ from autoscaler.observe import (
     with_requested,
 )
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.pool_demand import counts_as_demand, remember_first_seen, selector_matches
 from autoscaler.policy.scale_down import is_empty
 from autoscaler.policy.types import (
@@ -35,9 +37,7 @@ from autoscaler.policy.types import (
     CellView,
     GPUUsage,
     MetricsHealth,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
 from gpucellpool.api.autoscaling import DemandSelection
 from gpucellpool.api.base import LabelSelector

@@ -20,7 +20,7 @@ import pytest
 from autoscaler import loop
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.policy.decide import decide
-from autoscaler.policy.types import Decision, Reason
+from autoscaler.policy.decision import Decision, Reason
 from simulations.simulator.engine.clock import VirtualClock
 from tests.unit.test_loop_fakes import (
     FakeWorkload,

@@ -16,7 +16,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from autoscaler.loop import Autoscaler, LoopSettings
-from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.types import GPUUsage, MetricsHealth
 from gpucellpool.api.pool import GPUCellPool
 from gpucellpool.operator.metrics import OperatorMetrics
 from simulations.simulator.engine.clock import VirtualClock

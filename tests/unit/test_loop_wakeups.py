@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from autoscaler.explain import MEMORY_FIELD, decode_memory, encode_memory
 from autoscaler.loop import LoopSettings
 from autoscaler.policy.types import PolicyMemory
+from autoscaler.policy_memory import MEMORY_FIELD, decode_memory, encode_memory
 from tests.unit.test_loop_fakes import (
     World,
     loop_world,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from autoscaler.policy.types import Reason
+from autoscaler.policy.decision import Reason
 from gpucellpool.api.metric_catalogue import (
     BY_NAME,
     CATALOGUE,

@@ -11,19 +11,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import PolicyConfig, ScalingRules
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
-    Decision,
     GPUAsk,
     GPUUsage,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
-    ScalingRules,
 )
 
 SHAPE = CellShape(gpus=1, memory_mib=24000, cores_percent=100, slots=10)

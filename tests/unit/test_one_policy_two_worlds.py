@@ -12,7 +12,7 @@ from typing import Any
 
 from autoscaler.policy import decide as decide_module
 from autoscaler.policy.config import policy_config_from_spec
-from autoscaler.policy.types import PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
 from gpucellpool.api import GPUCellPool
 from simulations.simulator.engine import policy as sim_policy
 

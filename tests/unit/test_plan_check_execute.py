@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.policy.types import (
-    CellShape,
-    CellState,
-    Decision,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-)
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape, CellState, PolicyMemory
 from provisioner.fsm.membership import (
     MemberRow,
     MembershipInput,

@@ -18,7 +18,8 @@ import pytest
 
 from autoscaler.loop import Autoscaler, LoopSettings
 from autoscaler.observe import free_gpus_for_new_cells, plan_feedback, with_requested
-from autoscaler.policy.types import CellState, CellView, Decision, PolicyMemory, Reason
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.types import CellState, CellView, PolicyMemory
 from gpucellpool.api.pool import GPUCellPool
 from tests.unit.test_loop_fakes import (
     FakeWorkload,

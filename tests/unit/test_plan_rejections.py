@@ -20,7 +20,8 @@ from autoscaler.loop_publish import victims_in_force
 from autoscaler.loop_state import PoolState
 from autoscaler.observe import refused_victims
 from autoscaler.policy.decide import decide
-from autoscaler.policy.types import Observation, PolicyMemory, Reason
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.types import Observation, PolicyMemory
 from gpucellpool.api.pool import GPUCellPool
 from provisioner.fsm.plan_check import Bounds, CellFact, Plan, check_plan
 from tests.unit.test_loop_fakes import FakeWorkload, FakeWriter, VirtualClock, pool_manifest

@@ -18,21 +18,23 @@ from autoscaler.policy.config import (
     with_shape,
 )
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.policy_config import (
+    Mode,
+    PolicyConfig,
+    RatePolicy,
+    RatePolicyType,
+    ScalingRules,
+)
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
     GPUAsk,
     GPUUsage,
-    Mode,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    RatePolicy,
-    RatePolicyType,
-    Reason,
-    ScalingRules,
     Taint,
 )
 from gpucellpool.api.pool import GPUCellPool

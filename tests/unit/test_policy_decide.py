@@ -8,25 +8,26 @@ from pathlib import Path
 import pytest
 
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import (
+    Mode,
+    PolicyConfig,
+    RatePolicy,
+    RatePolicyType,
+    ScalingRules,
+)
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
-    Decision,
     GPUAsk,
     GPUUsage,
     MetricsHealth,
-    Mode,
     NodeTemplate,
     Observation,
     PendingPod,
     PlacementConstraints,
-    PolicyConfig,
     PolicyMemory,
-    RatePolicy,
-    RatePolicyType,
-    Reason,
-    ScalingRules,
 )
 
 SHAPE = CellShape(gpus=1, memory_mib=24000, cores_percent=100, slots=10)

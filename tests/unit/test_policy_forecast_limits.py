@@ -12,17 +12,9 @@ from autoscaler.policy.limits import (
     stabilised_up,
     trim,
 )
+from autoscaler.policy.policy_config import RatePolicy, RatePolicyType, ScalingRules
 from autoscaler.policy.scale_down import VictimLimits, choose_victims, drain_order, pods_to_move
-from autoscaler.policy.types import (
-    CellShape,
-    CellState,
-    CellView,
-    GPUAsk,
-    GPUUsage,
-    RatePolicy,
-    RatePolicyType,
-    ScalingRules,
-)
+from autoscaler.policy.types import CellShape, CellState, CellView, GPUAsk, GPUUsage
 
 RAMP = [(60.0 * k, 1.0 + k) for k in range(10)]  # +1 cell a minute, last at t=540 -> 10
 

@@ -11,6 +11,7 @@ import pytest
 
 from autoscaler.policy.config import validate_config
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reason
 from autoscaler.policy.hedge import (
     MIN_WAVE_CELLS,
     Hedge,
@@ -19,6 +20,7 @@ from autoscaler.policy.hedge import (
     pods_waiting,
     unused_grace_seconds,
 )
+from autoscaler.policy.policy_config import PolicyConfig, ScalingRules
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -28,10 +30,7 @@ from autoscaler.policy.types import (
     MetricsHealth,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
-    ScalingRules,
 )
 
 NOW = 10_000.0

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.explain import decode_memory, encode_memory
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reason
 from autoscaler.policy.limits import FAILING, PROVEN, UNPROVEN, boot_evidence, in_flight_limit
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -18,10 +19,9 @@ from autoscaler.policy.types import (
     GPUUsage,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
+from autoscaler.policy_memory import decode_memory, encode_memory
 
 NOW = 10_000.0
 # exact waves here; spare boots on top of them: test_policy_hedge.py

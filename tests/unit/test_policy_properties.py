@@ -8,6 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.policy_config import PolicyConfig, RatePolicy, RatePolicyType, ScalingRules
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -17,12 +19,7 @@ from autoscaler.policy.types import (
     MetricsHealth,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    RatePolicy,
-    RatePolicyType,
-    Reason,
-    ScalingRules,
 )
 
 NOW = 50_000.0

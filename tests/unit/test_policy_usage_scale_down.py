@@ -13,17 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
-    Decision,
     GPUUsage,
     MetricsHealth,
     Observation,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
 
 SHAPE = CellShape(gpus=1, memory_mib=24000, cores_percent=100, slots=10)

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.policy.types import PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
 from gpucellpool.api import GPUCellPool
 from provisioner.fsm.membership import MembershipLimits
 from provisioner.reconciler import membership_limits

@@ -20,8 +20,10 @@ import pytest
 from autoscaler.policy import cell_index
 from autoscaler.policy.cell_index import fact_key
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reads, Reason
 from autoscaler.policy.fit import place_asks
 from autoscaler.policy.next_change import advance
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.same_facts import holds_after
 from autoscaler.policy.types import (
     CellShape,
@@ -31,10 +33,7 @@ from autoscaler.policy.types import (
     GPUUsage,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reads,
-    Reason,
 )
 from simulations.simulator.engine import DrainMode, ProductionPolicy, ScalingPolicy, SimConfig
 from simulations.simulator.engine.policy import legacy_windows_policy

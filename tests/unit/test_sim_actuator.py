@@ -10,15 +10,9 @@ and a missing one rejected (VictimGone), without another cell standing in.
 
 from __future__ import annotations
 
-from autoscaler.policy.types import (
-    CellShape,
-    CellState,
-    Decision,
-    GPUAsk,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-)
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape, CellState, GPUAsk, PolicyMemory
 from provisioner.fsm.plan_check import Bounds, CellFact, Plan, Rejection, check_plan
 from simulations.simulator.engine.actuator import actions
 from simulations.simulator.engine.world import Running, World

@@ -14,7 +14,8 @@ import itertools
 
 import pytest
 
-from autoscaler.policy.types import CellState, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellState
 from provisioner.fsm import plan_check
 from provisioner.fsm.plan_check import Bounds, CellFact, CheckedPlan, Plan, accepted_as_is
 from provisioner.fsm.plan_execute import LiveCell, creatable, removals

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -12,9 +14,7 @@ from autoscaler.policy.types import (
     GPUUsage,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
 from simulations.simulator.baselines import (
     ClusterAutoscalerStyle,

@@ -9,7 +9,8 @@ import argparse
 
 import pytest
 
-from autoscaler.policy.types import CellState, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellState
 from simulations.demo.config import DemoSpec, WorldTimings, sim_config
 from simulations.simulator.cli import add_world_arguments
 from simulations.simulator.cli import sim_config as cli_sim_config

@@ -9,19 +9,17 @@ from typing import Any
 
 import pytest
 
+from autoscaler.policy.decision import Decision, Reason, Steady
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
-    Decision,
     GPUAsk,
     GPUUsage,
     NodeTemplate,
     Observation,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
-    Steady,
 )
 from simulations.simulator.baselines import PEERS, oracle
 from simulations.simulator.engine import (

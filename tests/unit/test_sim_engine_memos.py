@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from autoscaler.policy.types import CellShape, CellState, GPUAsk, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape, CellState, GPUAsk
 from simulations.simulator.cli import POLICIES
 from simulations.simulator.engine import BootModel, SimConfig
 from simulations.simulator.engine.sim import Simulation

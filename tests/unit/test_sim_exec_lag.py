@@ -8,10 +8,8 @@ import argparse
 
 import pytest
 
-from autoscaler.policy.types import (
-    CellState,
-    PolicyConfig,
-)
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellState
 from simulations.simulator.cli import add_world_arguments, sim_config
 from simulations.simulator.engine import BootModel, ProductionPolicy, SimConfig, simulate
 from simulations.simulator.engine.exec_lag import ExecLag

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.policy import gang as gang_policy
-from autoscaler.policy.types import CellShape, GPUAsk, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape, GPUAsk
 from gpucellpool.cli import main
 from simulations.simulator.engine import (
     BootModel,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 
 from autoscaler.policy.fit import constraints_fit
-from autoscaler.policy.types import CellShape, GPUAsk, NodeTemplate, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape, GPUAsk, NodeTemplate
 from simulations.simulator.engine import SimConfig, hami
 from simulations.simulator.engine.hostable import hostable_pods
 from simulations.simulator.engine.policy import ProductionPolicy

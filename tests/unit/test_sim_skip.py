@@ -17,17 +17,9 @@ from typing import Any
 
 import pytest
 
-from autoscaler.policy.types import (
-    CellShape,
-    Decision,
-    GPUAsk,
-    Observation,
-    PolicyConfig,
-    PolicyMemory,
-    RatePolicy,
-    RatePolicyType,
-    ScalingRules,
-)
+from autoscaler.policy.decision import Decision
+from autoscaler.policy.policy_config import PolicyConfig, RatePolicy, RatePolicyType, ScalingRules
+from autoscaler.policy.types import CellShape, GPUAsk, Observation, PolicyMemory
 from simulations.simulator.baselines import PEERS
 from simulations.simulator.engine import (
     BootModel,

@@ -15,14 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.policy.types import (
-    CellShape,
-    GPUAsk,
-    PolicyConfig,
-    RatePolicy,
-    RatePolicyType,
-    ScalingRules,
-)
+from autoscaler.policy.policy_config import PolicyConfig, RatePolicy, RatePolicyType, ScalingRules
+from autoscaler.policy.types import CellShape, GPUAsk
 from simulations.simulator.engine import BootModel, DrainMode, ProductionPolicy, SimConfig, simulate
 from simulations.simulator.engine.clock import VirtualClock
 from simulations.simulator.engine.sim import Simulation

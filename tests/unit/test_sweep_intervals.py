@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.policy.types import GPUAsk, PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import GPUAsk
 from gpucellpool.cli import main
 from simulations.simulator.distributed import ClusterUnavailable, executor
 from simulations.simulator.engine import SimConfig

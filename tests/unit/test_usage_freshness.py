@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from autoscaler.loop import Autoscaler
-from autoscaler.policy.types import GPUUsage, MetricsHealth, Reason
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.types import GPUUsage, MetricsHealth
 from autoscaler.usage_freshness import PodChanges
 from gpucellpool.api.pool import GPUCellPool
 from simulations.simulator.engine.clock import VirtualClock

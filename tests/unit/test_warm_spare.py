@@ -11,6 +11,8 @@ from dataclasses import replace
 from autoscaler.policy import warm_spare
 from autoscaler.policy.config import validate_config
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Reason
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
@@ -19,9 +21,7 @@ from autoscaler.policy.types import (
     GPUUsage,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
 
 NOW = 100_000.0

@@ -8,22 +8,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.explain import decode_memory, encode_memory, memory_field
 from autoscaler.policy import warm_spare
 from autoscaler.policy.decide import decide
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import PolicyConfig
 from autoscaler.policy.types import (
     CellShape,
     CellState,
     CellView,
-    Decision,
     GPUAsk,
     GPUUsage,
     Observation,
     PendingPod,
-    PolicyConfig,
     PolicyMemory,
-    Reason,
 )
+from autoscaler.policy_memory import decode_memory, encode_memory, memory_field
 
 NOW = 100_000.0
 GIB = 1024

@@ -21,15 +21,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from autoscaler.policy.types import (
-    CellState,
-    CellView,
-    Decision,
-    Observation,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-)
+from autoscaler.policy.decision import Decision, Reason
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellState, CellView, Observation, PolicyMemory
 from simulations.simulator.baselines.common import (
     ViewMemo,
     booting,

@@ -12,15 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Generic, TypeVar
 
-from autoscaler.policy.types import (
-    CellState,
-    CellView,
-    Decision,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-    Steady,
-)
+from autoscaler.policy.decision import Decision, Reason, Steady
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellState, CellView, PolicyMemory
 
 LIVE = (CellState.BOOTING, CellState.READY)
 

@@ -21,15 +21,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from autoscaler.policy.decision import Decision, Reason, Steady
 from autoscaler.policy.packing import cell_utilisation
-from autoscaler.policy.types import (
-    Decision,
-    Observation,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-    Steady,
-)
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import Observation, PolicyMemory
 from simulations.simulator.baselines.common import (
     ViewMemo,
     cheapest_victims,

@@ -17,17 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from autoscaler.policy.decision import Decision, Reason
 from autoscaler.policy.fit import resources_fit
-from autoscaler.policy.types import (
-    CellShape,
-    CellState,
-    Decision,
-    GPUAsk,
-    Observation,
-    PolicyConfig,
-    PolicyMemory,
-    Reason,
-)
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellShape, CellState, GPUAsk, Observation, PolicyMemory
 from simulations.simulator.baselines.common import booting, clamp, decision, live, with_steady
 
 UP_WINDOW_SECONDS = 600.0

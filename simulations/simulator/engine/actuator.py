@@ -18,7 +18,9 @@ import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from autoscaler.policy.types import CellState, Decision, PolicyConfig
+from autoscaler.policy.decision import Decision
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import CellState
 from provisioner.fsm.plan_check import (
     Bounds,
     CellFact,

@@ -12,7 +12,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from autoscaler.policy.types import PolicyConfig
+from autoscaler.policy.policy_config import PolicyConfig
 from simulations.simulator.engine import hami
 
 

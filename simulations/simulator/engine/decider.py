@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from autoscaler.policy.decision import Decision, Steady
 from autoscaler.policy.next_change import advance
-from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory, Steady
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import Observation, PolicyMemory
 from simulations.simulator.engine.config import SimConfig
 from simulations.simulator.engine.policy import ScalingPolicy
 from simulations.simulator.engine.world import World

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.explain import carry_victims, outcome
 from autoscaler.observe import with_requested
-from autoscaler.policy.types import Decision, Observation
+from autoscaler.policy.decision import Decision
+from autoscaler.policy.types import Observation
 from simulations.simulator.engine.actuator import LIVE
 from simulations.simulator.engine.world import SimCell
 

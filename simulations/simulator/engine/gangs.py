@@ -36,12 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.policy import gang as gang_policy
-from autoscaler.policy.types import (
-    Observation,
-    PendingPod,
-    PolicyConfig,
-    PolicyMemory,
-)
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import Observation, PendingPod, PolicyMemory
 from simulations.simulator.engine.metrics import GangStats
 from simulations.simulator.engine.world import Running
 from simulations.simulator.traces.model import TracePod

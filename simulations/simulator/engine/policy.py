@@ -18,7 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from autoscaler.policy import same_facts
 from autoscaler.policy.decide import decide
-from autoscaler.policy.types import Decision, Observation, PolicyConfig, PolicyMemory, Steady
+from autoscaler.policy.decision import Decision, Steady
+from autoscaler.policy.policy_config import PolicyConfig
+from autoscaler.policy.types import Observation, PolicyMemory
 
 
 @runtime_checkable

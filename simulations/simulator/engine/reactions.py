@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoscaler.policy.types import Steady
+from autoscaler.policy.decision import Steady
 
 
 @dataclass(slots=True)

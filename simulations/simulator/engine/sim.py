@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from autoscaler.policy.types import CellState, Decision
+from autoscaler.policy.decision import Decision
+from autoscaler.policy.types import CellState
 from simulations.simulator.engine import cell_lifecycle, gc_pause, hami
 from simulations.simulator.engine.actuator import actions, unchanged
 from simulations.simulator.engine.clock import VirtualClock
