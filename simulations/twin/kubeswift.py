@@ -89,6 +89,11 @@ class SimulatedKubeSwift(PollingController):
     fault_for: Callable[[str], GuestFault] | None = None
     concurrency: int = 16
     _ledger: asyncio.Lock = field(default_factory=asyncio.Lock)  # one ledger write at a time
+    # Guests whose GPU the ledger holds (or that need none: no ledger), and whose seed profile
+    # resolved: a pass over every guest (10 a second) read the ledger under its lock and the
+    # seed profile for each guest each time, and a deleted guest's release queued behind them
+    _held: set[str] = field(default_factory=set)
+    _resolved: set[str] = field(default_factory=set)
 
     def _fault(self, name: str) -> GuestFault:
         if self.fault_for is not None:
@@ -130,9 +135,12 @@ class SimulatedKubeSwift(PollingController):
             )
         seed_ok = await self._seed_exists(guest)
         no_capacity = False
-        if (guest.get("spec") or {}).get("gpuProfileRef"):  # Native: take a GPU from the ledger
-            async with self._ledger:
-                no_capacity = await gpu_ledger.hold(self.api, uid) is False
+        if (guest.get("spec") or {}).get("gpuProfileRef") and uid not in self._held:
+            async with self._ledger:  # Native: take a GPU from the ledger, once
+                held = await gpu_ledger.hold(self.api, uid)
+            no_capacity = held is False
+            if not no_capacity:
+                self._held.add(uid)
         if uid not in self._host_of and now - first >= self.timings.allocate_s:
             host = await self._place(self._slot(uid))
             if host is not None:
@@ -170,10 +178,15 @@ class SimulatedKubeSwift(PollingController):
         return bool(spec.get("gpuResourceClaim") or spec.get("gpuProfileRef"))
 
     async def _seed_exists(self, guest: JSON) -> bool:
+        """The guest's seed profile was there when it was resolved: KubeSwift renders the seed
+        on create (kubeswift-facts, 'Suggested fidelity' 1) and does not look again."""
+        uid = str(guest["metadata"]["uid"])
         ref = ((guest.get("spec") or {}).get("seedProfileRef") or {}).get("name")
-        if not ref:
+        if not ref or uid in self._resolved:
             return True
         found = await self.api.get(KINDS["SwiftSeedProfile"], guest["metadata"]["namespace"], ref)
+        if found is not None:
+            self._resolved.add(uid)
         return found is not None
 
     def _slot(self, uid: str) -> int:
@@ -310,6 +323,8 @@ class SimulatedKubeSwift(PollingController):
         meta = guest["metadata"]
         async with self._ledger:
             await gpu_ledger.release(self.api, str(meta["uid"]))
+        self._held.discard(str(meta["uid"]))
+        self._resolved.discard(str(meta["uid"]))
         finalizers = list(meta.get("finalizers") or [])
         if GPU_FINALIZER in finalizers:
             patch = {
