@@ -227,8 +227,8 @@ class Connection:
 def _session(tls: ssl.SSLContext) -> aiohttp.ClientSession:
     """A session that does not consult the environment per request (``env_proxy`` did, once):
     with ``trust_env`` aiohttp read ``~/.netrc`` and the proxy variables in a worker thread for
-    every request, two thread hops per call that cost the twin's process (its controllers
-    share this client) a quarter of its CPU on the CI slice."""
+    every request, two thread hops per call: a third of the twin's process's CPU on the CI
+    fidelity slice (its controllers share this client, as the operator's do)."""
     connector = aiohttp.TCPConnector(limit=POOL_LIMIT, ssl=tls)
     return aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=READ_BUFFER)
 
