@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -173,6 +174,39 @@ class RecordingKubeApi(DelegatingKubeApi):
 
     def of(self, verb: str, kind: str) -> list[Call]:
         return [c for c in self.calls if c.verb == verb and c.kind == kind]
+
+
+@dataclass
+class CountingKubeApi(RecordingKubeApi):
+    """A ``RecordingKubeApi`` that also counts its reads, as ``verb Kind``."""
+
+    reads: Counter[str] = field(default_factory=Counter)
+
+    async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
+        self.reads[f"get {kind.kind}"] += 1
+        return await super().get(kind, namespace, name)
+
+    async def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[JSON]:
+        self.reads[f"list {kind.kind}"] += 1
+        return await super().list(kind, namespace, label_selector, field_selector)
+
+    async def version(self) -> JSON:
+        self.reads["version"] += 1
+        return await super().version()
+
+    def counts(self) -> Counter[str]:
+        """Reads and writes so far, by ``verb Kind``."""
+        return self.reads + Counter(f"{c.verb} {c.kind}" for c in self.calls)
+
+    def reset(self) -> None:
+        self.reads.clear()
+        self.calls.clear()
 
 
 def recording_factory(sink: list[RecordingKubeApi]) -> Any:

@@ -46,13 +46,13 @@ from gpucellpool.operator.provisioner_wiring import (
     own_object_watches,
 )
 from provisioner.cached_reads import CachedReads
-from provisioner.kube import JSON, KINDS, Kind, KubeApi, api_from_kubeconfig
+from provisioner.kube import KINDS, KubeApi, api_from_kubeconfig
 from provisioner.outer_drain import NodeGets
 from provisioner.reconciler import Reconciler
 from simulations.harness import ClusterEndpoint
 from simulations.twin.scenario import KUBECONFIG_SECRET, dead_kubeconfig_secret, swiftguest_pool
 from tests.integration.provisioner_support import (
-    RecordingKubeApi,
+    CountingKubeApi,
     RunningPool,
     apis,  # noqa: F401  (fixture)
     cond,
@@ -61,39 +61,6 @@ from tests.integration.provisioner_support import (
     row,
     running_pool,
 )
-
-
-@dataclass
-class CountingKubeApi(RecordingKubeApi):
-    """A ``RecordingKubeApi`` that also counts its reads, as ``verb Kind``."""
-
-    reads: Counter[str] = field(default_factory=Counter)
-
-    async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
-        self.reads[f"get {kind.kind}"] += 1
-        return await super().get(kind, namespace, name)
-
-    async def list(
-        self,
-        kind: Kind,
-        namespace: str | None = None,
-        label_selector: str = "",
-        field_selector: str = "",
-    ) -> list[JSON]:
-        self.reads[f"list {kind.kind}"] += 1
-        return await super().list(kind, namespace, label_selector, field_selector)
-
-    async def version(self) -> JSON:
-        self.reads["version"] += 1
-        return await super().version()
-
-    def counts(self) -> Counter[str]:
-        """Reads and writes so far, by ``verb Kind``."""
-        return self.reads + Counter(f"{c.verb} {c.kind}" for c in self.calls)
-
-    def reset(self) -> None:
-        self.reads.clear()
-        self.calls.clear()
 
 
 @dataclass

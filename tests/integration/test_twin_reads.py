@@ -14,31 +14,30 @@ GPU, a pod being deleted on a Node is finished off, and a deleted Node is notice
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from provisioner.kube import JSON, KINDS, Kind, KubeApi
-from provisioner.kube_delegate import DelegatingKubeApi
 from simulations.simulator.engine.clock import VirtualClock
 from simulations.twin.gpu_ledger import SWIFT_GPU_NODE, ledger_node
 from simulations.twin.kubeswift import GPU_FINALIZER, SimulatedKubeSwift
 from simulations.twin.node_agent import LEASE_NAMESPACE, PLUGIN_NAMESPACE, SimulatedNodeAgent
-from tests.integration.provisioner_support import apis  # noqa: F401  (fixture)
+from tests.integration.provisioner_support import (  # noqa: F401  (apis: a fixture)
+    CountingKubeApi,
+    apis,
+)
 
 TICK_S = 0.1  # the twins' poll interval
 
 
 @dataclass
-class Reads(DelegatingKubeApi):
+class Reads(CountingKubeApi):
     """Counts reads as ``verb Kind``. The SwiftGPUNode ledger is cluster-wide and the apiserver
     is shared by the session: lists of it show only this test's ``ledger`` objects."""
 
     ledger: frozenset[str] = frozenset()
-    reads: Counter[str] = field(default_factory=Counter)
-
-    async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
-        self.reads[f"get {kind.kind}"] += 1
-        return await self.inner.get(kind, namespace, name)
 
     async def list(
         self,
@@ -47,11 +46,26 @@ class Reads(DelegatingKubeApi):
         label_selector: str = "",
         field_selector: str = "",
     ) -> list[JSON]:
-        self.reads[f"list {kind.kind}"] += 1
-        found = await self.inner.list(kind, namespace, label_selector, field_selector)
+        found = await super().list(kind, namespace, label_selector, field_selector)
         if kind.kind == SWIFT_GPU_NODE.kind:
             return [o for o in found if o["metadata"]["name"] in self.ledger]
         return found
+
+
+@contextlib.asynccontextmanager
+async def _native(
+    infra: KubeApi, namespace: str, gpus: int
+) -> AsyncIterator[tuple[Reads, VirtualClock, SimulatedKubeSwift, str]]:
+    """A ledger host of ``gpus`` GPUs for this test (removed after it) and the KubeSwift twin
+    on a clock of its own, reading through a counter."""
+    host = f"host-{namespace[-6:]}"
+    reads = Reads(infra, ledger=frozenset({host}))
+    clock = VirtualClock()
+    await _ledger(infra, host, gpus)
+    try:
+        yield reads, clock, SimulatedKubeSwift(reads, clock, namespace), host
+    finally:
+        await infra.delete(SWIFT_GPU_NODE, None, host)
 
 
 async def _passes(
@@ -113,12 +127,7 @@ async def test_native_guest_reads_its_seed_profile_and_the_ledger_once(
     namespace: str,
 ) -> None:
     infra = apis[0]
-    host = f"host-{namespace[-6:]}"
-    reads = Reads(infra, ledger=frozenset({host}))
-    clock = VirtualClock()
-    twin = SimulatedKubeSwift(reads, clock, namespace)
-    await _ledger(infra, host, gpus=2)
-    try:
+    async with _native(infra, namespace, gpus=2) as (reads, clock, twin, host):
         await _seed(infra, namespace, "seed")
         created = await infra.create(_guest(namespace, "g0", native=True, seed="seed"))
         uid = created["metadata"]["uid"]
@@ -143,8 +152,6 @@ async def test_native_guest_reads_its_seed_profile_and_the_ledger_once(
         assert await infra.get(KINDS["SwiftGuest"], namespace, "g0") is None
         assert [g["allocated"] for g in await _gpus(infra, host)] == [False, False]
         assert [g.get("allocatedTo") for g in await _gpus(infra, host)] == [None, None]
-    finally:
-        await infra.delete(SWIFT_GPU_NODE, None, host)
 
 
 async def test_a_guest_finding_the_ledger_full_is_retried_until_a_gpu_is_freed(
@@ -152,38 +159,33 @@ async def test_a_guest_finding_the_ledger_full_is_retried_until_a_gpu_is_freed(
     namespace: str,
 ) -> None:
     infra = apis[0]
-    host = f"host-{namespace[-6:]}"
-    reads = Reads(infra, ledger=frozenset({host}))
-    clock = VirtualClock()
-    twin = SimulatedKubeSwift(reads, clock, namespace)
-    await _ledger(infra, host, gpus=1)
-    try:
-        first = await infra.create(_guest(namespace, "a", native=True))
-        await twin.step()
-        second = await infra.create(_guest(namespace, "b", native=True))
-        await _passes(clock, 5, twin)
-        reads.reads.clear()
-        await _passes(clock, 4, twin)  # "a" holds the only GPU; "b" asks again at each pass
-        assert reads.reads["list SwiftGPUNode"] == 4
-        b = await infra.get(KINDS["SwiftGuest"], namespace, "b")
-        assert (b or {})["status"]["phase"] == "Pending"
-        assert _cond(b, "GPUAllocated")["reason"] == "NoCapacity"
-        assert [g.get("allocatedTo") for g in await _gpus(infra, host)] == [
-            first["metadata"]["uid"]
-        ]
-        await infra.delete(KINDS["SwiftGuest"], namespace, "a")
-        await _passes(clock, 2, twin)  # the release, then (at the latest) "b"'s retry
-        assert await infra.get(KINDS["SwiftGuest"], namespace, "a") is None
-        assert [g.get("allocatedTo") for g in await _gpus(infra, host)] == [
-            second["metadata"]["uid"]
-        ]
-        b = await infra.get(KINDS["SwiftGuest"], namespace, "b")
-        assert _cond(b, "GPUAllocated")["status"] == "True"
-    finally:
-        for name in ("a", "b"):  # their finalizers go with the twin's next pass
-            await infra.delete(KINDS["SwiftGuest"], namespace, name)
-        await twin.step()
-        await infra.delete(SWIFT_GPU_NODE, None, host)
+    async with _native(infra, namespace, gpus=1) as (reads, clock, twin, host):
+        try:
+            first = await infra.create(_guest(namespace, "a", native=True))
+            await twin.step()
+            second = await infra.create(_guest(namespace, "b", native=True))
+            await _passes(clock, 5, twin)
+            reads.reads.clear()
+            await _passes(clock, 4, twin)  # "a" holds the only GPU; "b" asks again at each pass
+            assert reads.reads["list SwiftGPUNode"] == 4
+            b = await infra.get(KINDS["SwiftGuest"], namespace, "b")
+            assert (b or {})["status"]["phase"] == "Pending"
+            assert _cond(b, "GPUAllocated")["reason"] == "NoCapacity"
+            assert [g.get("allocatedTo") for g in await _gpus(infra, host)] == [
+                first["metadata"]["uid"]
+            ]
+            await infra.delete(KINDS["SwiftGuest"], namespace, "a")
+            await _passes(clock, 2, twin)  # the release, then (at the latest) "b"'s retry
+            assert await infra.get(KINDS["SwiftGuest"], namespace, "a") is None
+            assert [g.get("allocatedTo") for g in await _gpus(infra, host)] == [
+                second["metadata"]["uid"]
+            ]
+            b = await infra.get(KINDS["SwiftGuest"], namespace, "b")
+            assert _cond(b, "GPUAllocated")["status"] == "True"
+        finally:
+            for name in ("a", "b"):  # their finalizers go with the twin's next pass
+                await infra.delete(KINDS["SwiftGuest"], namespace, name)
+            await twin.step()
 
 
 async def _registered(
